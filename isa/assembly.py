@@ -1,0 +1,173 @@
+"""A whole bundle as text, and back: `disassemble(bundle)` and `assemble(text)`, with
+`assemble(disassemble(b))` giving a bundle of identical bytes.
+
+    ; comments start with a semicolon
+    .bundle {"compiler": "...", "flags": {...}, "hbm_size": 8192, "target": "trn1"}
+    .input {"device_dtype": "fp32", "dtype": "float32", "hbm_offset": 0, "name": "x", "shape": [1, 784]}
+    .output {...}
+    .core 0
+    .stream PE
+         0  nc_matmul dst=... accumulate=false wait[s5>=1] inc[s0]      ; /fc1/Gemm
+    .data 4096 16384
+    <base64 of the weight segment at HBM offset 4096, 16384 bytes>
+    .end
+
+Each instruction line is its index in the stream, the instruction (isa/listing.py), and after a semicolon the ONNX
+node it came from. Directives carry JSON so that any tensor name survives the trip.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+
+from isa.bundle import Bundle, Segment, Stream, TensorInfo
+from isa.listing import ParseError, format_instruction, parse_instruction
+
+_LINE = 76
+
+
+def disassemble(bundle: Bundle, data: bool = True, cores: set[int] | None = None,
+                streams: set[str] | None = None) -> str:
+    """The listing. Leaving out the weights (`data=False`) or some cores or streams gives a listing to read, not
+    one to assemble."""
+    lines = ["; neuronx-cc-lite bundle listing",
+             "; operands: DTYPE MEM[first:end(:partition_stride)]@byte_offset {size:stride, ...} (strides in "
+             "elements); wait[sK>=V] holds an instruction until semaphore K reaches V; inc[sK] adds one to K "
+             "when it completes"]
+    header = {"target": bundle.target, "hbm_size": bundle.hbm_size, "compiler": bundle.compiler,
+              "flags": bundle.flags}
+    lines.append(".bundle " + json.dumps(header, sort_keys=True))
+    lines += [".input " + json.dumps(t.to_json(), sort_keys=True) for t in bundle.inputs]
+    lines += [".output " + json.dumps(t.to_json(), sort_keys=True) for t in bundle.outputs]
+    for c, core in enumerate(bundle.cores):
+        if cores is not None and c not in cores:
+            continue
+        lines.append(f".core {c}")
+        names = list(core)
+        owners = sorted({(i.signal, name) for name, s in core.items() for i in s.instructions
+                         if i.signal is not None})
+        lines.append("; semaphores incremented: " + ", ".join(f"s{sem} by {name}" for sem, name in owners))
+        for name in names:
+            if streams is not None and name not in streams:
+                continue
+            s = core[name]
+            lines.append(f".stream {name}")
+            for i, (instr, node) in enumerate(zip(s.instructions, s.nodes)):
+                text = f"{i:>6}  {format_instruction(instr)}"
+                lines.append(f"{text}  ; {node}" if node else text)
+    for seg in bundle.weights:
+        lines.append(f".data {seg.hbm_offset} {len(seg.data)}")
+        if data:
+            encoded = base64.b64encode(seg.data).decode()
+            lines += [encoded[i:i + _LINE] for i in range(0, len(encoded), _LINE)]
+            lines.append(".end")
+    return "\n".join(lines) + "\n"
+
+
+def _json(text: str, lineno: int) -> dict:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ParseError(f"line {lineno}: bad JSON: {e.msg}") from None
+    if not isinstance(value, dict):
+        raise ParseError(f"line {lineno}: expected a JSON object")
+    return value
+
+
+def assemble(text: str, weights_from: Bundle | None = None) -> Bundle:
+    """Parse a listing back into a bundle. A listing without weight data takes them from `weights_from`."""
+    header: dict | None = None
+    inputs: list[TensorInfo] = []
+    outputs: list[TensorInfo] = []
+    cores: list[dict[str, Stream]] = []
+    weights: list[Segment] = []
+    stream: Stream | None = None
+    data_lines: list[str] | None = None
+    pending: tuple[int, int, int] | None = None  # offset, size, line of a .data directive
+
+    def close_data(lineno: int) -> None:
+        nonlocal pending, data_lines
+        if pending is None:
+            return
+        offset, size, at = pending
+        if data_lines is None:
+            source = {s.hbm_offset: s.data for s in weights_from.weights} if weights_from else {}
+            if offset not in source or len(source[offset]) != size:
+                raise ParseError(f"line {at}: .data {offset} has no bytes in the listing; give a bundle to take "
+                                 "the weights from")
+            weights.append(Segment(offset, source[offset]))
+        else:
+            raise ParseError(f"line {at}: .data without .end")
+        pending = None
+
+    for lineno, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if data_lines is not None:
+            if line == ".end":
+                assert pending is not None
+                blob = base64.b64decode("".join(data_lines), validate=True)
+                if len(blob) != pending[1]:
+                    raise ParseError(f"line {pending[2]}: .data says {pending[1]} bytes, found {len(blob)}")
+                weights.append(Segment(pending[0], blob))
+                pending, data_lines = None, None
+            else:
+                data_lines.append(line)
+            continue
+        if not line or line.startswith(";"):
+            continue
+        word, _, rest = line.partition(" ")
+        if word == ".data":
+            close_data(lineno)
+            try:
+                offset, size = (int(v) for v in rest.split())
+            except ValueError:
+                raise ParseError(f"line {lineno}: .data needs an HBM offset and a size") from None
+            pending = (offset, size, lineno)
+            continue
+        if pending is not None:
+            if not line.startswith("."):  # base64 follows its .data line
+                data_lines = [line]
+                continue
+            close_data(lineno)
+        if word == ".bundle":
+            header = _json(rest, lineno)
+        elif word in (".input", ".output"):
+            try:
+                info = TensorInfo.from_json(_json(rest, lineno))
+            except (KeyError, TypeError, ValueError) as e:
+                raise ParseError(f"line {lineno}: bad tensor description: {e}") from None
+            (inputs if word == ".input" else outputs).append(info)
+        elif word == ".core":
+            if rest.strip() != str(len(cores)):
+                raise ParseError(f"line {lineno}: expected .core {len(cores)}")
+            cores.append({})
+            stream = None
+        elif word == ".stream":
+            if not cores:
+                raise ParseError(f"line {lineno}: .stream before .core")
+            stream = cores[-1].setdefault(rest.strip(), Stream([], []))
+        elif word.startswith("."):
+            raise ParseError(f"line {lineno}: unknown directive {word}")
+        else:
+            if stream is None:
+                raise ParseError(f"line {lineno}: instruction outside a .stream")
+            body, _, node = line.partition(";")
+            index, _, instr_text = body.strip().partition(" ")
+            if not index.isdigit() or int(index) != len(stream.instructions):
+                raise ParseError(f"line {lineno}: expected instruction index {len(stream.instructions)}")
+            try:
+                stream.instructions.append(parse_instruction(instr_text))
+            except ParseError as e:
+                raise ParseError(f"line {lineno}: {e.args[0]}") from None
+            stream.nodes.append(node.strip())
+    if data_lines is not None:
+        raise ParseError("the listing ends inside a .data block")
+    close_data(0)
+    if header is None:
+        raise ParseError("no .bundle directive")
+    try:
+        return Bundle(str(header["target"]), int(header["hbm_size"]), inputs, outputs, cores, weights,
+                      str(header.get("compiler", "")), dict(header.get("flags", {})))
+    except (KeyError, TypeError, ValueError) as e:
+        raise ParseError(f".bundle directive: {e}") from None

@@ -1,0 +1,219 @@
+"""The bundle file (our NEFF): a fixed-size header, then a zip archive.
+
+Header (96 bytes, little-endian): magic "NXCLNEFF", format version (u16), header size (u16), number of cores (u16),
+payload size (u64), sha256 of the payload (32 bytes), target name (16 bytes, NUL-padded), zero padding.
+
+Archive (stored, fixed timestamps, sorted names, so that equal bundles are equal bytes):
+- manifest.json: target, HBM size, inputs and outputs (name, shape, dtype, device dtype, HBM offset), the weight
+  segments (HBM offset and size), per core the streams in order with their files, compiler version and flags;
+- core<N>/<STREAM>.bin: the encoded instruction stream of one engine or DMA queue;
+- weights.bin: the weight segments, back to back, copied into HBM at load;
+- debug.json: for each stream, the ONNX node each instruction came from.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import struct
+import tempfile
+import zipfile
+from dataclasses import dataclass, field
+from typing import Any
+
+from isa.codec import decode_stream, encode_stream
+from isa.errors import IsaError
+from isa.instructions import Instruction
+
+MAGIC = b"NXCLNEFF"
+FORMAT_VERSION = 1
+HEADER = struct.Struct("<8sHHHQ32s16s")
+HEADER_SIZE = 96
+_ZIP_TIME = (1980, 1, 1, 0, 0, 0)
+
+
+class BundleError(IsaError):
+    code = "NCC_BUNDLE"
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    name: str
+    shape: tuple[int, ...]
+    dtype: str  # numpy name of what the user passes or receives
+    device_dtype: str  # DType name of the bytes in HBM
+    hbm_offset: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "shape": list(self.shape), "dtype": self.dtype,
+                "device_dtype": self.device_dtype, "hbm_offset": self.hbm_offset}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> TensorInfo:
+        return cls(str(d["name"]), tuple(int(n) for n in d["shape"]), str(d["dtype"]), str(d["device_dtype"]),
+                   int(d["hbm_offset"]))
+
+
+@dataclass(frozen=True)
+class Segment:
+    """Bytes placed in HBM at load: weights and other constants."""
+
+    hbm_offset: int
+    data: bytes
+
+
+@dataclass
+class Stream:
+    instructions: list[Instruction]
+    nodes: list[str]  # the ONNX node of each instruction ("" when none)
+
+
+@dataclass
+class Bundle:
+    target: str
+    hbm_size: int
+    inputs: list[TensorInfo]
+    outputs: list[TensorInfo]
+    cores: list[dict[str, Stream]]  # per core: stream name -> stream
+    weights: list[Segment] = field(default_factory=list)
+    compiler: str = ""
+    flags: dict[str, Any] = field(default_factory=dict)
+
+
+def _stream_path(core: int, name: str) -> str:
+    return f"core{core}/{name}.bin"
+
+
+def to_bytes(bundle: Bundle) -> bytes:
+    manifest = {
+        "target": bundle.target,
+        "hbm_size": bundle.hbm_size,
+        "inputs": [t.to_json() for t in bundle.inputs],
+        "outputs": [t.to_json() for t in bundle.outputs],
+        "weights": [{"hbm_offset": s.hbm_offset, "size": len(s.data)} for s in bundle.weights],
+        "cores": [[{"stream": name, "file": _stream_path(c, name)} for name in streams]
+                  for c, streams in enumerate(bundle.cores)],
+        "compiler": bundle.compiler,
+        "flags": bundle.flags,
+    }
+    debug = [{name: s.nodes for name, s in streams.items()} for streams in bundle.cores]
+    files = {
+        "manifest.json": json.dumps(manifest, indent=1, sort_keys=True).encode(),
+        "debug.json": json.dumps(debug, sort_keys=True).encode(),
+        "weights.bin": b"".join(s.data for s in bundle.weights),
+    }
+    for c, streams in enumerate(bundle.cores):
+        for name, s in streams.items():
+            files[_stream_path(c, name)] = encode_stream(s.instructions)
+    archive = io.BytesIO()
+    with zipfile.ZipFile(archive, "w", zipfile.ZIP_STORED) as z:
+        for name in sorted(files):
+            info = zipfile.ZipInfo(name, date_time=_ZIP_TIME)
+            info.external_attr = 0o644 << 16
+            z.writestr(info, files[name])
+    payload = archive.getvalue()
+    target = bundle.target.encode()
+    if len(target) > 16:
+        raise BundleError(f"target name {bundle.target!r} longer than 16 bytes")
+    header = HEADER.pack(MAGIC, FORMAT_VERSION, HEADER_SIZE, len(bundle.cores), len(payload),
+                         hashlib.sha256(payload).digest(), target)
+    return header.ljust(HEADER_SIZE, b"\0") + payload
+
+
+def write(bundle: Bundle, path: str | os.PathLike[str]) -> None:
+    """Write atomically: the file appears complete or not at all."""
+    data = to_bytes(bundle)
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".neff-", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+@dataclass(frozen=True)
+class Header:
+    version: int
+    num_cores: int
+    payload_size: int
+    sha256: bytes
+    target: str
+
+
+def read_header(data: bytes) -> Header:
+    if len(data) < HEADER_SIZE:
+        raise BundleError(f"file is {len(data)} bytes, shorter than the {HEADER_SIZE}-byte bundle header")
+    magic, version, header_size, cores, size, digest, target = HEADER.unpack_from(data)
+    if magic != MAGIC:
+        raise BundleError("not a neuronx-cc-lite bundle (bad magic)")
+    if version != FORMAT_VERSION:
+        raise BundleError(f"bundle format version {version}; this tool reads version {FORMAT_VERSION}")
+    if header_size != HEADER_SIZE:
+        raise BundleError(f"header size {header_size}, expected {HEADER_SIZE}")
+    return Header(version, cores, size, digest, target.rstrip(b"\0").decode("ascii", "replace"))
+
+
+def from_bytes(data: bytes) -> Bundle:
+    header = read_header(data)
+    payload = data[HEADER_SIZE:]
+    if len(payload) != header.payload_size:
+        raise BundleError(f"payload is {len(payload)} bytes, the header says {header.payload_size} "
+                          f"(truncated or padded file)")
+    if hashlib.sha256(payload).digest() != header.sha256:
+        raise BundleError("sha256 hash mismatch: the bundle is corrupted")
+    try:
+        with zipfile.ZipFile(io.BytesIO(payload)) as z:
+            manifest = json.loads(z.read("manifest.json"))
+            debug = json.loads(z.read("debug.json"))
+            weights_blob = z.read("weights.bin")
+            cores = []
+            for c, streams in enumerate(manifest["cores"]):
+                core = {}
+                for entry in streams:
+                    name = str(entry["stream"])
+                    instrs = decode_stream(z.read(entry["file"]))
+                    nodes = [str(n) for n in debug[c][name]]
+                    if len(nodes) != len(instrs):
+                        raise BundleError(f"debug map of core {c} {name} has {len(nodes)} entries for "
+                                          f"{len(instrs)} instructions")
+                    core[name] = Stream(instrs, nodes)
+                cores.append(core)
+            segments, at = [], 0
+            for w in manifest["weights"]:
+                size = int(w["size"])
+                segments.append(Segment(int(w["hbm_offset"]), weights_blob[at:at + size]))
+                at += size
+            if at != len(weights_blob):
+                raise BundleError("weights.bin does not match the manifest's weight segments")
+            bundle = Bundle(
+                target=str(manifest["target"]),
+                hbm_size=int(manifest["hbm_size"]),
+                inputs=[TensorInfo.from_json(t) for t in manifest["inputs"]],
+                outputs=[TensorInfo.from_json(t) for t in manifest["outputs"]],
+                cores=cores,
+                weights=segments,
+                compiler=str(manifest["compiler"]),
+                flags=dict(manifest["flags"]),
+            )
+    except IsaError:
+        raise
+    except (zipfile.BadZipFile, KeyError, IndexError, TypeError, ValueError) as e:
+        raise BundleError(f"malformed bundle archive: {type(e).__name__}: {e}") from None
+    if bundle.target != header.target or len(bundle.cores) != header.num_cores:
+        raise BundleError("header and manifest disagree on the target or the number of cores")
+    return bundle
+
+
+def read(path: str | os.PathLike[str]) -> Bundle:
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise BundleError(f"cannot read {path}: {e.strerror}") from None
+    return from_bytes(data)

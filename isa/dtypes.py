@@ -1,0 +1,64 @@
+"""Element types an instruction operand may carry, with their numpy equivalents.
+
+The low-precision floats come from ml_dtypes; fp8_e4m3 is the "fn" variant (no infinities, one NaN pattern),
+which is what the Neuron docs and ONNX's FLOAT8E4M3FN describe.
+"""
+
+from __future__ import annotations
+
+import enum
+
+import ml_dtypes
+import numpy as np
+
+
+class DType(enum.IntEnum):
+    fp32 = 0
+    bf16 = 1
+    fp16 = 2
+    fp8_e4m3 = 3
+    fp8_e5m2 = 4
+    int8 = 5
+    int16 = 6
+    int32 = 7
+    uint8 = 8
+    uint16 = 9
+    uint32 = 10
+
+    @property
+    def np(self) -> np.dtype:
+        return _NUMPY[self]
+
+    @property
+    def size(self) -> int:
+        return _NUMPY[self].itemsize
+
+    @property
+    def is_float(self) -> bool:
+        return self in _FLOATS
+
+    @classmethod
+    def from_numpy(cls, dtype: np.dtype) -> DType:
+        dtype = np.dtype(dtype)
+        if dtype == np.bool_:
+            return cls.uint8
+        for member, np_dtype in _NUMPY.items():
+            if np_dtype == dtype:
+                return member
+        raise ValueError(f"no device dtype for numpy dtype {dtype}")
+
+
+_NUMPY: dict[DType, np.dtype] = {
+    DType.fp32: np.dtype(np.float32),
+    DType.bf16: np.dtype(ml_dtypes.bfloat16),
+    DType.fp16: np.dtype(np.float16),
+    DType.fp8_e4m3: np.dtype(ml_dtypes.float8_e4m3fn),
+    DType.fp8_e5m2: np.dtype(ml_dtypes.float8_e5m2),
+    DType.int8: np.dtype(np.int8),
+    DType.int16: np.dtype(np.int16),
+    DType.int32: np.dtype(np.int32),
+    DType.uint8: np.dtype(np.uint8),
+    DType.uint16: np.dtype(np.uint16),
+    DType.uint32: np.dtype(np.uint32),
+}
+_FLOATS = frozenset({DType.fp32, DType.bf16, DType.fp16, DType.fp8_e4m3, DType.fp8_e5m2})

@@ -1,0 +1,298 @@
+"""The instruction table: each instruction defined once.
+
+A row gives the mnemonic, the opcode, the engines that may run it, its fields in order (each with a kind, and for
+operands whether it is read or written and which memories it may name), its cost in engine cycles (from the
+nki.isa reference, via CHIP.md) and a validation hook for what the generic checks cannot say. The binary codec
+(codec.py), the listing printer and the lark grammar (listing.py) and the validator (validate.py) are all derived
+from these rows; the runtime has one semantics function per mnemonic (runtime/semantics.py).
+
+Adding an instruction: one `OpSpec` row here, one hook if it has shape rules, one handler in the runtime.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
+
+from isa.functions import ActFunc, AluOp
+from isa.operand import Engine, Mem, Operand
+
+
+class Kind(enum.Enum):
+    OPERAND = "operand"  # an access pattern
+    SCALAR = "scalar"  # a float immediate or a [P, 1] operand broadcast along the free axis
+    ENUM = "enum"
+    BOOL = "bool"
+    INT = "int"
+    FLOAT = "float"
+    INTS = "ints"  # up to four integers, one per free dimension
+
+
+@dataclass(frozen=True)
+class Field:
+    name: str
+    kind: Kind
+    enum: type[enum.IntEnum] | None = None
+    optional: bool = False  # absent fields hold None
+    writes: bool = False  # operand written by the instruction (else read)
+    mems: frozenset[Mem] = frozenset(Mem)  # memories this operand may name
+
+
+def dst(*mems: Mem) -> Field:
+    return Field("dst", Kind.OPERAND, writes=True, mems=frozenset(mems or Mem))
+
+
+def src(name: str = "src", *mems: Mem, optional: bool = False) -> Field:
+    return Field(name, Kind.OPERAND, optional=optional, mems=frozenset(mems or Mem))
+
+
+@dataclass
+class Instruction:
+    """One instruction: a mnemonic, its field values, and its synchronisation.
+
+    `waits` holds (semaphore, value) pairs: the instruction starts only when every named semaphore has reached
+    its value. `signal` names a semaphore that is incremented by one when the instruction completes.
+    """
+
+    op: str
+    args: dict[str, Any]
+    waits: tuple[tuple[int, int], ...] = ()
+    signal: int | None = None
+
+    @property
+    def spec(self) -> OpSpec:
+        return OPS[self.op]
+
+    def operands(self) -> Iterator[tuple[Field, Operand]]:
+        """Every operand the instruction touches, scalars given as [P, 1] operands included."""
+        for f in self.spec.fields:
+            value = self.args[f.name]
+            if isinstance(value, Operand):
+                yield f, value
+
+    def reads(self) -> list[Operand]:
+        return [o for f, o in self.operands() if not f.writes]
+
+    def writes(self) -> list[Operand]:
+        return [o for f, o in self.operands() if f.writes]
+
+
+Cycles = Callable[[Instruction, Any], int]  # (instruction, Target) -> engine cycles
+Check = Callable[[Instruction, Any], Iterator[str]]  # (instruction, Target) -> problems
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    name: str
+    opcode: int
+    engines: frozenset[Engine]
+    fields: tuple[Field, ...]
+    cycles: Cycles | None  # None: timed by the DMA model, not in engine cycles
+    check: Check | None = None
+    doc: str = ""
+    field_index: dict[str, Field] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "field_index", {f.name: f for f in self.fields})
+
+
+def make(mnemonic: str, /, *, waits: tuple[tuple[int, int], ...] = (), signal: int | None = None,
+         **args: Any) -> Instruction:
+    """Build an instruction by keyword, filling absent optional fields with None and refusing unknown ones."""
+    spec = OPS[mnemonic]
+    unknown = set(args) - set(spec.field_index)
+    if unknown:
+        raise TypeError(f"{mnemonic} has no field(s) {', '.join(sorted(unknown))}")
+    values: dict[str, Any] = {}
+    for f in spec.fields:
+        value = args.get(f.name)
+        if value is None and not f.optional:
+            raise TypeError(f"{mnemonic} needs field {f.name}")
+        values[f.name] = value
+    return Instruction(mnemonic, values, tuple(waits), signal)
+
+
+# ---- shape rules the generic checks cannot state -------------------------------------------------------------
+
+
+def _same_elements(instr: Instruction, names: tuple[str, ...]) -> Iterator[str]:
+    """Elementwise instructions: every named operand has the partition count and per-partition size of dst."""
+    d = instr.args["dst"]
+    for name in names:
+        o = instr.args[name]
+        if isinstance(o, Operand) and (o.num_partitions, o.free_size) != (d.num_partitions, d.free_size):
+            yield (f"{name} is {o.num_partitions}x{o.free_size} elements but dst is "
+                   f"{d.num_partitions}x{d.free_size}")
+
+
+def _per_partition_scalars(instr: Instruction, names: tuple[str, ...]) -> Iterator[str]:
+    d = instr.args["dst"]
+    for name in names:
+        o = instr.args[name]
+        if isinstance(o, Operand) and (o.num_partitions != d.num_partitions or o.free_size != 1):
+            yield f"{name} must be [{d.num_partitions}, 1], got {list(o.shape)}"
+
+
+def _check_dma(instr: Instruction, target: Any) -> Iterator[str]:
+    yield from _same_elements(instr, ("src",))
+
+
+def _check_matmul(instr: Instruction, target: Any) -> Iterator[str]:
+    d, s, m = instr.args["dst"], instr.args["stationary"], instr.args["moving"]
+    if s.num_partitions != m.num_partitions:
+        yield f"contraction mismatch: stationary has {s.num_partitions} partitions, moving {m.num_partitions}"
+    if s.free_size > target.gemm_stationary_fmax:
+        yield f"stationary free size {s.free_size} exceeds {target.gemm_stationary_fmax}"
+    if m.free_size > target.gemm_moving_fmax:
+        yield f"moving free size {m.free_size} exceeds {target.gemm_moving_fmax}"
+    if (d.num_partitions, d.free_size) != (s.free_size, m.free_size):
+        yield f"dst must be {s.free_size}x{m.free_size}, got {d.num_partitions}x{d.free_size}"
+    if d.dtype.name != "fp32":
+        yield "matmul accumulates in fp32: dst must be fp32"
+    if (s.dtype.name == "fp32") != (m.dtype.name == "fp32"):
+        yield "an fp32 matmul needs both inputs in fp32"
+    yield from _within_one_psum_bank(d, target)
+
+
+def _within_one_psum_bank(o: Operand, target: Any) -> Iterator[str]:
+    first, last = o.partition_span
+    if first // target.psum_bank_bytes != last // target.psum_bank_bytes:
+        yield f"PSUM access [{first}, {last}] crosses a {target.psum_bank_bytes}-byte bank boundary"
+
+
+def _check_transpose(instr: Instruction, target: Any) -> Iterator[str]:
+    d, s = instr.args["dst"], instr.args["src"]
+    if (d.num_partitions, d.free_size) != (s.free_size, s.num_partitions):
+        yield f"dst must be {s.free_size}x{s.num_partitions} (src transposed), got {d.num_partitions}x{d.free_size}"
+    if s.free_size > target.partitions:
+        yield f"src free size {s.free_size} exceeds {target.partitions}"
+    yield from _within_one_psum_bank(d, target)
+
+
+def _check_activation(instr: Instruction, target: Any) -> Iterator[str]:
+    yield from _same_elements(instr, ("src",))
+    yield from _per_partition_scalars(instr, ("bias", "reduce"))
+
+
+def _check_tensor_tensor(instr: Instruction, target: Any) -> Iterator[str]:
+    yield from _same_elements(instr, ("a", "b"))
+    if instr.args["a"].mem == Mem.PSUM and instr.args["b"].mem == Mem.PSUM:
+        yield "the two inputs cannot both be in PSUM"
+
+
+def _check_tensor_scalar(instr: Instruction, target: Any) -> Iterator[str]:
+    yield from _same_elements(instr, ("src",))
+    yield from _per_partition_scalars(instr, ("scalar0", "scalar1"))
+    if (instr.args["op1"] is None) != (instr.args["scalar1"] is None):
+        yield "op1 and scalar1 come together"
+
+
+def _check_copy(instr: Instruction, target: Any) -> Iterator[str]:
+    yield from _same_elements(instr, ("src",))
+
+
+def _check_reduce(instr: Instruction, target: Any) -> Iterator[str]:
+    d, s, axes = instr.args["dst"], instr.args["src"], instr.args["axes"]
+    if not 1 <= axes <= len(s.dims):
+        yield f"axes must be between 1 and {len(s.dims)}, got {axes}"
+        return
+    kept = s.free_shape[: len(s.dims) - axes]
+    kept_size = 1
+    for n in kept:
+        kept_size *= n
+    if (d.num_partitions, d.free_size) != (s.num_partitions, kept_size):
+        yield f"dst must be {s.num_partitions}x{kept_size}, got {d.num_partitions}x{d.free_size}"
+
+
+def _check_iota(instr: Instruction, target: Any) -> Iterator[str]:
+    if len(instr.args["steps"]) != len(instr.args["dst"].dims):
+        yield "iota needs one step per free dimension of dst"
+
+
+# ---- costs in engine cycles (CHIP.md's table) -----------------------------------------------------------------
+
+def _free(instr: Instruction, name: str = "dst") -> int:
+    return instr.args[name].free_size
+
+
+def _matmul_cycles(instr: Instruction, target: Any) -> int:
+    m, n = instr.args["stationary"].free_size, instr.args["moving"].free_size
+    fp32 = instr.args["moving"].dtype.name == "fp32"
+    return max(min(target.min_ii_cycles, m), n) * (4 if fp32 else 1)
+
+
+def _transpose_cycles(instr: Instruction, target: Any) -> int:
+    s = instr.args["src"]
+    return max(s.num_partitions, min(target.min_ii_cycles, s.free_size))
+
+
+def _tensor_tensor_cycles(instr: Instruction, target: Any) -> int:
+    a = instr.args["a"]
+    return _free(instr) * (2 if a.dtype.name == "fp32" and a.mem == Mem.SBUF else 1)
+
+
+def _streaming(instr: Instruction, target: Any) -> int:
+    return max(target.min_ii_cycles, _free(instr))
+
+
+# ---- the table ------------------------------------------------------------------------------------------------
+
+_ON_CHIP = (Mem.SBUF, Mem.PSUM)
+_DVE_ACT_POOL = frozenset({Engine.DVE, Engine.ACT, Engine.POOL})
+
+_ROWS = (
+    OpSpec("dma_copy", 0x01, frozenset({Engine.DMA, Engine.SP}),
+           (dst(Mem.HBM, Mem.SBUF), src("src", Mem.HBM, Mem.SBUF)),
+           None, _check_dma,
+           "copy between HBM and SBUF (any direction), casting when the dtypes differ"),
+    OpSpec("nc_matmul", 0x10, frozenset({Engine.PE}),
+           (dst(Mem.PSUM), src("stationary", Mem.SBUF), src("moving", Mem.SBUF),
+            Field("accumulate", Kind.BOOL)),
+           _matmul_cycles, _check_matmul,
+           "dst (+)= stationary[K,M].T @ moving[K,N], fp32 in PSUM; accumulate adds to what dst holds"),
+    OpSpec("nc_transpose", 0x11, frozenset({Engine.PE}),
+           (dst(Mem.PSUM), src("src", Mem.SBUF)),
+           _transpose_cycles, _check_transpose,
+           "dst[F,P] = src[P,F] through the PE array"),
+    OpSpec("activation", 0x20, frozenset({Engine.ACT}),
+           (dst(*_ON_CHIP), src("src", *_ON_CHIP), src("bias", *_ON_CHIP, optional=True),
+            Field("func", Kind.ENUM, ActFunc), Field("scale", Kind.FLOAT),
+            Field("reduce", Kind.OPERAND, optional=True, writes=True, mems=frozenset(_ON_CHIP))),
+           _streaming, _check_activation,
+           "dst = func(src * scale + bias); reduce, when given, receives the sum of dst along the free axes"),
+    OpSpec("tensor_tensor", 0x30, frozenset({Engine.DVE, Engine.POOL}),
+           (dst(*_ON_CHIP), src("a", *_ON_CHIP), src("b", *_ON_CHIP), Field("op", Kind.ENUM, AluOp)),
+           _tensor_tensor_cycles, _check_tensor_tensor,
+           "dst = a op b, elementwise"),
+    OpSpec("tensor_scalar", 0x31, _DVE_ACT_POOL,
+           (dst(*_ON_CHIP), src("src", *_ON_CHIP),
+            Field("op0", Kind.ENUM, AluOp), Field("scalar0", Kind.SCALAR, mems=frozenset(_ON_CHIP)),
+            Field("reverse0", Kind.BOOL),
+            Field("op1", Kind.ENUM, AluOp, optional=True),
+            Field("scalar1", Kind.SCALAR, optional=True, mems=frozenset(_ON_CHIP)),
+            Field("reverse1", Kind.BOOL)),
+           _streaming, _check_tensor_scalar,
+           "dst = (src op0 scalar0) op1 scalar1; a reverse flag swaps the two sides of its operator"),
+    OpSpec("tensor_copy", 0x32, _DVE_ACT_POOL,
+           (dst(*_ON_CHIP), src("src", *_ON_CHIP)),
+           _streaming, _check_copy,
+           "dst = src, casting to dst's dtype"),
+    OpSpec("tensor_reduce", 0x33, frozenset({Engine.DVE, Engine.POOL}),
+           (dst(*_ON_CHIP), src("src", *_ON_CHIP), Field("op", Kind.ENUM, AluOp), Field("axes", Kind.INT)),
+           lambda i, t: _free(i, "src"), _check_reduce,
+           "dst = reduction with op over the last `axes` free dimensions of src"),
+    OpSpec("memset", 0x34, frozenset({Engine.DVE, Engine.POOL}),
+           (dst(*_ON_CHIP), Field("value", Kind.FLOAT)),
+           lambda i, t: _free(i), None,
+           "fill dst with value"),
+    OpSpec("iota", 0x40, frozenset({Engine.POOL}),
+           (dst(Mem.SBUF), Field("base", Kind.INT), Field("channel_multiplier", Kind.INT),
+            Field("steps", Kind.INTS)),
+           lambda i, t: 150 + _free(i), _check_iota,
+           "dst[p, i...] = base + p * channel_multiplier + sum(steps[k] * i[k])"),
+)
+
+OPS: dict[str, OpSpec] = {row.name: row for row in _ROWS}
+BY_OPCODE: dict[int, OpSpec] = {row.opcode: row for row in _ROWS}
+assert len(BY_OPCODE) == len(OPS), "opcodes must be unique"

@@ -1,0 +1,100 @@
+"""Physical operands: where an instruction reads or writes.
+
+An operand is a memory space, a partition range, a byte offset and a free-dimension access pattern of up to four
+(size, stride) pairs, strides in elements. In SBUF and PSUM the partition axis is physical: partition p of the
+operand is row `start_partition + p` of the memory. HBM is flat per chip, so there the partition axis is one more
+stride (`partition_stride`, in elements) and `start_partition` is 0.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass
+
+from isa.dtypes import DType
+
+MAX_FREE_DIMS = 4
+
+
+class Mem(enum.IntEnum):
+    HBM = 0
+    SBUF = 1
+    PSUM = 2
+
+
+class Engine(enum.IntEnum):
+    """The engines of a NeuronCore. DMA stands for the DMA queues, each of which runs its own stream."""
+
+    PE = 0
+    ACT = 1
+    DVE = 2
+    POOL = 3
+    SP = 4
+    DMA = 5
+
+
+COMPUTE_ENGINES = frozenset({Engine.PE, Engine.ACT, Engine.DVE, Engine.POOL})
+
+# Which memories each engine may read and write (CHIP.md: TensorE writes only PSUM; GpSimdE cannot touch PSUM;
+# HBM is reached only by DMA).
+READABLE: dict[Engine, frozenset[Mem]] = {
+    Engine.PE: frozenset({Mem.SBUF}),
+    Engine.ACT: frozenset({Mem.SBUF, Mem.PSUM}),
+    Engine.DVE: frozenset({Mem.SBUF, Mem.PSUM}),
+    Engine.POOL: frozenset({Mem.SBUF}),
+    Engine.SP: frozenset({Mem.HBM, Mem.SBUF}),
+    Engine.DMA: frozenset({Mem.HBM, Mem.SBUF}),
+}
+WRITABLE: dict[Engine, frozenset[Mem]] = {**READABLE, Engine.PE: frozenset({Mem.PSUM})}
+
+
+def stream_names(dma_queues: int) -> tuple[str, ...]:
+    """The instruction streams of one core: one per engine, and one per DMA queue."""
+    fixed = tuple(e.name for e in Engine if e is not Engine.DMA)
+    return fixed + tuple(f"DMA{q}" for q in range(dma_queues))
+
+
+def stream_engine(stream: str) -> Engine:
+    if stream.startswith("DMA") and stream[3:].isdigit():
+        return Engine.DMA
+    try:
+        return Engine[stream]
+    except KeyError:
+        raise ValueError(f"unknown stream {stream!r}") from None
+
+
+@dataclass(frozen=True)
+class Operand:
+    mem: Mem
+    dtype: DType
+    start_partition: int
+    num_partitions: int
+    offset: int  # bytes: from the start of the partition (SBUF/PSUM) or of HBM
+    dims: tuple[tuple[int, int], ...]  # free access pattern, outermost first: (size, stride in elements)
+    partition_stride: int = 0  # elements between partitions; HBM only
+
+    @property
+    def free_shape(self) -> tuple[int, ...]:
+        return tuple(size for size, _ in self.dims)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return (self.num_partitions, *self.free_shape)
+
+    @property
+    def free_size(self) -> int:
+        """Elements per partition."""
+        return math.prod(self.free_shape)
+
+    @property
+    def partition_span(self) -> tuple[int, int]:
+        """[first, last] byte this operand touches inside one partition row (SBUF/PSUM)."""
+        last = self.offset + sum((size - 1) * stride for size, stride in self.dims) * self.dtype.size
+        return self.offset, last + self.dtype.size - 1
+
+    def byte_span(self) -> tuple[int, int]:
+        """[first, last) byte of a flat memory this operand touches, partition stride included (HBM)."""
+        first, last = self.partition_span
+        last += (self.num_partitions - 1) * self.partition_stride * self.dtype.size
+        return first, last + 1

@@ -1,0 +1,122 @@
+"""One configuration per target chip. Every size, clock and bandwidth the compiler, the validator and the
+runtime's cost model use comes from here; the numbers are those of ../shared/CHIP.md (AWS Neuron docs:
+nki/arch/trainium_inferentia2_arch, trainium2_arch, the nki.isa reference and the NKI performance guide).
+Where the docs give two values, the one chosen is named in a comment.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    cores_per_chip: int
+    hbm_bytes: int
+    hbm_gbps: float  # GB/s per chip
+    # On-chip memories, per NeuronCore.
+    partitions: int  # pmax
+    sbuf_partition_bytes: int
+    psum_partition_bytes: int
+    psum_banks: int
+    # Tile limits of the Tensor engine and bn_stats, in elements.
+    gemm_stationary_fmax: int
+    gemm_moving_fmax: int
+    bn_stats_fmax: int
+    # Engine clocks (GHz) and the fixed per-instruction costs of the NKI ISA reference.
+    pe_ghz: float
+    act_ghz: float
+    dve_ghz: float
+    pool_ghz: float
+    min_ii_cycles: int  # MIN_II: the shortest initiation interval of ACT/DVE/POOL instructions
+    access_start_cycles: int  # fixed cost of starting an SBUF/PSUM access
+    # DMA.
+    dma_queues: int  # one queue per DMA engine is modelled
+    dma_queue_gbps: float  # GB/s of one DMA engine
+    dma_launch_ns: float
+    # Synchronisation: hardware semaphores per core. CHIP.md gives no figure; 32 is this model's choice.
+    semaphores: int
+
+    @property
+    def psum_bank_bytes(self) -> int:
+        return self.psum_partition_bytes // self.psum_banks
+
+    @property
+    def psum_bank_fmax(self) -> int:
+        """fp32 elements of one PSUM bank per partition (512 on every target so far)."""
+        return self.psum_bank_bytes // 4
+
+    def allowed_start_partitions(self, count: int) -> tuple[int, ...]:
+        """Where a compute-engine access of `count` partitions may start: engines see the partitions in
+        quadrants of pmax/4, so a span over half the array starts at 0, a span over a quadrant at a half."""
+        quadrant = self.partitions // 4
+        if count > 2 * quadrant:
+            return (0,)
+        if count > quadrant:
+            return (0, 2 * quadrant)
+        return tuple(range(0, self.partitions, quadrant))
+
+
+_KIB = 1024
+_GIB = 1024**3
+
+TRN1 = Target(
+    name="trn1",
+    cores_per_chip=2,
+    hbm_bytes=32 * _GIB,
+    hbm_gbps=820.0,
+    partitions=128,
+    sbuf_partition_bytes=192 * _KIB,
+    psum_partition_bytes=16 * _KIB,
+    psum_banks=8,
+    gemm_stationary_fmax=128,
+    gemm_moving_fmax=512,
+    bn_stats_fmax=512,
+    pe_ghz=2.8,
+    act_ghz=1.4,
+    dve_ghz=1.12,
+    pool_ghz=1.4,
+    min_ii_cycles=64,
+    access_start_cycles=60,
+    dma_queues=16,
+    dma_queue_gbps=27.0,  # the per-engine figure; the other table's 272 GB/s per core is the sum of ~10
+    dma_launch_ns=1300.0,
+    semaphores=32,
+)
+
+# inf2 shares NeuronCore-v2 with trn1; its chip-to-chip ring differs, which matters only for collectives.
+INF2 = Target(**{**TRN1.__dict__, "name": "inf2"})
+
+TRN2 = Target(
+    name="trn2",
+    cores_per_chip=8,  # physical cores (LNC=1)
+    hbm_bytes=96 * _GIB,
+    hbm_gbps=2900.0,  # one page says 3 TB/s
+    partitions=128,
+    sbuf_partition_bytes=224 * _KIB,
+    psum_partition_bytes=16 * _KIB,
+    psum_banks=8,
+    gemm_stationary_fmax=128,
+    gemm_moving_fmax=512,
+    bn_stats_fmax=512,
+    pe_ghz=2.4,
+    act_ghz=1.2,
+    dve_ghz=0.96,
+    pool_ghz=1.2,
+    min_ii_cycles=64,
+    access_start_cycles=60,
+    dma_queues=16,
+    dma_queue_gbps=23.0,  # CHIP.md's 23 B/ns, read like trn1's 17 B/ns table as a per-engine rate
+    dma_launch_ns=1300.0,
+    semaphores=32,
+)
+
+TARGETS: dict[str, Target] = {t.name: t for t in (TRN1, INF2, TRN2)}
+
+
+def get_target(name: str) -> Target:
+    try:
+        return TARGETS[name]
+    except KeyError:
+        raise KeyError(f"unknown target {name!r}; known targets: {', '.join(TARGETS)}") from None

@@ -1,0 +1,359 @@
+"""The `neuronx-cc-lite` command line."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections import Counter
+from typing import Any, Callable
+
+import numpy as np
+
+EXAMPLES = """\
+examples:
+  neuronx-cc-lite compile models/mlp_small.onnx -o mlp.neff
+  neuronx-cc-lite run mlp.neff --inputs in.npz --outputs out.npz
+  neuronx-cc-lite check models/mlp_small.onnx
+  neuronx-cc-lite disasm mlp.neff --engine PE | head
+  neuronx-cc-lite disasm mlp.neff > mlp.s && neuronx-cc-lite asm mlp.s -o again.neff
+  neuronx-cc-lite analyze model.onnx
+
+Every failure prints one line, "neuronx-cc-lite: error: CODE: cause", and exits with status 1
+(2 for a usage error). Nothing is left half-written.
+"""
+
+
+class UsageError(Exception):
+    code = "NCC_USAGE"
+
+
+def _shape_arg(text: str) -> tuple[str, tuple[int, ...]]:
+    name, sep, dims = text.rpartition("=")
+    try:
+        if not sep or not name:
+            raise ValueError
+        return name, tuple(int(d) for d in dims.split(",") if d.strip()) if dims.strip() else ()
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected NAME=D0,D1,..., got {text!r}") from None
+
+
+def _add_compile_options(p: argparse.ArgumentParser) -> None:
+    from isa.target import TARGETS
+    from neuronx_cc_lite.passes import PASS_NAMES
+
+    p.add_argument("--target", default="trn1", choices=sorted(TARGETS), help="chip to compile for (default trn1)")
+    p.add_argument("--input-shape", type=_shape_arg, action="append", default=[], metavar="NAME=D0,D1,...",
+                   help="pin the shape of an input with dynamic dimensions (repeatable)")
+    p.add_argument("--dump-ir-after", action="append", default=[], metavar="PASS",
+                   help=f"print the graph IR after a pass to stderr: import, {', '.join(PASS_NAMES)} or all")
+    p.add_argument("--stop-after", metavar="PASS", help="stop after a pass and print the IR instead of compiling")
+
+
+def _options(args: argparse.Namespace) -> Any:
+    from neuronx_cc_lite.compiler import Options
+    from neuronx_cc_lite.passes import PASS_NAMES
+
+    dump = set(args.dump_ir_after)
+    if "all" in dump:
+        dump = {"import", *PASS_NAMES}
+    return Options(target=args.target, input_shapes=dict(args.input_shape), dump_ir_after=frozenset(dump),
+                   stop_after=args.stop_after)
+
+
+def _dump(name: str, text: str) -> None:
+    print(f"// IR after {name}\n{text}", file=sys.stderr, end="")
+
+
+def _say(args: argparse.Namespace, message: str) -> None:
+    if not getattr(args, "quiet", False):
+        print(message, file=sys.stderr)
+
+
+def cmd_compile(args: argparse.Namespace) -> int:
+    from isa import bundle as bundle_format
+    from neuronx_cc_lite.compiler import compile_graph, prepare
+    from neuronx_cc_lite.ir import print_graph
+
+    options = _options(args)
+    start = time.perf_counter()
+    graph = prepare(args.model, options, _dump)
+    if options.stop_after:
+        sys.stdout.write(print_graph(graph))
+        return 0
+    b = compile_graph(graph, options)
+    bundle_format.write(b, args.output)
+    counts = Counter()
+    for name, s in b.cores[0].items():
+        counts["DMA" if name.startswith("DMA") else name] += len(s.instructions)
+    summary = ", ".join(f"{k} {v}" for k, v in counts.items())
+    _say(args, f"compiled {args.model} -> {args.output} for {b.target} in {time.perf_counter() - start:.2f} s: "
+               f"{sum(counts.values())} instructions ({summary}), {b.hbm_size} bytes of HBM")
+    return 0
+
+
+def _load_npz(path: str) -> dict[str, np.ndarray]:
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            return {k: data[k] for k in data.files}
+    except (OSError, ValueError) as e:
+        raise UsageError(f"cannot read inputs from {path}: {e}") from None
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    import runtime
+
+    model = runtime.load(args.bundle)
+    inputs = _load_npz(args.inputs) if args.inputs else {}
+    for name, path in args.input:
+        try:
+            inputs[name] = np.load(path, allow_pickle=False)
+        except (OSError, ValueError) as e:
+            raise UsageError(f"cannot read input {name} from {path}: {e}") from None
+    outputs = model.run(inputs, policy=args.policy, seed=args.seed)
+    stats = model.last_run
+    if args.outputs:
+        _write_atomic(args.outputs, lambda f: np.savez(f, **outputs))
+    else:
+        for name, value in outputs.items():
+            print(f"{name}: {value.dtype}{list(value.shape)}\n{value}")
+    _say(args, f"ran {args.bundle}: {stats.instructions} instructions, {stats.elapsed_ns / 1000:.2f} us simulated "
+               f"({args.policy} policy)")
+    return 0
+
+
+def _write_atomic(path: str, write: Callable[[Any], None]) -> None:
+    tmp = f"{path}.partial-{os.getpid()}"
+    try:
+        with open(tmp, "wb") as f:
+            write(f)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def cmd_disasm(args: argparse.Namespace) -> int:
+    from isa import bundle as bundle_format
+    from isa.assembly import disassemble
+
+    b = bundle_format.read(args.bundle)
+    streams = set(args.engine) if args.engine else None
+    if streams and "DMA" in streams:
+        streams |= {name for core in b.cores for name in core if name.startswith("DMA")}
+    cores = set(args.core) if args.core else None
+    sys.stdout.write(disassemble(b, data=not args.no_data, cores=cores, streams=streams))
+    return 0
+
+
+def cmd_asm(args: argparse.Namespace) -> int:
+    from isa import bundle as bundle_format
+    from isa.assembly import assemble
+    from isa.target import get_target
+    from isa.validate import ValidationError, problems
+    from isa.operand import stream_engine
+
+    try:
+        with open(args.listing, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as e:
+        raise UsageError(f"cannot read {args.listing}: {e.strerror}") from None
+    weights = bundle_format.read(args.weights_from) if args.weights_from else None
+    b = assemble(text, weights)
+    try:
+        target = get_target(b.target)
+    except KeyError as e:
+        raise UsageError(e.args[0]) from None
+    for c, core in enumerate(b.cores):
+        for name, s in core.items():
+            for i, instr in enumerate(s.instructions):
+                found = problems(instr, stream_engine(name), target, b.hbm_size)
+                if found:
+                    raise ValidationError(f"core {c} {name} #{i} {instr.op}: {'; '.join(found)}")
+    bundle_format.write(b, args.output)
+    _say(args, f"assembled {args.listing} -> {args.output}")
+    return 0
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    from isa import bundle as bundle_format
+
+    with open(args.bundle, "rb") as f:
+        data = f.read()
+    header = bundle_format.read_header(data)
+    b = bundle_format.from_bytes(data)
+    print(f"bundle        {args.bundle}")
+    print(f"format        version {header.version}, payload {header.payload_size} bytes, sha256 "
+          f"{header.sha256.hex()}")
+    print(f"target        {header.target}, {header.num_cores} core(s), {b.hbm_size} bytes of HBM")
+    print(f"compiler      {b.compiler}  flags {b.flags}")
+    for kind, infos in (("input", b.inputs), ("output", b.outputs)):
+        for t in infos:
+            print(f"{kind:<13} {t.name}: {t.dtype}{list(t.shape)} (device {t.device_dtype}) at HBM {t.hbm_offset}")
+    print(f"weights       {sum(len(s.data) for s in b.weights)} bytes in {len(b.weights)} segment(s)")
+    for c, core in enumerate(b.cores):
+        counts = ", ".join(f"{name} {len(s.instructions)}" for name, s in core.items())
+        print(f"core {c:<8} {counts}")
+    return 0
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    import tempfile
+
+    import runtime
+    from isa import bundle as bundle_format
+    from neuronx_cc_lite.compiler import compile_graph, prepare
+    from neuronx_cc_lite.frontend import load_model
+    from neuronx_cc_lite.reference import compare, onnxruntime_outputs, seeded_inputs, within
+
+    options = _options(args)
+    proto = load_model(args.model)
+    b = compile_graph(prepare(proto, options, _dump), options)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "model.neff")
+        bundle_format.write(b, path)
+        model = runtime.load(path)
+    inputs = seeded_inputs(b.inputs, args.seed)
+    actual = model.run(inputs)
+    expected = onnxruntime_outputs(proto, inputs)
+    ok = True
+    print(f"{'output':<24} {'shape':<18} {'max abs err':>12} {'max rel err':>12}  verdict "
+          f"(rtol {args.rtol}, atol {args.atol})")
+    for name, value in actual.items():
+        abs_err, rel_err = compare(value, expected[name])
+        good = within(value, expected[name], args.rtol, args.atol)
+        ok &= good
+        print(f"{name:<24} {str(list(value.shape)):<18} {abs_err:>12.3e} {rel_err:>12.3e}  "
+              f"{'ok' if good else 'MISMATCH'}")
+    stats = model.last_run
+    print(f"simulated {stats.elapsed_ns / 1000:.2f} us, {stats.instructions} instructions")
+    return 0 if ok else 1
+
+
+def cmd_analyze(args: argparse.Namespace) -> int:
+    from neuronx_cc_lite.compiler import prepare
+    from neuronx_cc_lite.lower import why_unsupported
+
+    graph = prepare(args.model, _options(args))
+    counts: Counter[str] = Counter(n.op for n in graph.nodes)
+    bad = [(n, why_unsupported(n, graph)) for n in graph.nodes]
+    bad = [(n, reason) for n, reason in bad if reason]
+    bad_ops = {n.op for n, _ in bad}
+    print(f"{'op':<28} {'count':>6}  supported")
+    for op, count in sorted(counts.items()):
+        print(f"{op:<28} {count:>6}  {'no' if op in bad_ops else 'yes'}")
+    total = sum(counts.values())
+    share = 100.0 * (total - len(bad)) / total if total else 100.0
+    print(f"{total - len(bad)} of {total} nodes supported ({share:.1f}%) after constant folding")
+    for n, reason in bad:
+        print(f"unsupported: {n.name} ({n.op}): {reason}")
+    return 0 if not bad else 1
+
+
+def cmd_list_operators(args: argparse.Namespace) -> int:
+    from neuronx_cc_lite.lower import LOWERINGS
+
+    for op in sorted(LOWERINGS):
+        print(f"{op:<28} since opset {LOWERINGS[op].since}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="neuronx-cc-lite",
+        description="Compile ONNX models for a simulated Trainium/Inferentia2-class chip, run them, and look "
+                    "inside.",
+        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("-q", "--quiet", action="store_true", help="no progress or summary lines on stderr")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("compile", help="compile an ONNX model to a bundle")
+    p.add_argument("model", metavar="MODEL.onnx")
+    p.add_argument("-o", "--output", required=True, metavar="OUT.neff", help="bundle file to write")
+    _add_compile_options(p)
+    p.set_defaults(run=cmd_compile)
+
+    p = sub.add_parser("run", help="run a bundle on the simulated chip")
+    p.add_argument("bundle", metavar="BUNDLE.neff")
+    p.add_argument("--inputs", metavar="IN.npz", help="inputs, keyed by the model's input names")
+    p.add_argument("--input", type=_input_file_arg, action="append", default=[], metavar="NAME=FILE.npy",
+                   help="one input from a .npy file (repeatable)")
+    p.add_argument("--outputs", metavar="OUT.npz", help="write the outputs here (default: print them)")
+    p.add_argument("--policy", choices=("clock", "random"), default="clock",
+                   help="how engines interleave: simulated time (default) or seeded random order")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random policy")
+    p.set_defaults(run=cmd_run)
+
+    p = sub.add_parser("disasm", help="print the instruction listing of a bundle")
+    p.add_argument("bundle", metavar="BUNDLE.neff")
+    p.add_argument("--engine", action="append", metavar="STREAM",
+                   help="only this stream: PE, ACT, DVE, POOL, SP, DMA (all queues) or DMA<n> (repeatable)")
+    p.add_argument("--core", type=int, action="append", help="only this core (repeatable)")
+    p.add_argument("--no-data", action="store_true", help="leave the weight bytes out")
+    p.set_defaults(run=cmd_disasm)
+
+    p = sub.add_parser("asm", help="assemble a listing back into a bundle")
+    p.add_argument("listing", metavar="LISTING")
+    p.add_argument("-o", "--output", required=True, metavar="OUT.neff")
+    p.add_argument("--weights-from", metavar="BUNDLE.neff", help="take weights from this bundle when the listing "
+                   "was printed with --no-data")
+    p.set_defaults(run=cmd_asm)
+
+    p = sub.add_parser("info", help="show a bundle's header, inputs, outputs and streams")
+    p.add_argument("bundle", metavar="BUNDLE.neff")
+    p.set_defaults(run=cmd_info)
+
+    p = sub.add_parser("check", help="compile, run on the simulated chip and compare with onnxruntime")
+    p.add_argument("model", metavar="MODEL.onnx")
+    p.add_argument("--rtol", type=float, default=1e-3)
+    p.add_argument("--atol", type=float, default=1e-4)
+    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    _add_compile_options(p)
+    p.set_defaults(run=cmd_check)
+
+    p = sub.add_parser("analyze", help="list a model's operators and which the compiler supports")
+    p.add_argument("model", metavar="MODEL.onnx")
+    _add_compile_options(p)
+    p.set_defaults(run=cmd_analyze)
+
+    p = sub.add_parser("list-operators", help="list the supported ONNX operators")
+    p.set_defaults(run=cmd_list_operators)
+    return parser
+
+
+def _input_file_arg(text: str) -> tuple[str, str]:
+    name, sep, path = text.partition("=")
+    if not sep or not name or not path:
+        raise argparse.ArgumentTypeError(f"expected NAME=FILE.npy, got {text!r}")
+    return name, path
+
+
+def main(argv: list[str] | None = None) -> int:
+    from isa.errors import IsaError
+    from neuronx_cc_lite.errors import CompileError
+    from runtime.errors import NeuronRuntimeError
+
+    args = build_parser().parse_args(argv)
+    try:
+        return args.run(args)
+    except (CompileError, NeuronRuntimeError, IsaError) as e:
+        message = str(e)
+    except UsageError as e:
+        message = f"{e.code}: {e}"
+    except OSError as e:
+        message = f"NCC_IO: {e.filename or ''}: {e.strerror or e}"
+    except KeyboardInterrupt:
+        message = "interrupted"
+    except Exception as e:  # a bug of ours: say so on one line, keep the traceback for those who ask
+        if os.environ.get("NCC_TRACEBACK"):
+            raise
+        message = (f"NCC_INTERNAL: internal error: {type(e).__name__}: {e} (set NCC_TRACEBACK=1 for the "
+                   "traceback, and please report it)")
+    print(f"neuronx-cc-lite: error: {message}", file=sys.stderr)
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,88 @@
+"""The compiler driver: ONNX model -> bundle.
+
+    frontend -> passes (verified after each) -> lower -> allocate -> lay out HBM -> emit + synchronise -> package
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+import onnx
+
+from isa.bundle import Bundle, Segment, TensorInfo
+from isa.target import get_target
+from neuronx_cc_lite import __version__
+from neuronx_cc_lite.backend.allocate import allocate, layout_hbm
+from neuronx_cc_lite.backend.emit import emit
+from neuronx_cc_lite.errors import CompileError, UnsupportedError
+from neuronx_cc_lite.frontend import import_model, load_model
+from neuronx_cc_lite.ir import Graph
+from neuronx_cc_lite.lower import lower_graph, unsupported_nodes
+from neuronx_cc_lite.passes import run_pipeline
+from neuronx_cc_lite.passes.verify import verify
+
+
+@dataclass
+class Options:
+    target: str = "trn1"
+    input_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    dump_ir_after: frozenset[str] = frozenset()
+    stop_after: str | None = None
+
+    def flags(self) -> dict[str, Any]:
+        """What the bundle records of how it was made."""
+        return {"target": self.target,
+                "input_shapes": {k: list(v) for k, v in sorted(self.input_shapes.items())}}
+
+
+def prepare(model: str | os.PathLike[str] | onnx.ModelProto, options: Options,
+            dump: Callable[[str, str], None] | None = None) -> Graph:
+    """Frontend and passes: the graph that lowering receives."""
+    proto = model if isinstance(model, onnx.ModelProto) else load_model(model)
+    graph = import_model(proto, options.input_shapes)
+    return run_pipeline(graph, dump, options.dump_ir_after, options.stop_after)
+
+
+def compile_graph(graph: Graph, options: Options) -> Bundle:
+    target = _target(options.target)
+    verify(graph, "the pass pipeline", require_static=True)
+    unsupported = unsupported_nodes(graph)
+    if unsupported:
+        raise UnsupportedError(unsupported)
+    program, ctx = lower_graph(graph, target)
+    allocate(program)
+    hbm_size = layout_hbm(program)
+    streams = emit(program, hbm_size)
+
+    def info(name: str) -> TensorInfo:
+        view = ctx.view(name)
+        t = graph.tensors[name]
+        return TensorInfo(name, tuple(t.shape), np.dtype(t.dtype).name, view.dtype.name, view.tensor.offset)
+
+    return Bundle(
+        target=target.name,
+        hbm_size=hbm_size,
+        inputs=[info(name) for name in graph.inputs],
+        outputs=[info(name) for name in graph.outputs],
+        cores=[streams],
+        weights=[Segment(h.offset, h.data) for h in program.hbm if h.kind == "weight"],
+        compiler=f"neuronx-cc-lite {__version__}",
+        flags=options.flags(),
+    )
+
+
+def compile_model(model: str | os.PathLike[str] | onnx.ModelProto, options: Options | None = None,
+                  dump: Callable[[str, str], None] | None = None) -> Bundle:
+    options = options or Options()
+    _target(options.target)
+    return compile_graph(prepare(model, options, dump), options)
+
+
+def _target(name: str):  # type: ignore[no-untyped-def]
+    try:
+        return get_target(name)
+    except KeyError as e:
+        raise CompileError("NCC_TARGET", e.args[0]) from None

@@ -1,0 +1,125 @@
+"""ONNX model -> graph IR.
+
+Loads the file, runs the ONNX checker and shape inference, pins input shapes the user gave, and imports nodes,
+initializers and Constant nodes. Shapes that inference could not settle stay None here; the fold_constants pass
+settles those that depend on shape arithmetic, and the verifier before lowering insists every shape is static.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Mapping
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from neuronx_cc_lite.errors import CompileError
+from neuronx_cc_lite.ir import Graph, Node, Tensor
+
+
+def load_model(path: str | os.PathLike[str]) -> onnx.ModelProto:
+    try:
+        return onnx.load(os.fspath(path))
+    except FileNotFoundError:
+        raise CompileError("NCC_ONNX_LOAD", f"no such file: {path}") from None
+    except Exception as e:  # protobuf raises several unrelated types for a malformed file
+        raise CompileError("NCC_ONNX_LOAD", f"cannot parse {path} as an ONNX model: {type(e).__name__}: "
+                           f"{str(e).splitlines()[0] if str(e) else 'malformed protobuf'}") from None
+
+
+def attr_value(a: onnx.AttributeProto) -> Any:
+    value = helper.get_attribute_value(a)
+    if isinstance(value, onnx.TensorProto):
+        return numpy_helper.to_array(value)
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    if isinstance(value, list) and value and isinstance(value[0], bytes):
+        return [v.decode("utf-8", "replace") for v in value]
+    if isinstance(value, list):
+        return tuple(value)
+    return value
+
+
+def _type_of(vi: onnx.ValueInfoProto) -> tuple[tuple[int, ...] | None, np.dtype | None]:
+    t = vi.type.tensor_type
+    if not vi.type.HasField("tensor_type") or t.elem_type == 0:
+        return None, None
+    dtype = np.dtype(helper.tensor_dtype_to_np_dtype(t.elem_type))
+    if not t.HasField("shape"):
+        return None, dtype
+    dims = []
+    for d in t.shape.dim:
+        if not d.HasField("dim_value"):
+            return None, dtype
+        dims.append(int(d.dim_value))
+    return tuple(dims), dtype
+
+
+def _pin_inputs(model: onnx.ModelProto, shapes: Mapping[str, tuple[int, ...]]) -> None:
+    by_name = {vi.name: vi for vi in model.graph.input}
+    for name, shape in shapes.items():
+        if name not in by_name:
+            raise CompileError("NCC_INPUT_SHAPE", f"--input-shape names {name!r}, which is not a model input "
+                               f"(inputs: {', '.join(by_name)})")
+        dims = by_name[name].type.tensor_type.shape.dim
+        if len(dims) not in (0, len(shape)):
+            raise CompileError("NCC_INPUT_SHAPE", f"input {name!r} has rank {len(dims)}, --input-shape gives "
+                               f"{len(shape)} dimensions")
+        del dims[:]
+        for n in shape:
+            dims.add().dim_value = n
+
+
+def import_model(model: onnx.ModelProto, input_shapes: Mapping[str, tuple[int, ...]] | None = None) -> Graph:
+    model = onnx.ModelProto.FromString(model.SerializeToString())  # never change the caller's model
+    if input_shapes:
+        _pin_inputs(model, input_shapes)
+    try:
+        onnx.checker.check_model(model)
+    except Exception as e:
+        raise CompileError("NCC_ONNX_INVALID", f"the ONNX checker rejects the model: "
+                           f"{str(e).strip().splitlines()[0]}") from None
+    try:
+        model = onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True, data_prop=True)
+    except Exception as e:
+        raise CompileError("NCC_SHAPE_INFERENCE", f"ONNX shape inference fails: "
+                           f"{str(e).strip().splitlines()[0]}") from None
+    g = model.graph
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+    tensors: dict[str, Tensor] = {}
+    for init in g.initializer:
+        value = numpy_helper.to_array(init)
+        tensors[init.name] = Tensor(init.name, tuple(value.shape), value.dtype, value)
+    for vi in (*g.input, *g.value_info, *g.output):
+        if vi.name in tensors:
+            continue
+        shape, dtype = _type_of(vi)
+        tensors[vi.name] = Tensor(vi.name, shape, dtype)  # type: ignore[arg-type]
+    inputs = [vi.name for vi in g.input if vi.name not in {i.name for i in g.initializer}]
+    for name in inputs:
+        t = tensors[name]
+        if t.shape is None:
+            raise CompileError("NCC_SHAPE_DYNAMIC", f"input {name!r} has a dynamic shape; pin it with "
+                               f"--input-shape {name}=D0,D1,...")
+    nodes = []
+    for index, n in enumerate(g.node):
+        name = (n.name or f"{n.op_type}_{index}").replace("\n", " ")
+        attrs = {a.name: attr_value(a) for a in n.attribute}
+        if n.op_type == "Constant" and n.domain in ("", "ai.onnx"):
+            value = _constant_value(attrs, name)
+            tensors[n.output[0]] = Tensor(n.output[0], tuple(value.shape), value.dtype, value)
+            continue
+        for out in n.output:
+            tensors.setdefault(out, Tensor(out, None, None))  # type: ignore[arg-type]
+        nodes.append(Node(n.op_type, name, list(n.input), list(n.output), attrs, n.domain))
+    return Graph(g.name or "main", nodes, tensors, inputs, [o.name for o in g.output], opset)
+
+
+def _constant_value(attrs: dict[str, Any], name: str) -> np.ndarray:
+    for key, cast in (("value", None), ("value_float", np.float32), ("value_int", np.int64),
+                      ("value_floats", np.float32), ("value_ints", np.int64)):
+        if key in attrs:
+            return np.asarray(attrs[key]) if cast is None else np.asarray(attrs[key], dtype=cast)
+    raise CompileError("NCC_UNSUPPORTED", f"Constant with attributes {sorted(attrs)} is not supported", name,
+                       "Constant")

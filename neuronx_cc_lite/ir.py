@@ -1,0 +1,92 @@
+"""The graph IR: one node type, one tensor type, static shapes, constants as numpy arrays.
+
+Its text form (`print_graph`) is what `--dump-ir-after` shows:
+
+    %y: float32[1,10] = Gemm(%x, %fc.weight, %fc.bias) {transB=1}    # /fc/Gemm
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+
+@dataclass
+class Tensor:
+    name: str
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    value: np.ndarray | None = None  # set for constants (initializers, folded values)
+
+    @property
+    def is_constant(self) -> bool:
+        return self.value is not None
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+
+@dataclass
+class Node:
+    op: str
+    name: str
+    inputs: list[str]  # "" marks an absent optional input
+    outputs: list[str]
+    attrs: dict[str, Any] = field(default_factory=dict)
+    domain: str = ""
+
+
+@dataclass
+class Graph:
+    name: str
+    nodes: list[Node]
+    tensors: dict[str, Tensor]
+    inputs: list[str]
+    outputs: list[str]
+    opset: int
+
+    def tensor(self, name: str) -> Tensor:
+        return self.tensors[name]
+
+    def consumers(self) -> dict[str, list[Node]]:
+        users: dict[str, list[Node]] = {}
+        for node in self.nodes:
+            for name in node.inputs:
+                if name:
+                    users.setdefault(name, []).append(node)
+        return users
+
+    def producers(self) -> dict[str, Node]:
+        return {out: node for node in self.nodes for out in node.outputs}
+
+
+def _format_attr(value: Any) -> str:
+    if isinstance(value, np.ndarray):
+        return f"tensor<{value.dtype}{list(value.shape)}>"
+    if isinstance(value, float):
+        return repr(value)
+    return str(value)
+
+
+def format_tensor_type(t: Tensor) -> str:
+    return f"{t.dtype}[{','.join(map(str, t.shape))}]"
+
+
+def print_graph(g: Graph) -> str:
+    lines = [f"graph {g.name} (opset {g.opset})"]
+    for name in g.inputs:
+        lines.append(f"  input %{name}: {format_tensor_type(g.tensors[name])}")
+    constants = [t for t in g.tensors.values() if t.is_constant]
+    for t in constants:
+        lines.append(f"  const %{t.name}: {format_tensor_type(t)}")
+    for node in g.nodes:
+        outs = ", ".join(f"%{o}: {format_tensor_type(g.tensors[o])}" for o in node.outputs if o in g.tensors)
+        args = ", ".join(f"%{i}" if i else "_" for i in node.inputs)
+        attrs = ", ".join(f"{k}={_format_attr(v)}" for k, v in sorted(node.attrs.items()))
+        text = f"  {outs} = {node.op}({args})" + (f" {{{attrs}}}" if attrs else "")
+        lines.append(f"{text:<100}# {node.name}")
+    lines.append("  return " + ", ".join(f"%{o}" for o in g.outputs))
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,120 @@
+"""Tensors in HBM and strided views of them.
+
+Every graph tensor the device touches lives in HBM as an `HbmTensor` (laid out by backend/hbm_layout.py) and is
+read through an `HbmView`: an element offset, a shape and element strides, like a numpy view. Reshape (of a
+contiguous view), Transpose, Slice, Expand and Squeeze only make new views; data moves when a DMA reads one.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from isa.dtypes import DType
+
+
+@dataclass(eq=False)
+class HbmTensor:
+    name: str
+    nbytes: int
+    kind: str  # "input", "output", "weight" or "scratch"
+    data: bytes | None = None  # weights
+    offset: int | None = None  # bytes, set by the HBM layout
+
+
+def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    strides, step = [], 1
+    for n in reversed(shape):
+        strides.append(step)
+        step *= n
+    return tuple(reversed(strides))
+
+
+@dataclass(frozen=True)
+class HbmView:
+    tensor: HbmTensor
+    dtype: DType
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]  # elements
+    offset: int = 0  # elements
+
+    @classmethod
+    def whole(cls, tensor: HbmTensor, dtype: DType, shape: tuple[int, ...]) -> HbmView:
+        return cls(tensor, dtype, tuple(shape), contiguous_strides(tuple(shape)))
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def is_contiguous(self) -> bool:
+        return all(s == c for n, s, c in zip(self.shape, self.strides, contiguous_strides(self.shape)) if n > 1)
+
+    def reshape(self, shape: tuple[int, ...]) -> HbmView | None:
+        """The view with a new shape, or None when the data must be copied first (not contiguous)."""
+        if math.prod(shape) != self.size:
+            raise ValueError(f"cannot reshape {self.shape} to {shape}")
+        if not self.is_contiguous:
+            return None
+        return HbmView(self.tensor, self.dtype, tuple(shape), contiguous_strides(tuple(shape)), self.offset)
+
+    def transpose(self, perm: tuple[int, ...]) -> HbmView:
+        return HbmView(self.tensor, self.dtype, tuple(self.shape[p] for p in perm),
+                       tuple(self.strides[p] for p in perm), self.offset)
+
+    def broadcast_to(self, shape: tuple[int, ...]) -> HbmView:
+        """numpy broadcasting: align on the right, stretch size-1 axes with stride 0."""
+        pad = len(shape) - len(self.shape)
+        if pad < 0:
+            raise ValueError(f"cannot broadcast {self.shape} to {shape}")
+        old_shape, old_strides = (1,) * pad + self.shape, (0,) * pad + self.strides
+        strides = []
+        for n, old_n, s in zip(shape, old_shape, old_strides):
+            if old_n == n:
+                strides.append(s if n > 1 else 0)
+            elif old_n == 1:
+                strides.append(0)
+            else:
+                raise ValueError(f"cannot broadcast {self.shape} to {shape}")
+        return HbmView(self.tensor, self.dtype, tuple(shape), tuple(strides), self.offset)
+
+    def box(self, starts: tuple[int, ...], sizes: tuple[int, ...]) -> HbmView:
+        """The sub-view [starts, starts + sizes) along every axis."""
+        offset = self.offset + sum(a * s for a, s in zip(starts, self.strides))
+        return HbmView(self.tensor, self.dtype, tuple(sizes), self.strides, offset)
+
+    def slice(self, axis: int, start: int, stop: int, step: int = 1) -> HbmView:
+        """Elements start, start + step, ... below stop along `axis` (step > 0: access patterns never walk
+        backwards)."""
+        if step <= 0:
+            raise ValueError("slice steps must be positive")
+        shape, strides = list(self.shape), list(self.strides)
+        offset = self.offset + start * strides[axis]
+        shape[axis], strides[axis] = max(0, -(-(stop - start) // step)), strides[axis] * step
+        return HbmView(self.tensor, self.dtype, tuple(shape), tuple(strides), offset)
+
+
+def coalesce(views: list[HbmView] | list[tuple[tuple[int, ...], tuple[int, ...]]],
+             keep_first: bool = False) -> tuple[tuple[int, ...], list[tuple[int, ...]]]:
+    """Merge adjacent axes that every view walks as one (stride[i] == stride[i+1] * size[i+1]) and drop size-1
+    axes. Takes views of one shape; returns the common new shape and each view's new strides. With
+    `keep_first`, axis 0 (the partition axis) is never merged or dropped."""
+    pairs = [(v.shape, v.strides) if isinstance(v, HbmView) else v for v in views]
+    shape = pairs[0][0]
+    strides = [list(s) for _, s in pairs]
+    out_shape: list[int] = []
+    out_strides: list[list[int]] = [[] for _ in pairs]
+    for axis, n in enumerate(shape):
+        first = keep_first and axis == 0
+        if n == 1 and not first:
+            continue
+        if out_shape and not (keep_first and len(out_shape) == 1) and all(
+                o[-1] == s[axis] * n for o, s in zip(out_strides, strides)):
+            out_shape[-1] *= n
+            for o, s in zip(out_strides, strides):
+                o[-1] = s[axis]
+            continue
+        out_shape.append(n)
+        for o, s in zip(out_strides, strides):
+            o.append(s[axis])
+    return tuple(out_shape), [tuple(o) for o in out_strides]

@@ -1,0 +1,168 @@
+"""The tile program: what lowering produces and the backend turns into engine streams.
+
+Lowering an op appends instructions to a `Program` in program order. Their operands are still virtual: a
+`TileAccess` names a `Tile` (an SBUF or PSUM buffer of up to pmax partitions that the allocator will place) and an
+`HbmAccess` names an `HbmTensor` (placed by the HBM layout). Everything else about an instruction - opcode, engine,
+fields - is final. `Program.dma` moves any HBM view to or from a tile, splitting the copy into as many dma_copy
+instructions as the four-dimension access patterns need.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from isa.dtypes import DType
+from isa.instructions import OPS
+from isa.operand import MAX_FREE_DIMS, Engine, Mem, Operand
+from isa.target import Target
+from neuronx_cc_lite.lower.hbm import HbmTensor, HbmView, coalesce
+
+ALIGN = 64  # bytes: where tiles and HBM tensors start
+
+
+@dataclass(eq=False)
+class Tile:
+    mem: Mem
+    partitions: int
+    free: int  # elements per partition
+    dtype: DType
+    name: str
+    offset: int | None = None  # bytes into each partition, set by the allocator
+
+    @property
+    def bytes_per_partition(self) -> int:
+        return -(-self.free * self.dtype.size // ALIGN) * ALIGN
+
+    def ap(self, dims: tuple[tuple[int, int], ...] | None = None, offset: int = 0, first: int = 0,
+           partitions: int | None = None) -> TileAccess:
+        """An access to the tile: `dims` (size, stride) in elements from element `offset` of partitions
+        first .. first + partitions - 1. By default the whole tile, densely."""
+        count = self.partitions - first if partitions is None else partitions
+        return TileAccess(self, first, count, offset, ((self.free, 1),) if dims is None else dims)
+
+    def region(self, offset: int, size: int, first: int = 0, partitions: int | None = None) -> TileAccess:
+        return self.ap(((size, 1),), offset, first, partitions)
+
+
+@dataclass(frozen=True)
+class TileAccess:
+    tile: Tile
+    first: int
+    partitions: int
+    offset: int  # elements
+    dims: tuple[tuple[int, int], ...]
+
+    def resolve(self) -> Operand:
+        t = self.tile
+        assert t.offset is not None, f"tile {t.name} was never placed"
+        return Operand(t.mem, t.dtype, self.first, self.partitions, t.offset + self.offset * t.dtype.size,
+                       self.dims)
+
+
+@dataclass(frozen=True)
+class HbmAccess:
+    tensor: HbmTensor
+    dtype: DType
+    partitions: int
+    partition_stride: int
+    offset: int  # elements
+    dims: tuple[tuple[int, int], ...]
+
+    def resolve(self) -> Operand:
+        assert self.tensor.offset is not None, f"HBM tensor {self.tensor.name} was never placed"
+        return Operand(Mem.HBM, self.dtype, 0, self.partitions, self.tensor.offset + self.offset * self.dtype.size,
+                       self.dims, self.partition_stride)
+
+
+@dataclass
+class PendingInstr:
+    op: str
+    engine: Engine
+    queue: int  # DMA queue, for dma_copy
+    args: dict[str, Any]
+    node: str
+
+
+class Program:
+    def __init__(self, target: Target) -> None:
+        self.target = target
+        self.instrs: list[PendingInstr] = []
+        self.tiles: list[Tile] = []
+        self.hbm: list[HbmTensor] = []
+        self.node = ""  # the ONNX node being lowered, recorded on every instruction
+        self._next_queue = itertools.cycle(range(target.dma_queues))
+
+    # ---- storage -----------------------------------------------------------------------------------------------
+
+    def tile(self, mem: Mem, partitions: int, free: int, dtype: DType, name: str) -> Tile:
+        assert 0 < partitions <= self.target.partitions, (name, partitions)
+        t = Tile(mem, partitions, free, dtype, f"{name}#{len(self.tiles)}")
+        self.tiles.append(t)
+        return t
+
+    def sbuf(self, partitions: int, free: int, dtype: DType, name: str) -> Tile:
+        return self.tile(Mem.SBUF, partitions, free, dtype, name)
+
+    def psum(self, partitions: int, free: int, name: str) -> Tile:
+        return self.tile(Mem.PSUM, partitions, free, DType.fp32, name)
+
+    def hbm_tensor(self, name: str, nbytes: int, kind: str, data: bytes | None = None) -> HbmTensor:
+        t = HbmTensor(name, nbytes, kind, data)
+        self.hbm.append(t)
+        return t
+
+    # ---- instructions ----------------------------------------------------------------------------------------
+
+    def emit(self, mnemonic: str, engine: Engine, /, **args: Any) -> None:
+        spec = OPS[mnemonic]
+        values = {f.name: args.pop(f.name, None) for f in spec.fields}
+        assert not args, f"{mnemonic} has no field(s) {sorted(args)}"
+        queue = next(self._next_queue) if engine is Engine.DMA else 0
+        self.instrs.append(PendingInstr(mnemonic, engine, queue, values, self.node))
+
+    def dma(self, dst: TileAccess | HbmView, src: TileAccess | HbmView) -> None:
+        """Copy between a view of HBM and a dense tile region, or between two HBM views of one shape.
+
+        An HBM view given with a tile has shape (partitions, *free): its axis 0 lands on the tile's partitions,
+        the rest fill each partition densely in row-major order."""
+        if isinstance(dst, HbmView) and isinstance(src, HbmView):
+            self._copy_hbm(dst, src)
+            return
+        view, access = (src, dst) if isinstance(src, HbmView) else (dst, src)
+        assert isinstance(access, TileAccess) and len(access.dims) == 1 and access.dims[0][1] == 1, access
+        assert view.shape[0] == access.partitions and math.prod(view.shape[1:]) == access.dims[0][0], \
+            (view.shape, access)
+        shape, (strides,) = coalesce([view], keep_first=True)
+        free_shape, free_strides = shape[1:], strides[1:]
+        outer = max(0, len(free_shape) - MAX_FREE_DIMS)
+        inner_size = math.prod(free_shape[outer:])
+        for index in itertools.product(*(range(n) for n in free_shape[:outer])):
+            offset = view.offset + sum(i * s for i, s in zip(index, free_strides))
+            position = sum(i * math.prod(free_shape[k + 1:outer]) for k, i in enumerate(index)) * inner_size
+            hbm = HbmAccess(view.tensor, view.dtype, shape[0], strides[0], offset,
+                            tuple(zip(free_shape[outer:], free_strides[outer:])))
+            tile = TileAccess(access.tile, access.first, access.partitions, access.offset + position,
+                              ((inner_size, 1),))
+            if view is src:
+                self.emit("dma_copy", Engine.DMA, dst=tile, src=hbm)
+            else:
+                self.emit("dma_copy", Engine.DMA, dst=hbm, src=tile)
+
+    def _copy_hbm(self, dst: HbmView, src: HbmView) -> None:
+        """HBM to HBM: one partition whose free pattern walks the whole view (looping over axes past four)."""
+        assert dst.shape == src.shape, (dst.shape, src.shape)
+        if dst.size == 0:
+            return
+        shape, (d_strides, s_strides) = coalesce([dst, src])
+        if not shape:
+            shape, d_strides, s_strides = (1,), (1,), (1,)
+        outer = max(0, len(shape) - MAX_FREE_DIMS)
+        for index in itertools.product(*(range(n) for n in shape[:outer])):
+            d_off = dst.offset + sum(i * s for i, s in zip(index, d_strides))
+            s_off = src.offset + sum(i * s for i, s in zip(index, s_strides))
+            self.emit("dma_copy", Engine.DMA,
+                      dst=HbmAccess(dst.tensor, dst.dtype, 1, 0, d_off, tuple(zip(shape[outer:], d_strides[outer:]))),
+                      src=HbmAccess(src.tensor, src.dtype, 1, 0, s_off, tuple(zip(shape[outer:], s_strides[outer:]))))

@@ -1,0 +1,50 @@
+"""The pass pipeline: a flat list of Graph -> Graph functions, each with its reason, verified after every pass.
+
+`run_pipeline(graph, dump_after=..., stop_after=...)` runs it; `--dump-ir-after NAME` and `--stop-after NAME` on the
+command line reach the same switches.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from neuronx_cc_lite.errors import CompileError
+from neuronx_cc_lite.ir import Graph, print_graph
+from neuronx_cc_lite.passes import fold_constants
+from neuronx_cc_lite.passes.verify import verify
+
+
+@dataclass(frozen=True)
+class Pass:
+    name: str
+    run: Callable[[Graph], Graph]
+    reason: str
+
+
+PIPELINE: list[Pass] = [
+    Pass("fold-constants", fold_constants.run,
+         "shape arithmetic and constant subgraphs are compile-time work; they also settle computed shapes"),
+]
+
+PASS_NAMES = [p.name for p in PIPELINE]
+
+
+def run_pipeline(g: Graph, dump_after: Callable[[str, str], None] | None = None,
+                 dump: frozenset[str] = frozenset(), stop_after: str | None = None) -> Graph:
+    """Run every pass in order; print the IR after the passes named in `dump` through `dump_after(name, text)`."""
+    unknown = (set(dump) | ({stop_after} if stop_after else set())) - set(PASS_NAMES) - {"import"}
+    if unknown:
+        raise CompileError("NCC_OPTION", f"unknown pass(es) {', '.join(sorted(unknown))}; passes: "
+                           f"{', '.join(PASS_NAMES)}")
+    verify(g, "import")
+    if dump_after and "import" in dump:
+        dump_after("import", print_graph(g))
+    for p in PIPELINE:
+        g = p.run(g)
+        verify(g, p.name)
+        if dump_after and p.name in dump:
+            dump_after(p.name, print_graph(g))
+        if p.name == stop_after:
+            break
+    return g

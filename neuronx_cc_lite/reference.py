@@ -1,0 +1,55 @@
+"""The independent reference: onnxruntime, and seeded inputs to compare with."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+
+from isa.bundle import TensorInfo
+
+
+def seeded_inputs(infos: list[TensorInfo], seed: int = 0) -> dict[str, np.ndarray]:
+    """Inputs for a comparison run: standard normal floats, small non-negative integers, random booleans."""
+    rng = np.random.default_rng(seed)
+    inputs = {}
+    for info in infos:
+        dtype = np.dtype(info.dtype)
+        if dtype == np.bool_:
+            inputs[info.name] = rng.random(info.shape) < 0.5
+        elif np.issubdtype(dtype, np.integer):
+            inputs[info.name] = rng.integers(0, 8, info.shape).astype(dtype)
+        else:
+            inputs[info.name] = rng.standard_normal(info.shape).astype(dtype)
+    return inputs
+
+
+def onnxruntime_outputs(model: onnx.ModelProto, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    options.log_severity_level = 3
+    session = onnxruntime.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    names = [o.name for o in session.get_outputs()]
+    return dict(zip(names, session.run(names, inputs)))
+
+
+def compare(actual: np.ndarray, expected: np.ndarray) -> tuple[float, float]:
+    """Max absolute error, and max error relative to the largest expected magnitude."""
+    if actual.shape != expected.shape:
+        raise ValueError(f"shape {actual.shape}, expected {expected.shape}")
+    if actual.size == 0:
+        return 0.0, 0.0
+    a, e = actual.astype(np.float64), expected.astype(np.float64)
+    both_nan = np.isnan(a) & np.isnan(e)
+    diff = np.where(both_nan, 0.0, np.abs(a - e))
+    diff = np.where(np.isnan(diff), np.inf, diff)
+    scale = float(np.nanmax(np.abs(np.where(np.isinf(e), 0.0, e)))) if np.isfinite(e).any() else 0.0
+    worst = float(diff.max())
+    return worst, worst / scale if scale > 0 else worst
+
+
+def within(actual: np.ndarray, expected: np.ndarray, rtol: float, atol: float) -> bool:
+    if actual.shape != expected.shape:
+        return False
+    return bool(np.allclose(actual.astype(np.float64), expected.astype(np.float64), rtol=rtol, atol=atol,
+                            equal_nan=True))

@@ -1,0 +1,9 @@
+"""The neuronx-cc-lite runtime: loads a bundle and runs it on a simulated chip.
+
+It depends on numpy, ml_dtypes and the bundle contract in `isa/` only: never on onnx or the compiler.
+"""
+
+from runtime.errors import AccessError, DeadlockError, InputError, LoadError, NeuronRuntimeError
+from runtime.model import Model, load
+
+__all__ = ["load", "Model", "NeuronRuntimeError", "LoadError", "InputError", "AccessError", "DeadlockError"]

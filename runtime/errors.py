@@ -1,0 +1,26 @@
+"""Runtime errors. Each has a stable code, printed first on its one line."""
+
+from __future__ import annotations
+
+
+class NeuronRuntimeError(Exception):
+    code = "NRT"
+
+    def __str__(self) -> str:
+        return f"{self.code}: {super().__str__()}"
+
+
+class LoadError(NeuronRuntimeError):
+    code = "NRT_LOAD"
+
+
+class InputError(NeuronRuntimeError):
+    code = "NRT_INPUT"
+
+
+class AccessError(NeuronRuntimeError):
+    code = "NRT_ACCESS"
+
+
+class DeadlockError(NeuronRuntimeError):
+    code = "NRT_DEADLOCK"

@@ -1,0 +1,48 @@
+"""The memories of a chip: HBM, and per core SBUF and PSUM, each a byte array.
+
+Operands become numpy views into these arrays once, at load, after a bounds check; instructions then read and
+write through the views. SBUF and PSUM are filled with 0xFF bytes before every run, which reads as NaN in every
+float type (and -1 in signed ints), so that reading a byte nobody wrote shows in the result.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from isa.operand import Mem, Operand
+from isa.target import Target
+from runtime.errors import AccessError
+
+UNWRITTEN = 0xFF
+
+
+class ChipMemory:
+    def __init__(self, target: Target, hbm_size: int, cores: int) -> None:
+        self.hbm = np.full(hbm_size, UNWRITTEN, dtype=np.uint8)
+        self.sbuf = [np.full((target.partitions, target.sbuf_partition_bytes), UNWRITTEN, np.uint8)
+                     for _ in range(cores)]
+        self.psum = [np.full((target.partitions, target.psum_partition_bytes), UNWRITTEN, np.uint8)
+                     for _ in range(cores)]
+
+    def clear_on_chip(self) -> None:
+        for array in (*self.sbuf, *self.psum):
+            array.fill(UNWRITTEN)
+
+    def view(self, o: Operand, core: int) -> np.ndarray:
+        """A numpy view of shape (partitions, *free sizes) on the bytes `o` addresses."""
+        size = o.dtype.size
+        free_strides = tuple(stride * size for _, stride in o.dims)
+        if o.mem is Mem.HBM:
+            first, end = o.byte_span()
+            if end > self.hbm.size:
+                raise AccessError(f"HBM access [{first}, {end}) past the {self.hbm.size} bytes of HBM")
+            base, offset, pstride = self.hbm, o.offset, o.partition_stride * size
+        else:
+            array = self.sbuf[core] if o.mem is Mem.SBUF else self.psum[core]
+            rows, row_bytes = array.shape
+            first, last = o.partition_span
+            if o.start_partition + o.num_partitions > rows or last >= row_bytes:
+                raise AccessError(f"{o.mem.name} access partitions {o.start_partition}+{o.num_partitions}, "
+                                  f"bytes [{first}, {last}] outside {rows} x {row_bytes}")
+            base, offset, pstride = array.reshape(-1), o.start_partition * row_bytes + o.offset, row_bytes
+        return np.ndarray(o.shape, dtype=o.dtype.np, buffer=base, offset=offset, strides=(pstride, *free_strides))

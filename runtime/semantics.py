@@ -1,0 +1,333 @@
+"""What each instruction does, in numpy: one handler per mnemonic of the instruction table.
+
+A handler gets the decoded instruction and numpy views on its operands (made once, at load) and returns an
+`Issue` function. The simulator calls `issue()` when the instruction starts: it reads its inputs then and returns
+a `Commit` that writes the results when the instruction completes. Reading at the start and writing at the end is
+what lets an unsynchronised reader see stale data, as on the chip.
+
+Engines compute in fp32 and cast on write: floats round to nearest even (ml_dtypes), integers round to nearest
+even and saturate, NaN becomes 0.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+import numpy as np
+
+from isa.functions import ActFunc, AluOp
+from isa.instructions import Instruction
+
+Commit = Callable[[], None]
+Issue = Callable[[], Commit]
+Views = dict[str, Any]  # field name -> np.ndarray view for operands, the plain value otherwise
+
+F32 = np.float32
+
+
+# ---- reading and writing operands --------------------------------------------------------------------------------
+
+
+def _flat(view: np.ndarray) -> np.ndarray | None:
+    """`view` as (partitions, elements per partition) without copying, or None when its strides forbid it."""
+    flat = view.view()
+    try:
+        flat.shape = (view.shape[0], -1)
+    except AttributeError:
+        return None
+    return flat
+
+
+def snapshot(view: np.ndarray, dtype: Any = None) -> Callable[[], np.ndarray]:
+    """A function returning a fresh (partitions, n) copy of what `view` holds, cast to `dtype` if given."""
+    flat = _flat(view)
+    dtype = view.dtype if dtype is None else dtype
+    if flat is not None:
+        return lambda: flat.astype(dtype)
+    return lambda: view.reshape(view.shape[0], -1).astype(dtype)
+
+
+def read_f32(view: np.ndarray) -> Callable[[], np.ndarray]:
+    return snapshot(view, F32)
+
+
+def convert(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """Cast as the engines do on write."""
+    if values.dtype == dtype:
+        return values
+    if dtype.kind == "f" or dtype.kind == "V" or "float" in dtype.name:
+        return values.astype(dtype)
+    info = np.iinfo(dtype)
+    if values.dtype.kind == "f" or "float" in values.dtype.name:
+        wide = np.rint(np.nan_to_num(values.astype(np.float64), nan=0.0))
+    else:
+        wide = values.astype(np.int64)
+    return np.clip(wide, info.min, info.max).astype(dtype)
+
+
+def write_to(view: np.ndarray) -> Callable[[np.ndarray], None]:
+    """A function that stores (partitions, n) values into `view`, casting to its dtype."""
+    flat = _flat(view)
+    target, shape = (view, view.shape) if flat is None else (flat, None)
+
+    def store(values: np.ndarray) -> None:
+        values = convert(values, view.dtype)
+        target[...] = values if shape is None else values.reshape(shape)
+
+    return store
+
+
+def _scalar(value: Any) -> Callable[[], Any]:
+    """A tensor_scalar/activation scalar: an fp32 immediate, or a [P, 1] operand read at issue."""
+    if isinstance(value, np.ndarray):
+        return snapshot(value, F32)
+    constant = F32(value)
+    return lambda: constant
+
+
+# ---- the functions and operators -------------------------------------------------------------------------------
+
+
+def _erf(x: np.ndarray) -> np.ndarray:
+    """erf in float64: the Taylor series below 2.5 (converges to double precision in 60 terms), the
+    Abramowitz-Stegun 7.1.26 complement above, where erf is within 4e-4 of 1 and its error of 1.5e-7 is below
+    fp32 resolution of the result."""
+    x64 = x.astype(np.float64)
+    a = np.abs(x64)
+    small = np.minimum(a, 2.5)
+    term = small.copy()
+    total = small.copy()
+    sq = small * small
+    for n in range(1, 60):
+        term = term * -sq / n
+        total += term / (2 * n + 1)
+    series = total * (2 / math.sqrt(math.pi))
+    t = 1 / (1 + 0.3275911 * a)
+    poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
+    tail = 1 - poly * np.exp(-a * a)
+    return (np.sign(x64) * np.where(a < 2.5, series, tail)).astype(F32)
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    e = np.exp(-np.abs(x))
+    return np.where(x >= 0, 1 / (1 + e), e / (1 + e)).astype(F32)
+
+
+def _softplus(x: np.ndarray) -> np.ndarray:
+    return (np.log1p(np.exp(-np.abs(x))) + np.maximum(x, 0)).astype(F32)
+
+
+ACTIVATIONS: dict[ActFunc, Callable[[np.ndarray], np.ndarray]] = {
+    ActFunc.copy: lambda x: x,
+    ActFunc.relu: lambda x: np.maximum(x, F32(0)),
+    ActFunc.sigmoid: _sigmoid,
+    ActFunc.tanh: np.tanh,
+    ActFunc.exp: np.exp,
+    ActFunc.erf: _erf,
+    ActFunc.gelu: lambda x: (F32(0.5) * x * (1 + _erf(x / F32(math.sqrt(2))))).astype(F32),
+    ActFunc.gelu_apprx_tanh: lambda x: (F32(0.5) * x * (1 + np.tanh(
+        F32(math.sqrt(2 / math.pi)) * (x + F32(0.044715) * x * x * x)))).astype(F32),
+    ActFunc.silu: lambda x: x * _sigmoid(x),
+    ActFunc.sqrt: np.sqrt,
+    ActFunc.rsqrt: lambda x: F32(1) / np.sqrt(x),
+    ActFunc.square: np.square,
+    ActFunc.reciprocal: lambda x: F32(1) / x,
+    ActFunc.abs: np.abs,
+    ActFunc.sign: np.sign,
+    ActFunc.log: np.log,
+    ActFunc.softplus: _softplus,
+    ActFunc.sin: np.sin,
+    ActFunc.arctan: np.arctan,
+    ActFunc.mish: lambda x: x * np.tanh(_softplus(x)),
+}
+
+
+def _flag(fn: Callable[[Any, Any], np.ndarray]) -> Callable[[Any, Any], np.ndarray]:
+    return lambda a, b: fn(a, b).astype(F32)
+
+
+def _bits(fn: Callable[[Any, Any], np.ndarray]) -> Callable[[Any, Any], np.ndarray]:
+    """Bit-vector operators see integers: their inputs are integer tiles, read here through fp32 exactly."""
+    return lambda a, b: fn(np.asarray(a).astype(np.int64), np.asarray(b).astype(np.int64))
+
+
+ALU: dict[AluOp, Callable[[Any, Any], np.ndarray]] = {
+    AluOp.add: np.add,
+    AluOp.subtract: np.subtract,
+    AluOp.multiply: np.multiply,
+    AluOp.divide: np.divide,
+    AluOp.maximum: np.maximum,
+    AluOp.minimum: np.minimum,
+    AluOp.equal: _flag(np.equal),
+    AluOp.not_equal: _flag(np.not_equal),
+    AluOp.greater: _flag(np.greater),
+    AluOp.greater_equal: _flag(np.greater_equal),
+    AluOp.less: _flag(np.less),
+    AluOp.less_equal: _flag(np.less_equal),
+    AluOp.power: np.power,
+    AluOp.abs_max: lambda a, b: np.maximum(np.abs(a), np.abs(b)),
+    AluOp.abs_min: lambda a, b: np.minimum(np.abs(a), np.abs(b)),
+    AluOp.logical_and: _flag(lambda a, b: np.logical_and(a != 0, b != 0)),
+    AluOp.logical_or: _flag(lambda a, b: np.logical_or(a != 0, b != 0)),
+    AluOp.logical_xor: _flag(lambda a, b: np.logical_xor(a != 0, b != 0)),
+    AluOp.bitwise_and: _bits(np.bitwise_and),
+    AluOp.bitwise_or: _bits(np.bitwise_or),
+    AluOp.bitwise_xor: _bits(np.bitwise_xor),
+    AluOp.left_shift: _bits(np.left_shift),
+    AluOp.right_shift: _bits(np.right_shift),
+}
+
+REDUCE: dict[AluOp, Callable[..., np.ndarray]] = {
+    AluOp.add: np.sum,
+    AluOp.multiply: np.prod,
+    AluOp.maximum: np.max,
+    AluOp.minimum: np.min,
+    AluOp.abs_max: lambda x, axis: np.max(np.abs(x), axis=axis),
+    AluOp.logical_and: lambda x, axis: np.all(x != 0, axis=axis).astype(F32),
+    AluOp.logical_or: lambda x, axis: np.any(x != 0, axis=axis).astype(F32),
+}
+
+
+# ---- handlers ----------------------------------------------------------------------------------------------------
+
+
+def dma_copy(instr: Instruction, v: Views) -> Issue:
+    src, store = snapshot(v["src"]), write_to(v["dst"])
+
+    def issue() -> Commit:
+        data = src()
+        return lambda: store(data)
+
+    return issue
+
+
+def nc_matmul(instr: Instruction, v: Views) -> Issue:
+    stationary, moving = read_f32(v["stationary"]), read_f32(v["moving"])
+    accumulate = instr.args["accumulate"]
+    old = read_f32(v["dst"])
+    store = write_to(v["dst"])
+
+    def issue() -> Commit:
+        product = stationary().T @ moving()
+        if accumulate:
+            product += old()
+        return lambda: store(product)
+
+    return issue
+
+
+def nc_transpose(instr: Instruction, v: Views) -> Issue:
+    src, store = read_f32(v["src"]), write_to(v["dst"])
+
+    def issue() -> Commit:
+        result = np.ascontiguousarray(src().T)
+        return lambda: store(result)
+
+    return issue
+
+
+def activation(instr: Instruction, v: Views) -> Issue:
+    fn = ACTIVATIONS[instr.args["func"]]
+    src, store = read_f32(v["src"]), write_to(v["dst"])
+    scale = F32(instr.args["scale"])
+    bias = _scalar(v["bias"]) if v["bias"] is not None else None
+    store_sum = write_to(v["reduce"]) if v["reduce"] is not None else None
+
+    def issue() -> Commit:
+        x = src()
+        if scale != 1:
+            x = x * scale
+        if bias is not None:
+            x = x + bias()
+        y = fn(x).astype(F32, copy=False)
+        total = y.sum(axis=1, keepdims=True, dtype=F32) if store_sum is not None else None
+
+        def commit() -> None:
+            store(y)
+            if store_sum is not None:
+                store_sum(total)
+
+        return commit
+
+    return issue
+
+
+def tensor_tensor(instr: Instruction, v: Views) -> Issue:
+    fn = ALU[instr.args["op"]]
+    a, b, store = read_f32(v["a"]), read_f32(v["b"]), write_to(v["dst"])
+
+    def issue() -> Commit:
+        result = fn(a(), b())
+        return lambda: store(result)
+
+    return issue
+
+
+def _apply(op: AluOp, x: Any, s: Any, reverse: bool) -> Any:
+    return ALU[op](s, x) if reverse else ALU[op](x, s)
+
+
+def tensor_scalar(instr: Instruction, v: Views) -> Issue:
+    args = instr.args
+    src, store = read_f32(v["src"]), write_to(v["dst"])
+    s0 = _scalar(v["scalar0"])
+    s1 = _scalar(v["scalar1"]) if args["op1"] is not None else None
+
+    def issue() -> Commit:
+        result = _apply(args["op0"], src(), s0(), args["reverse0"])
+        if s1 is not None:
+            result = _apply(args["op1"], result, s1(), args["reverse1"])
+        return lambda: store(result)
+
+    return issue
+
+
+def tensor_copy(instr: Instruction, v: Views) -> Issue:
+    src, store = read_f32(v["src"]), write_to(v["dst"])
+
+    def issue() -> Commit:
+        data = src()
+        return lambda: store(data)
+
+    return issue
+
+
+def tensor_reduce(instr: Instruction, v: Views) -> Issue:
+    fn = REDUCE[instr.args["op"]]
+    src_view = v["src"]
+    axes = tuple(range(src_view.ndim - instr.args["axes"], src_view.ndim))
+    store = write_to(v["dst"])
+
+    def issue() -> Commit:
+        result = fn(src_view.astype(F32), axis=axes).astype(F32, copy=False)
+        return lambda: store(result.reshape(result.shape[0], -1))
+
+    return issue
+
+
+def _constant(instr: Instruction, v: Views, values: np.ndarray) -> Issue:
+    store = write_to(v["dst"])
+    values = values.reshape(values.shape[0], -1)
+    return lambda: lambda: store(values)
+
+
+def memset(instr: Instruction, v: Views) -> Issue:
+    return _constant(instr, v, np.full(v["dst"].shape, F32(instr.args["value"]), dtype=F32))
+
+
+def iota(instr: Instruction, v: Views) -> Issue:
+    a = instr.args
+    shape = v["dst"].shape
+    grids = np.indices(shape, dtype=np.int64)
+    values = a["base"] + grids[0] * a["channel_multiplier"]
+    for step, grid in zip(a["steps"], grids[1:]):
+        values = values + step * grid
+    return _constant(instr, v, values)
+
+
+HANDLERS: dict[str, Callable[[Instruction, Views], Issue]] = {
+    fn.__name__: fn
+    for fn in (dma_copy, nc_matmul, nc_transpose, activation, tensor_tensor, tensor_scalar, tensor_copy,
+               tensor_reduce, memset, iota)
+}

@@ -1,0 +1,92 @@
+"""Engines run concurrently, ordered only by semaphores: unsynchronised programs show it, deadlocks are named,
+memory starts as NaN, every access is bounds-checked, and wrong inputs are refused clearly."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from isa.functions import ActFunc
+from isa.instructions import make
+import runtime
+from tests.conftest import ROOT
+from tests.runtime.helpers import hbm, model, sbuf
+
+X, OUT = 0, 4096
+
+
+def _copy_program(synchronised: bool):
+    """DMA load -> ACT relu -> DMA store, with or without the semaphores between them."""
+    load_signal, act_wait, act_signal, store_wait = (5, ((5, 1),), 1, ((1, 1),)) if synchronised else \
+        (None, (), None, ())
+    return model({
+        "DMA0": [make("dma_copy", dst=sbuf(4, 8), src=hbm(X, 4, 8), signal=load_signal)],
+        "ACT": [make("activation", dst=sbuf(4, 8, 1024), src=sbuf(4, 8), func=ActFunc.relu, scale=1.0,
+                     waits=act_wait, signal=act_signal)],
+        "DMA1": [make("dma_copy", dst=hbm(OUT, 4, 8), src=sbuf(4, 8, 1024), waits=store_wait)],
+    }, {"x": (X, (4, 8))}, {"y": (OUT, (4, 8))})
+
+
+def test_synchronised_program_is_right_under_every_policy():
+    x = np.random.default_rng(0).standard_normal((4, 8)).astype(np.float32)
+    m = _copy_program(True)
+    for policy, seed in [("clock", 0)] + [("random", s) for s in range(10)]:
+        np.testing.assert_array_equal(m.run({"x": x}, policy=policy, seed=seed)["y"], np.maximum(x, 0))
+
+
+def test_missing_semaphores_read_unwritten_memory():
+    """Without waits the engines do not run in program order: the store reads SBUF before anyone wrote it."""
+    x = np.random.default_rng(0).standard_normal((4, 8)).astype(np.float32)
+    y = _copy_program(False).run({"x": x})["y"]
+    assert np.isnan(y).all()
+
+
+def test_deadlock_names_the_waiting_instructions():
+    m = model({
+        "ACT": [make("activation", dst=sbuf(4, 8, 1024), src=sbuf(4, 8), func=ActFunc.relu, scale=1.0,
+                     waits=((2, 1),), signal=1)],
+        "DVE": [make("memset", dst=sbuf(4, 8), value=0.0, waits=((1, 1),), signal=2)],
+    }, {}, {})
+    with pytest.raises(runtime.DeadlockError) as e:
+        m.run({})
+    text = str(e.value)
+    assert "core 0 ACT #0 activation waits for s2>=1 (is 0)" in text
+    assert "core 0 DVE #0 memset waits for s1>=1 (is 0)" in text
+
+
+def test_simulated_time_overlaps_independent_engines():
+    one = model({"DVE": [make("memset", dst=sbuf(128, 4096), value=0.0)]}, {}, {})
+    two = model({"DVE": [make("memset", dst=sbuf(128, 4096), value=0.0)],
+                 "POOL": [make("memset", dst=sbuf(128, 4096, 65536), value=0.0)]}, {}, {})
+    one.run({})
+    two.run({})
+    assert two.last_run.elapsed_ns < 1.5 * one.last_run.elapsed_ns
+
+
+def test_invalid_instruction_is_refused_at_load():
+    with pytest.raises(runtime.LoadError, match="PE cannot write SBUF"):
+        model({"PE": [make("nc_matmul", dst=sbuf(4, 4), stationary=sbuf(4, 4), moving=sbuf(4, 4),
+                           accumulate=False)]}, {}, {})
+
+
+def test_wrong_inputs_are_refused_with_names():
+    m = _copy_program(True)
+    good = np.zeros((4, 8), np.float32)
+    with pytest.raises(runtime.InputError, match="missing input"):
+        m.run({})
+    with pytest.raises(runtime.InputError, match="unknown input.*'?z"):
+        m.run({"x": good, "z": good})
+    with pytest.raises(runtime.InputError, match=r"shape \[8, 4\], expected \[4, 8\]"):
+        m.run({"x": good.T})
+    with pytest.raises(runtime.InputError, match="dtype float64, expected float32"):
+        m.run({"x": good.astype(np.float64)})
+
+
+def test_runtime_imports_neither_onnx_nor_the_compiler():
+    code = ("import sys, runtime; bad = [m for m in sys.modules if m.split('.')[0] in "
+            "('onnx', 'neuronx_cc_lite', 'lark', 'onnxruntime')]; print(bad); sys.exit(1 if bad else 0)")
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr

@@ -1,0 +1,172 @@
+"""Each instruction against numpy, through a hand-written bundle: load, compute on an engine, store."""
+
+from __future__ import annotations
+
+import math
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from isa.dtypes import DType
+from isa.functions import ActFunc, AluOp
+from isa.instructions import OPS, make
+from runtime.semantics import ACTIVATIONS, ALU, HANDLERS
+from tests.runtime.helpers import hbm, model, psum, sbuf
+
+X, Y, OUT = 0, 65536, 131072  # HBM offsets
+
+
+def test_every_opcode_has_a_handler_and_every_function_and_operator_semantics():
+    assert set(HANDLERS) == set(OPS)
+    assert set(ACTIVATIONS) == set(ActFunc)
+    assert set(ALU) == set(AluOp)
+
+
+def _run_unary(instr, engine, x):
+    """Load x [4, 8] into SBUF at 0, run `instr` (which writes SBUF at 4096), store that."""
+    instr.waits, instr.signal = ((5, 1),), 0
+    m = model({
+        "DMA0": [make("dma_copy", dst=sbuf(4, 8), src=hbm(X, 4, 8), signal=5),
+                 make("dma_copy", dst=hbm(OUT, 4, 8), src=sbuf(4, 8, 4096), waits=((0, 1),))],
+        engine: [instr],
+    }, {"x": (X, (4, 8))}, {"y": (OUT, (4, 8))})
+    return m.run({"x": x})["y"]
+
+
+def _erf(v):
+    return np.vectorize(math.erf)(v.astype(np.float64))
+
+
+REFERENCE = {
+    ActFunc.copy: lambda x: x,
+    ActFunc.relu: lambda x: np.maximum(x, 0),
+    ActFunc.sigmoid: lambda x: 1 / (1 + np.exp(-x.astype(np.float64))),
+    ActFunc.tanh: np.tanh,
+    ActFunc.exp: np.exp,
+    ActFunc.erf: _erf,
+    ActFunc.gelu: lambda x: 0.5 * x * (1 + _erf(x / np.sqrt(2))),
+    ActFunc.gelu_apprx_tanh: lambda x: 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x**3))),
+    ActFunc.silu: lambda x: x / (1 + np.exp(-x.astype(np.float64))),
+    ActFunc.sqrt: lambda x: np.sqrt(np.abs(x)),
+    ActFunc.rsqrt: lambda x: 1 / np.sqrt(np.abs(x)),
+    ActFunc.square: np.square,
+    ActFunc.reciprocal: lambda x: 1 / x,
+    ActFunc.abs: np.abs,
+    ActFunc.sign: np.sign,
+    ActFunc.log: lambda x: np.log(np.abs(x)),
+    ActFunc.softplus: lambda x: np.log1p(np.exp(x.astype(np.float64))),
+    ActFunc.sin: np.sin,
+    ActFunc.arctan: np.arctan,
+    ActFunc.mish: lambda x: x * np.tanh(np.log1p(np.exp(x.astype(np.float64)))),
+}
+
+
+@pytest.mark.parametrize("func", list(ActFunc), ids=lambda f: f.name)
+def test_activation_functions(func):
+    x = np.random.default_rng(1).standard_normal((4, 8)).astype(np.float32) * 3
+    if func in (ActFunc.sqrt, ActFunc.rsqrt, ActFunc.log):
+        x = np.abs(x) + 0.1
+    instr = make("activation", dst=sbuf(4, 8, 4096), src=sbuf(4, 8), func=func, scale=1.0)
+    y = _run_unary(instr, "ACT", x)
+    np.testing.assert_allclose(y, REFERENCE[func](x), rtol=2e-6, atol=2e-6)
+
+
+def test_activation_scale_bias_and_sum():
+    x = np.random.default_rng(2).standard_normal((4, 8)).astype(np.float32)
+    bias = np.arange(4, dtype=np.float32).reshape(4, 1)
+    # bias lives in columns 8.. of the same input tile; the sum goes to column 0 of a second output tile
+    m = model({
+        "DMA0": [make("dma_copy", dst=sbuf(4, 9), src=hbm(X, 4, 9), signal=5),
+                 make("dma_copy", dst=hbm(OUT, 4, 9), src=sbuf(4, 9, 4096), waits=((1, 1),))],
+        "ACT": [make("activation", dst=sbuf(4, 8, 4096), src=sbuf(4, 8), bias=sbuf(4, 1, 32), func=ActFunc.exp,
+                     scale=0.5, reduce=sbuf(4, 1, 4096 + 32), waits=((5, 1),), signal=1)],
+    }, {"x": (X, (4, 9))}, {"y": (OUT, (4, 9))})
+    y = m.run({"x": np.concatenate([x, bias], axis=1)})["y"]
+    expected = np.exp(x * 0.5 + bias)
+    np.testing.assert_allclose(y[:, :8], expected, rtol=1e-6)
+    np.testing.assert_allclose(y[:, 8], expected.sum(axis=1), rtol=1e-6)
+
+
+def test_matmul_accumulates_in_psum():
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((6, 5)).astype(np.float32)  # stationary [K=6, M=5]
+    b = rng.standard_normal((6, 7)).astype(np.float32)  # moving [K=6, N=7]
+    m = model({
+        "DMA0": [make("dma_copy", dst=sbuf(6, 5), src=hbm(X, 6, 5), signal=5),
+                 make("dma_copy", dst=sbuf(6, 7, 256), src=hbm(Y, 6, 7), signal=5),
+                 make("dma_copy", dst=hbm(OUT, 5, 7), src=sbuf(5, 7, 512), waits=((1, 1),))],
+        "PE": [make("nc_matmul", dst=psum(5, 7), stationary=sbuf(6, 5), moving=sbuf(6, 7, 256), accumulate=False,
+                    waits=((5, 2),)),
+               make("nc_matmul", dst=psum(5, 7), stationary=sbuf(6, 5), moving=sbuf(6, 7, 256), accumulate=True,
+                    signal=0)],
+        "ACT": [make("activation", dst=sbuf(5, 7, 512), src=psum(5, 7), func=ActFunc.copy, scale=1.0,
+                     waits=((0, 1),), signal=1)],
+    }, {"a": (X, (6, 5)), "b": (Y, (6, 7))}, {"y": (OUT, (5, 7))})
+    y = m.run({"a": a, "b": b})["y"]
+    np.testing.assert_allclose(y, 2 * (a.T @ b), rtol=1e-6)
+
+
+def test_transpose_on_pe():
+    x = np.random.default_rng(4).standard_normal((4, 8)).astype(np.float32)
+    m = model({
+        "DMA0": [make("dma_copy", dst=sbuf(4, 8), src=hbm(X, 4, 8), signal=5),
+                 make("dma_copy", dst=hbm(OUT, 8, 4), src=sbuf(8, 4, 512), waits=((1, 1),))],
+        "PE": [make("nc_transpose", dst=psum(8, 4), src=sbuf(4, 8), waits=((5, 1),), signal=0)],
+        "ACT": [make("tensor_copy", dst=sbuf(8, 4, 512), src=psum(8, 4), waits=((0, 1),), signal=1)],
+    }, {"x": (X, (4, 8))}, {"y": (OUT, (8, 4))})
+    np.testing.assert_array_equal(m.run({"x": x})["y"], x.T)
+
+
+@pytest.mark.parametrize("op", [AluOp.subtract, AluOp.divide, AluOp.power, AluOp.maximum, AluOp.less])
+@pytest.mark.parametrize("reverse", [False, True])
+def test_tensor_scalar_with_reverse(op, reverse):
+    x = np.abs(np.random.default_rng(5).standard_normal((4, 8)).astype(np.float32)) + 0.5
+    instr = make("tensor_scalar", dst=sbuf(4, 8, 4096), src=sbuf(4, 8), op0=op, scalar0=1.5, reverse0=reverse,
+                 op1=AluOp.multiply, scalar1=2.0, reverse1=False)
+    y = _run_unary(instr, "DVE", x)
+    a, b = (np.float32(1.5), x) if reverse else (x, np.float32(1.5))
+    np.testing.assert_allclose(y, ALU[op](a, b).astype(np.float32) * 2, rtol=1e-6)
+
+
+def test_tensor_reduce_over_trailing_axes():
+    x = np.random.default_rng(6).standard_normal((4, 8)).astype(np.float32)
+    src = sbuf(4, 8)
+    src = type(src)(src.mem, src.dtype, 0, 4, 0, ((2, 4), (4, 1)))  # each partition as [2, 4]
+    m = model({
+        "DMA0": [make("dma_copy", dst=sbuf(4, 8), src=hbm(X, 4, 8), signal=5),
+                 make("dma_copy", dst=hbm(OUT, 4, 2), src=sbuf(4, 2, 4096), waits=((2, 1),))],
+        "DVE": [make("tensor_reduce", dst=sbuf(4, 2, 4096), src=src, op=AluOp.maximum, axes=1, waits=((5, 1),),
+                     signal=2)],
+    }, {"x": (X, (4, 8))}, {"y": (OUT, (4, 2))})
+    np.testing.assert_array_equal(m.run({"x": x})["y"], x.reshape(4, 2, 4).max(axis=2))
+
+
+def test_iota_and_memset():
+    m = model({
+        "POOL": [make("iota", dst=sbuf(4, 8), base=3, channel_multiplier=10, steps=(2,), signal=3),
+                 make("memset", dst=sbuf(4, 8, 4096), value=-1.5, signal=3)],
+        "DMA0": [make("dma_copy", dst=hbm(OUT, 4, 8), src=sbuf(4, 8), waits=((3, 1),)),
+                 make("dma_copy", dst=hbm(OUT + 128, 4, 8), src=sbuf(4, 8, 4096), waits=((3, 2),))],
+    }, {}, {"iota": (OUT, (4, 8)), "fill": (OUT + 128, (4, 8))})
+    out = m.run({})
+    np.testing.assert_array_equal(out["iota"], 3 + 10 * np.arange(4)[:, None] + 2 * np.arange(8)[None, :])
+    np.testing.assert_array_equal(out["fill"], np.full((4, 8), -1.5, np.float32))
+
+
+def test_dma_casts_with_round_to_nearest_even():
+    x = np.array([[1.0 + 2**-8, 1.0 + 3 * 2**-8, 70000.0, -1e-3]], dtype=np.float32)
+    m = model({
+        "DMA0": [make("dma_copy", dst=sbuf(1, 4, 0, DType.bf16), src=hbm(X, 1, 4), signal=5)],
+        "DMA1": [make("dma_copy", dst=hbm(OUT, 1, 4), src=sbuf(1, 4, 0, DType.bf16), waits=((5, 1),))],
+    }, {"x": (X, (1, 4))}, {"y": (OUT, (1, 4))})
+    y = m.run({"x": x})["y"]
+    np.testing.assert_array_equal(y, x.astype(ml_dtypes.bfloat16).astype(np.float32))
+    assert y[0, 0] == 1.0 and y[0, 1] == 1.0 + 2**-6  # ties go to even
+
+
+def test_float_to_int_rounds_and_saturates():
+    from runtime.semantics import convert
+
+    values = np.array([2.5, 3.5, -2.5, 1e10, -1e10, np.nan], dtype=np.float32)
+    np.testing.assert_array_equal(convert(values, np.dtype(np.int8)), [2, 4, -2, 127, -128, 0])

@@ -1,0 +1,101 @@
+"""The command line: the forms the README and the issues rely on, exit statuses, and no partial files."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import pytest
+
+from neuronx_cc_lite.cli import main
+from neuronx_cc_lite.reference import onnxruntime_outputs
+from tests.conftest import MODELS_DIR, ROOT
+
+MODEL = os.path.join(MODELS_DIR, "mlp_odd.onnx")
+
+
+def _cli(*args: str) -> int:
+    return main(["-q", *args])
+
+
+def test_compile_run_disasm_asm_info(tmp, capsys):
+    neff = f"{tmp}/m.neff"
+    assert _cli("compile", MODEL, "-o", neff) == 0
+    x = np.random.default_rng(0).standard_normal((3, 100)).astype(np.float32)
+    np.savez(f"{tmp}/in.npz", x=x)
+    assert _cli("run", neff, "--inputs", f"{tmp}/in.npz", "--outputs", f"{tmp}/out.npz") == 0
+    with np.load(f"{tmp}/out.npz") as out:
+        expected = onnxruntime_outputs(onnx.load(MODEL), {"x": x})["y"]
+        np.testing.assert_allclose(out["y"], expected, rtol=1e-4, atol=1e-6)
+
+    capsys.readouterr()
+    assert _cli("disasm", neff) == 0
+    listing = capsys.readouterr().out
+    assert ".stream PE" in listing and "nc_matmul" in listing
+    with open(f"{tmp}/m.s", "w") as f:
+        f.write(listing)
+    assert _cli("asm", f"{tmp}/m.s", "-o", f"{tmp}/again.neff") == 0
+    with open(neff, "rb") as a, open(f"{tmp}/again.neff", "rb") as b:
+        assert a.read() == b.read()
+
+    assert _cli("info", neff) == 0
+    info = capsys.readouterr().out
+    assert "input         x: float32[3, 100]" in info and "output        y: float32[3, 7]" in info
+
+
+def test_disasm_filters_by_engine(tmp, capsys):
+    neff = f"{tmp}/m.neff"
+    _cli("compile", MODEL, "-o", neff)
+    capsys.readouterr()
+    _cli("disasm", neff, "--engine", "PE", "--no-data")
+    out = capsys.readouterr().out
+    assert ".stream PE" in out and ".stream ACT" not in out and ".stream DMA" not in out
+
+
+def test_same_model_same_bundle(tmp):
+    _cli("compile", MODEL, "-o", f"{tmp}/a.neff")
+    _cli("compile", MODEL, "-o", f"{tmp}/b.neff")
+    with open(f"{tmp}/a.neff", "rb") as a, open(f"{tmp}/b.neff", "rb") as b:
+        assert a.read() == b.read()
+
+
+def test_check_passes_for_a_good_model(capsys):
+    assert _cli("check", MODEL) == 0
+    assert "ok" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("make_args, code", [
+    (lambda t: ["compile", f"{t}/missing.onnx", "-o", f"{t}/out.neff"], "NCC_ONNX_LOAD"),
+    (lambda t: ["run", f"{t}/bad.neff", "--inputs", f"{t}/in.npz"], "NRT_LOAD"),
+    (lambda t: ["run", f"{t}/good.neff", "--inputs", f"{t}/wrong.npz"], "NRT_INPUT"),
+    (lambda t: ["asm", f"{t}/bad.s", "-o", f"{t}/out.neff"], "NCC_ISA_PARSE"),
+])
+def test_failures_are_one_coded_line_and_leave_nothing(tmp, capsys, make_args, code):
+    _cli("compile", MODEL, "-o", f"{tmp}/good.neff")
+    with open(f"{tmp}/good.neff", "rb") as f:
+        data = bytearray(f.read())
+    data[200] ^= 1
+    with open(f"{tmp}/bad.neff", "wb") as f:
+        f.write(data)
+    np.savez(f"{tmp}/wrong.npz", y=np.zeros(3, np.float32))
+    with open(f"{tmp}/bad.s", "w") as f:
+        f.write(".bundle {}\n.core 0\n.stream PE\n     0  nc_matmul nonsense\n")
+    capsys.readouterr()
+    before = set(os.listdir(tmp))
+    assert _cli(*make_args(tmp)) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"neuronx-cc-lite: error: {code}"), err
+    assert set(os.listdir(tmp)) == before
+
+
+def test_console_script_help_and_usage_errors():
+    """The installed entry point, as a user runs it: --help teaches, misuse exits 2."""
+    run = lambda *a: subprocess.run([sys.executable, "-m", "neuronx_cc_lite", *a], cwd=ROOT,  # noqa: E731
+                                    capture_output=True, text=True)
+    help_text = run("--help")
+    assert help_text.returncode == 0 and "examples:" in help_text.stdout and "compile" in help_text.stdout
+    assert run("compile").returncode == 2
+    assert "--input-shape" in run("compile", "--help").stdout
