@@ -15,8 +15,8 @@ import onnx
 from isa.bundle import Bundle, Segment, TensorInfo
 from isa.target import get_target
 from neuronx_cc_lite import __version__
-from neuronx_cc_lite.backend.allocate import allocate, layout_hbm
-from neuronx_cc_lite.backend.emit import emit
+from neuronx_cc_lite.codegen.allocate import allocate, layout_hbm
+from neuronx_cc_lite.codegen.emit import emit
 from neuronx_cc_lite.errors import CompileError, UnsupportedError
 from neuronx_cc_lite.frontend import import_model, load_model
 from neuronx_cc_lite.ir import Graph

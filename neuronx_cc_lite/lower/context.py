@@ -16,10 +16,12 @@ from neuronx_cc_lite.ir import Graph, Node
 from neuronx_cc_lite.lower.hbm import HbmView
 from neuronx_cc_lite.lower.program import Program
 
-# ONNX element types the device holds, and the device type each is held in. int64 (indices, shapes) lives on
-# the device as int32; bool as uint8.
+# ONNX element types the device holds, and the device type each is held in. The engines have no 64-bit types:
+# float64 is computed in fp32 (as neuronx-cc does) and int64 (indices, shapes) held as int32, the runtime
+# converting at the model's inputs and outputs; bool is uint8.
 _DEVICE_TYPES = {
     np.dtype(np.float32): DType.fp32,
+    np.dtype(np.float64): DType.fp32,
     np.dtype(np.float16): DType.fp16,
     np.dtype(np.int32): DType.int32,
     np.dtype(np.int64): DType.int32,

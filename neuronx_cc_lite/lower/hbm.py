@@ -1,6 +1,6 @@
 """Tensors in HBM and strided views of them.
 
-Every graph tensor the device touches lives in HBM as an `HbmTensor` (laid out by backend/hbm_layout.py) and is
+Every graph tensor the device touches lives in HBM as an `HbmTensor` (laid out by codegen/allocate.py) and is
 read through an `HbmView`: an element offset, a shape and element strides, like a numpy view. Reshape (of a
 contiguous view), Transpose, Slice, Expand and Squeeze only make new views; data moves when a DMA reads one.
 """

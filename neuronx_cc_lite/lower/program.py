@@ -1,4 +1,4 @@
-"""The tile program: what lowering produces and the backend turns into engine streams.
+"""The tile program: what lowering produces and codegen/ turns into engine streams.
 
 Lowering an op appends instructions to a `Program` in program order. Their operands are still virtual: a
 `TileAccess` names a `Tile` (an SBUF or PSUM buffer of up to pmax partitions that the allocator will place) and an

@@ -6,7 +6,7 @@ from isa.bundle import Stream
 from isa.instructions import Instruction
 from isa.operand import Engine, stream_names
 from isa.validate import problems
-from neuronx_cc_lite.backend.sync import synchronize
+from neuronx_cc_lite.codegen.sync import synchronize
 from neuronx_cc_lite.errors import CompileError
 from neuronx_cc_lite.lower.program import HbmAccess, Program, TileAccess
 
