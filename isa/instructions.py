@@ -72,7 +72,8 @@ class Instruction:
                 yield f, value
 
     def reads(self) -> list[Operand]:
-        return [o for f, o in self.operands() if not f.writes]
+        implicit = self.spec.implicit_reads(self) if self.spec.implicit_reads else {}
+        return [o for f, o in self.operands() if not f.writes] + list(implicit.values())
 
     def writes(self) -> list[Operand]:
         return [o for f, o in self.operands() if f.writes]
@@ -91,6 +92,8 @@ class OpSpec:
     cycles: Cycles | None  # None: timed by the DMA model, not in engine cycles
     check: Check | None = None
     doc: str = ""
+    # Memory read beyond the operands' own footprints, by name (the whole table of an indirect DMA).
+    implicit_reads: Callable[[Instruction], dict[str, Operand]] | None = None
     field_index: dict[str, Field] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -136,6 +139,24 @@ def _per_partition_scalars(instr: Instruction, names: tuple[str, ...]) -> Iterat
 
 def _check_dma(instr: Instruction, target: Any) -> Iterator[str]:
     yield from _same_elements(instr, ("src",))
+
+
+def _check_gather(instr: Instruction, target: Any) -> Iterator[str]:
+    d, s, index = instr.args["dst"], instr.args["src"], instr.args["index"]
+    if s.num_partitions != 1:
+        yield "src describes one row of the table: one partition"
+    if d.free_size != s.free_size:
+        yield f"dst holds {d.free_size} elements per partition, a table row {s.free_size}"
+    if (index.num_partitions, index.free_size) != (d.num_partitions, 1) or index.dtype.name != "int32":
+        yield f"index must be int32 [{d.num_partitions}, 1]"
+    if instr.args["rows"] < 1 or instr.args["row_stride"] < 0:
+        yield "the table needs at least one row and a non-negative row stride"
+
+
+def _gather_table(instr: Instruction) -> dict[str, Operand]:
+    src = instr.args["src"]
+    return {"table": Operand(src.mem, src.dtype, 0, instr.args["rows"], src.offset, src.dims,
+                             instr.args["row_stride"])}
 
 
 def _check_matmul(instr: Instruction, target: Any) -> Iterator[str]:
@@ -192,6 +213,10 @@ def _check_copy(instr: Instruction, target: Any) -> Iterator[str]:
     yield from _same_elements(instr, ("src",))
 
 
+def _check_predicated(instr: Instruction, target: Any) -> Iterator[str]:
+    yield from _same_elements(instr, ("src", "predicate"))
+
+
 def _check_reduce(instr: Instruction, target: Any) -> Iterator[str]:
     d, s, axes = instr.args["dst"], instr.args["src"], instr.args["axes"]
     if not 1 <= axes <= len(s.dims):
@@ -246,6 +271,12 @@ _ROWS = (
            (dst(Mem.HBM, Mem.SBUF), src("src", Mem.HBM, Mem.SBUF)),
            None, _check_dma,
            "copy between HBM and SBUF (any direction), casting when the dtypes differ"),
+    OpSpec("dma_gather", 0x02, frozenset({Engine.DMA, Engine.SP}),
+           (dst(Mem.SBUF), src("src", Mem.HBM), src("index", Mem.SBUF), Field("rows", Kind.INT),
+            Field("row_stride", Kind.INT)),
+           None, _check_gather,
+           "indirect DMA: dst[p] = row index[p] of the table whose row 0 is src, rows apart by row_stride",
+           implicit_reads=_gather_table),
     OpSpec("nc_matmul", 0x10, frozenset({Engine.PE}),
            (dst(Mem.PSUM), src("stationary", Mem.SBUF), src("moving", Mem.SBUF),
             Field("accumulate", Kind.BOOL)),
@@ -278,6 +309,10 @@ _ROWS = (
            (dst(*_ON_CHIP), src("src", *_ON_CHIP)),
            _streaming, _check_copy,
            "dst = src, casting to dst's dtype"),
+    OpSpec("tensor_copy_predicated", 0x35, frozenset({Engine.DVE}),
+           (dst(*_ON_CHIP), src("src", *_ON_CHIP), src("predicate", *_ON_CHIP)),
+           lambda i, t: _free(i), _check_predicated,
+           "dst = src where predicate is non-zero; elsewhere dst keeps what it holds"),
     OpSpec("tensor_reduce", 0x33, frozenset({Engine.DVE, Engine.POOL}),
            (dst(*_ON_CHIP), src("src", *_ON_CHIP), Field("op", Kind.ENUM, AluOp), Field("axes", Kind.INT)),
            lambda i, t: _free(i, "src"), _check_reduce,

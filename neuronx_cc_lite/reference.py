@@ -9,13 +9,20 @@ from isa.bundle import TensorInfo
 
 
 def seeded_inputs(infos: list[TensorInfo], seed: int = 0) -> dict[str, np.ndarray]:
-    """Inputs for a comparison run: standard normal floats, small non-negative integers, random booleans."""
+    """Inputs for a comparison run: standard normal floats, random booleans, and small non-negative integers
+    (valid token ids for any vocabulary of 8 or more); an integer input whose name says it is a mask gets 0s and
+    1s with every row starting with a 1, as attention masks do."""
     rng = np.random.default_rng(seed)
     inputs = {}
     for info in infos:
         dtype = np.dtype(info.dtype)
         if dtype == np.bool_:
             inputs[info.name] = rng.random(info.shape) < 0.5
+        elif np.issubdtype(dtype, np.integer) and "mask" in info.name.lower():
+            mask = rng.random(info.shape) < 0.75
+            if mask.ndim:
+                mask[..., 0] = True
+            inputs[info.name] = mask.astype(dtype)
         elif np.issubdtype(dtype, np.integer):
             inputs[info.name] = rng.integers(0, 8, info.shape).astype(dtype)
         else:

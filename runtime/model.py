@@ -19,7 +19,7 @@ from isa import bundle as bundle_format
 from isa.dtypes import DType
 from isa.errors import IsaError
 from isa.instructions import Instruction
-from isa.operand import Engine, stream_engine
+from isa.operand import Engine, Operand, stream_engine
 from isa.target import TARGETS, Target
 from isa.validate import problems
 from runtime.costs import duration_ns
@@ -73,8 +73,10 @@ class Model:
         found = problems(instr, engine, self.target, self.bundle.hbm_size)
         if found:
             raise LoadError(f"invalid instruction at {where}: {'; '.join(found)}")
-        views = {name: self.memory.view(value, core) if hasattr(value, "mem") else value
+        views = {name: self.memory.view(value, core) if isinstance(value, Operand) else value
                  for name, value in instr.args.items()}
+        if instr.spec.implicit_reads:
+            views.update({name: self.memory.view(o, core) for name, o in instr.spec.implicit_reads(instr).items()})
         if instr.op not in HANDLERS:
             raise LoadError(f"{where}: this runtime has no semantics for {instr.op}")
         return Op(HANDLERS[instr.op](instr, views), instr.waits, instr.signal,

@@ -16,8 +16,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-from isa.functions import ActFunc, AluOp
+from isa.functions import BITVEC_OPS, ActFunc, AluOp
 from isa.instructions import Instruction
+from runtime.errors import AccessError
 
 Commit = Callable[[], None]
 Issue = Callable[[], Commit]
@@ -52,10 +53,13 @@ def read_f32(view: np.ndarray) -> Callable[[], np.ndarray]:
     return snapshot(view, F32)
 
 
-def convert(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
-    """Cast as the engines do on write."""
+def convert(values: np.ndarray, dtype: np.dtype, wrap: bool = False) -> np.ndarray:
+    """Cast as the engines do on write. With `wrap`, integers are bit patterns (the results of bit-vector
+    operators) and wrap to the destination width; otherwise values round and saturate."""
     if values.dtype == dtype:
         return values
+    if wrap and dtype.kind in "iu":
+        return values.astype(np.int64).astype(dtype)
     if dtype.kind == "f" or dtype.kind == "V" or "float" in dtype.name:
         return values.astype(dtype)
     info = np.iinfo(dtype)
@@ -66,13 +70,13 @@ def convert(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
     return np.clip(wide, info.min, info.max).astype(dtype)
 
 
-def write_to(view: np.ndarray) -> Callable[[np.ndarray], None]:
-    """A function that stores (partitions, n) values into `view`, casting to its dtype."""
+def write_to(view: np.ndarray, wrap: bool = False) -> Callable[[np.ndarray], None]:
+    """A function that stores (partitions, n) values into `view`, casting to its dtype (see `convert`)."""
     flat = _flat(view)
     target, shape = (view, view.shape) if flat is None else (flat, None)
 
     def store(values: np.ndarray) -> None:
-        values = convert(values, view.dtype)
+        values = convert(values, view.dtype, wrap)
         target[...] = values if shape is None else values.reshape(shape)
 
     return store
@@ -202,6 +206,22 @@ def dma_copy(instr: Instruction, v: Views) -> Issue:
     return issue
 
 
+def dma_gather(instr: Instruction, v: Views) -> Issue:
+    """`table` is the view (rows, *row) of the whole table, which the row's implicit_reads hook describes."""
+    table, index, store = v["table"], snapshot(v["index"], np.int64), write_to(v["dst"])
+    rows = instr.args["rows"]
+
+    def issue() -> Commit:
+        chosen = index().reshape(-1)
+        bad = (chosen < 0) | (chosen >= rows)
+        if bad.any():
+            raise AccessError(f"dma_gather index {int(chosen[bad][0])} outside the table's {rows} rows")
+        data = table[chosen].reshape(len(chosen), -1)
+        return lambda: store(data)
+
+    return issue
+
+
 def nc_matmul(instr: Instruction, v: Views) -> Issue:
     stationary, moving = read_f32(v["stationary"]), read_f32(v["moving"])
     accumulate = instr.args["accumulate"]
@@ -255,7 +275,8 @@ def activation(instr: Instruction, v: Views) -> Issue:
 
 def tensor_tensor(instr: Instruction, v: Views) -> Issue:
     fn = ALU[instr.args["op"]]
-    a, b, store = read_f32(v["a"]), read_f32(v["b"]), write_to(v["dst"])
+    a, b = read_f32(v["a"]), read_f32(v["b"])
+    store = write_to(v["dst"], wrap=instr.args["op"] in BITVEC_OPS)
 
     def issue() -> Commit:
         result = fn(a(), b())
@@ -270,7 +291,8 @@ def _apply(op: AluOp, x: Any, s: Any, reverse: bool) -> Any:
 
 def tensor_scalar(instr: Instruction, v: Views) -> Issue:
     args = instr.args
-    src, store = read_f32(v["src"]), write_to(v["dst"])
+    src = read_f32(v["src"])
+    store = write_to(v["dst"], wrap=args["op0"] in BITVEC_OPS or args["op1"] in BITVEC_OPS)
     s0 = _scalar(v["scalar0"])
     s1 = _scalar(v["scalar1"]) if args["op1"] is not None else None
 
@@ -289,6 +311,17 @@ def tensor_copy(instr: Instruction, v: Views) -> Issue:
     def issue() -> Commit:
         data = src()
         return lambda: store(data)
+
+    return issue
+
+
+def tensor_copy_predicated(instr: Instruction, v: Views) -> Issue:
+    src, predicate, old = snapshot(v["src"]), snapshot(v["predicate"]), snapshot(v["dst"])
+    store = write_to(v["dst"])
+
+    def issue() -> Commit:
+        result = np.where(predicate() != 0, src(), old())
+        return lambda: store(result)
 
     return issue
 
@@ -328,6 +361,6 @@ def iota(instr: Instruction, v: Views) -> Issue:
 
 HANDLERS: dict[str, Callable[[Instruction, Views], Issue]] = {
     fn.__name__: fn
-    for fn in (dma_copy, nc_matmul, nc_transpose, activation, tensor_tensor, tensor_scalar, tensor_copy,
-               tensor_reduce, memset, iota)
+    for fn in (dma_copy, dma_gather, nc_matmul, nc_transpose, activation, tensor_tensor, tensor_scalar, tensor_copy,
+               tensor_copy_predicated, tensor_reduce, memset, iota)
 }

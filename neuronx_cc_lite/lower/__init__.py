@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from isa.target import Target
 from neuronx_cc_lite.ir import Graph
-from neuronx_cc_lite.lower import elementwise, matmul, views  # noqa: F401  (they register themselves)
+from neuronx_cc_lite.lower import (  # noqa: F401  (each module registers its lowerings)
+    activations, cast, elementwise, gather, logic, matmul, movement, normalize, reduce, views)
 from neuronx_cc_lite.lower.context import LowerCtx
 from neuronx_cc_lite.lower.program import Program
 from neuronx_cc_lite.lower.registry import LOWERINGS, unsupported_nodes, why_unsupported

@@ -12,7 +12,7 @@ import numpy as np
 
 from isa.dtypes import DType
 from neuronx_cc_lite.errors import CompileError
-from neuronx_cc_lite.ir import Graph, Node
+from neuronx_cc_lite.ir import Graph, Node, Tensor
 from neuronx_cc_lite.lower.hbm import HbmView
 from neuronx_cc_lite.lower.program import Program
 
@@ -77,6 +77,12 @@ class LowerCtx:
             tensor = self.program.hbm_tensor(name, len(data), "weight", data)
             self.views[name] = HbmView.whole(tensor, dtype, t.shape)
         return self.views[name]
+
+    def constant(self, name: str, value: np.ndarray) -> str:
+        """Add a constant the lowering computed (a mask, an index table) to the graph; returns its name."""
+        value = np.asarray(value)
+        self.graph.tensors[name] = Tensor(name, tuple(value.shape), value.dtype, value)
+        return name
 
     def output(self, name: str) -> HbmView:
         """A fresh, contiguous HBM tensor for a result a lowering computes."""

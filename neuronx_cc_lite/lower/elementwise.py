@@ -1,7 +1,10 @@
-"""Elementwise ops with numpy broadcasting: each output box is loaded, computed on one engine, stored.
+"""Elementwise ops with numpy broadcasting: each output box is loaded, computed, stored.
 
-Unary functions run on ScalarE (`activation`); binary operators on VectorE (`tensor_tensor`), or as
-`tensor_scalar` with an immediate when one side is a constant holding a single value, which saves its load.
+`elementwise` cuts the output into tiles (tiling.py), loads every input through its broadcast HBM view, and
+calls a `Compute` that writes the result tile from the input tiles. An input that is a constant holding one value
+everywhere is passed as an immediate instead, which saves its load. Functions run on ScalarE (`activation`),
+arithmetic on VectorE (`tensor_tensor`, `tensor_scalar`), power on GpSimdE; ops the engines lack a single
+instruction for are short sequences of these (activations.py, logic.py).
 """
 
 from __future__ import annotations
@@ -13,7 +16,8 @@ import numpy as np
 from isa.functions import ActFunc, AluOp
 from isa.operand import Engine
 from neuronx_cc_lite.ir import Graph, Node
-from neuronx_cc_lite.lower.context import LowerCtx
+from neuronx_cc_lite.lower.context import LowerCtx, device_dtype
+from neuronx_cc_lite.lower.instr import act, ts, tt
 from neuronx_cc_lite.lower.program import Program, TileAccess
 from neuronx_cc_lite.lower.registry import lowering
 from neuronx_cc_lite.lower.tiling import boxes, free_size
@@ -29,7 +33,7 @@ def tile_free_max(ctx: LowerCtx) -> int:
 
 
 def single_value(ctx: LowerCtx, name: str) -> float | None:
-    """The one value a constant holds everywhere, or None."""
+    """The one value a floating-point constant holds everywhere, or None."""
     t = ctx.graph.tensors[name]
     if not t.is_constant or t.value.size == 0 or not np.issubdtype(t.value.dtype, np.floating):
         return None
@@ -37,19 +41,20 @@ def single_value(ctx: LowerCtx, name: str) -> float | None:
     return float(first) if np.all(t.value == first) else None
 
 
-def elementwise(ctx: LowerCtx, node: Node, compute: Compute, inputs: list[str] | None = None) -> None:
+def elementwise(ctx: LowerCtx, node: Node, compute: Compute, inputs: list[str] | None = None,
+                immediates: bool = True) -> None:
     prog = ctx.program
     out = ctx.output(node.outputs[0])
-    names = node.inputs if inputs is None else inputs
-    immediates = [single_value(ctx, n) for n in names]
-    if all(v is not None for v in immediates):
-        immediates[0] = None  # an instruction needs one tile to read
-    loaded = [i for i, v in enumerate(immediates) if v is None]
+    names = [n for n in node.inputs if n] if inputs is None else inputs
+    values = [single_value(ctx, n) if immediates else None for n in names]
+    if all(v is not None for v in values):
+        values[0] = None  # an instruction needs one tile to read
+    loaded = [i for i, v in enumerate(values) if v is None]
     views = [ctx.view(names[i]).broadcast_to(out.shape) for i in loaded]
     for box in boxes([out, *views], prog.target.partitions, tile_free_max(ctx)):
         o, ins = box[0], box[1:]
         p, f = o.shape[0], free_size(o)
-        operands: list[Operand] = list(immediates)
+        operands: list[Operand] = list(values)  # type: ignore[arg-type]
         for i, view in zip(loaded, ins):
             t = prog.sbuf(p, f, view.dtype, names[i])
             prog.dma(t.ap(), view)
@@ -61,41 +66,130 @@ def elementwise(ctx: LowerCtx, node: Node, compute: Compute, inputs: list[str] |
 
 def unary(func: ActFunc, scale: float = 1.0) -> Compute:
     def compute(prog: Program, dst: TileAccess, srcs: list[Operand]) -> None:
-        prog.emit("activation", Engine.ACT, dst=dst, src=srcs[0], func=func, scale=scale)
+        act(prog, dst, srcs[0], func, scale)
 
     return compute
 
 
-def binary(op: AluOp, engine: Engine = Engine.DVE) -> Compute:
+def apply(prog: Program, dst: TileAccess, a: Operand, b: Operand, op: AluOp, engine: Engine = Engine.DVE) -> None:
+    """dst = a op b, where either side may be an immediate."""
+    if isinstance(a, TileAccess) and isinstance(b, TileAccess):
+        tt(prog, dst, a, b, op, engine)
+    elif isinstance(a, TileAccess):
+        ts(prog, dst, a, op, b, engine=engine)
+    else:
+        assert isinstance(b, TileAccess)
+        ts(prog, dst, b, op, a, reverse0=True, engine=engine)
+
+
+def fold(op: AluOp, engine: Engine = Engine.DVE, then: Callable[[Program, TileAccess, int], None] | None = None
+         ) -> Compute:
+    """a op b op c ...: a binary operator, or a variadic one (Sum, Max, Min) folded left to right."""
     def compute(prog: Program, dst: TileAccess, srcs: list[Operand]) -> None:
-        a, b = srcs
-        if isinstance(a, TileAccess) and isinstance(b, TileAccess):
-            prog.emit("tensor_tensor", engine, dst=dst, a=a, b=b, op=op)
-        elif isinstance(a, TileAccess):
-            prog.emit("tensor_scalar", engine, dst=dst, src=a, op0=op, scalar0=b, reverse0=False, reverse1=False)
+        if len(srcs) == 1:
+            ts(prog, dst, srcs[0], AluOp.add, 0.0, engine=engine)  # type: ignore[arg-type]
         else:
-            assert isinstance(b, TileAccess)
-            prog.emit("tensor_scalar", engine, dst=dst, src=b, op0=op, scalar0=a, reverse0=True, reverse1=False)
+            apply(prog, dst, srcs[0], srcs[1], op, engine)
+            for s in srcs[2:]:
+                apply(prog, dst, dst, s, op, engine)
+        if then is not None:
+            then(prog, dst, len(srcs))
 
     return compute
 
 
-def _floats_only(node: Node, g: Graph) -> str | None:
+def _mean(prog: Program, dst: TileAccess, n: int) -> None:
+    ts(prog, dst, dst, AluOp.multiply, 1.0 / n)
+
+
+def is_float(g: Graph, name: str) -> bool:
+    held = device_dtype(g.tensors[name].dtype)
+    return held is not None and held.is_float
+
+
+def floats_only(node: Node, g: Graph) -> str | None:
     for name in (*node.inputs, *node.outputs):
-        if name and not np.issubdtype(g.tensors[name].dtype, np.floating):
+        if name and not is_float(g, name):
             return f"{node.op} on {g.tensors[name].dtype} tensors is not supported (floating point only)"
     return None
 
 
-UNARY = {"Relu": ActFunc.relu, "Sigmoid": ActFunc.sigmoid, "Tanh": ActFunc.tanh, "Exp": ActFunc.exp}
-BINARY = {"Add": AluOp.add, "Sub": AluOp.subtract, "Mul": AluOp.multiply, "Div": AluOp.divide}
+def small_integers_ok(node: Node, g: Graph) -> str | None:
+    """Integer arithmetic runs through the engines' fp32 ALU: exact while magnitudes stay below 2**24, which is
+    what int32/int64 index and shape arithmetic needs; 64-bit and 32-bit unsigned ranges are beyond it."""
+    for name in (*node.inputs, *node.outputs):
+        if name and g.tensors[name].dtype in (np.dtype(np.uint32), np.dtype(np.uint64)):
+            return f"{node.op} on {g.tensors[name].dtype} is not supported (beyond the exact fp32 range)"
+    return None
 
 
-@lowering(*UNARY, check=_floats_only)
+UNARY = {
+    "Relu": ActFunc.relu, "Sigmoid": ActFunc.sigmoid, "Tanh": ActFunc.tanh, "Exp": ActFunc.exp,
+    "Erf": ActFunc.erf, "Sqrt": ActFunc.sqrt, "Reciprocal": ActFunc.reciprocal, "Abs": ActFunc.abs,
+    "Sign": ActFunc.sign, "Log": ActFunc.log, "Softplus": ActFunc.softplus, "Sin": ActFunc.sin,
+    "Atan": ActFunc.arctan, "Mish": ActFunc.mish,
+}
+ARITHMETIC = {"Add": AluOp.add, "Sub": AluOp.subtract, "Mul": AluOp.multiply, "Div": AluOp.divide}
+VARIADIC = {"Sum": fold(AluOp.add), "Max": fold(AluOp.maximum), "Min": fold(AluOp.minimum),
+            "Mean": fold(AluOp.add, then=_mean)}
+
+
+@lowering(*UNARY, check=floats_only)
 def lower_unary(ctx: LowerCtx, node: Node) -> None:
     elementwise(ctx, node, unary(UNARY[node.op]))
 
 
-@lowering(*BINARY, check=_floats_only, since=7)
-def lower_binary(ctx: LowerCtx, node: Node) -> None:
-    elementwise(ctx, node, binary(BINARY[node.op]))
+@lowering("Neg", check=small_integers_ok)
+def lower_neg(ctx: LowerCtx, node: Node) -> None:
+    elementwise(ctx, node, lambda prog, dst, s: ts(prog, dst, s[0], AluOp.multiply, -1.0))
+
+
+def _check_arithmetic(node: Node, g: Graph) -> str | None:
+    if node.op == "Div" and not is_float(g, node.outputs[0]):
+        return "integer Div (truncating) is not supported"
+    return small_integers_ok(node, g)
+
+
+@lowering(*ARITHMETIC, check=_check_arithmetic, since=7)
+def lower_arithmetic(ctx: LowerCtx, node: Node) -> None:
+    elementwise(ctx, node, fold(ARITHMETIC[node.op]))
+
+
+def _check_variadic(node: Node, g: Graph) -> str | None:
+    if node.op == "Mean":
+        return floats_only(node, g)
+    return small_integers_ok(node, g)
+
+
+@lowering(*VARIADIC, check=_check_variadic, since=8)
+def lower_variadic(ctx: LowerCtx, node: Node) -> None:
+    elementwise(ctx, node, VARIADIC[node.op])
+
+
+def _pow(prog: Program, dst: TileAccess, srcs: list[Operand]) -> None:
+    base, exponent = srcs
+    if exponent == 2.0:
+        act(prog, dst, base, ActFunc.square)  # type: ignore[arg-type]
+    elif exponent == 0.5:
+        act(prog, dst, base, ActFunc.sqrt)  # type: ignore[arg-type]
+    elif exponent == 1.0:
+        ts(prog, dst, base, AluOp.multiply, 1.0)  # type: ignore[arg-type]
+    else:
+        apply(prog, dst, base, exponent, AluOp.power, Engine.POOL)
+
+
+@lowering("Pow", check=floats_only, since=7)
+def lower_pow(ctx: LowerCtx, node: Node) -> None:
+    elementwise(ctx, node, _pow)
+
+
+def _check_gelu(node: Node, g: Graph) -> str | None:
+    if node.attrs.get("approximate", "none") not in ("none", "tanh"):
+        return f"approximate={node.attrs['approximate']!r}"
+    return floats_only(node, g)
+
+
+@lowering("Gelu", check=_check_gelu)
+def lower_gelu(ctx: LowerCtx, node: Node) -> None:
+    tanh = node.attrs.get("approximate", "none") == "tanh"
+    elementwise(ctx, node, unary(ActFunc.gelu_apprx_tanh if tanh else ActFunc.gelu))

@@ -78,10 +78,23 @@ class HbmView:
                 raise ValueError(f"cannot broadcast {self.shape} to {shape}")
         return HbmView(self.tensor, self.dtype, tuple(shape), tuple(strides), self.offset)
 
+    def at(self, index: tuple[int, ...]) -> HbmView:
+        """The sub-view at a fixed index of the leading axes (like numpy's view[i, j])."""
+        k = len(index)
+        offset = self.offset + sum(i * s for i, s in zip(index, self.strides))
+        return HbmView(self.tensor, self.dtype, self.shape[k:], self.strides[k:], offset)
+
     def box(self, starts: tuple[int, ...], sizes: tuple[int, ...]) -> HbmView:
         """The sub-view [starts, starts + sizes) along every axis."""
         offset = self.offset + sum(a * s for a, s in zip(starts, self.strides))
         return HbmView(self.tensor, self.dtype, tuple(sizes), self.strides, offset)
+
+    def split_axis(self, axis: int, sizes: tuple[int, ...]) -> HbmView:
+        """Replace one axis by several of the given sizes (their product is its size): always a view."""
+        assert math.prod(sizes) == self.shape[axis], (sizes, self.shape)
+        inner = [self.strides[axis] * math.prod(sizes[k + 1:]) for k in range(len(sizes))]
+        return HbmView(self.tensor, self.dtype, self.shape[:axis] + tuple(sizes) + self.shape[axis + 1:],
+                       self.strides[:axis] + tuple(inner) + self.strides[axis + 1:], self.offset)
 
     def slice(self, axis: int, start: int, stop: int, step: int = 1) -> HbmView:
         """Elements start, start + step, ... below stop along `axis` (step > 0: access patterns never walk

@@ -11,10 +11,13 @@ of their rows. ScalarE evacuates PSUM to SBUF, applying alpha (and a fused activ
 
 from __future__ import annotations
 
+import numpy as np
+
 from isa.functions import ActFunc, AluOp
 from isa.operand import Engine
 from neuronx_cc_lite.ir import Graph, Node
 from neuronx_cc_lite.lower.context import LowerCtx
+from neuronx_cc_lite.lower.elementwise import floats_only
 from neuronx_cc_lite.lower.hbm import HbmView
 from neuronx_cc_lite.lower.registry import lowering
 
@@ -57,23 +60,31 @@ def matmul_2d(ctx: LowerCtx, a: HbmView, b: HbmView, out: HbmView, alpha: float 
 
 
 def _check_matmul(node: Node, g: Graph) -> str | None:
-    ranks = [len(g.tensors[i].shape) for i in node.inputs[:2]]
-    if any(r > 2 for r in ranks):
-        return "MatMul with batch dimensions is not supported yet (inputs of rank > 2)"
-    if any(r == 0 for r in ranks):
+    shapes = [g.tensors[i].shape for i in node.inputs[:2]]
+    if any(len(s) == 0 for s in shapes):
         return "MatMul of a scalar is not defined"
-    return None
+    if any(0 in s for s in shapes):
+        return "MatMul of an empty tensor is not supported"
+    return floats_only(node, g)
 
 
 @lowering("MatMul", check=_check_matmul)
 def lower_matmul(ctx: LowerCtx, node: Node) -> None:
+    """numpy matmul: vectors are promoted to matrices, leading (batch) axes broadcast, one matmul_2d per batch
+    index."""
     a, b = ctx.view(node.inputs[0]), ctx.view(node.inputs[1])
-    out = ctx.output(node.outputs[0])
-    a2 = a if len(a.shape) == 2 else a.reshape((1, a.shape[0]))
-    b2 = b if len(b.shape) == 2 else b.reshape((b.shape[0], 1))
-    out2 = out.reshape((a2.shape[0], b2.shape[1]))
-    assert a2 is not None and b2 is not None and out2 is not None
-    matmul_2d(ctx, a2, b2, out2)
+    if len(a.shape) == 1:
+        a = a.split_axis(0, (1, a.shape[0]))
+    if len(b.shape) == 1:
+        b = b.split_axis(0, (b.shape[0], 1))
+    batch = tuple(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
+    m, n = a.shape[-2], b.shape[-1]
+    a = a.broadcast_to(batch + a.shape[-2:])
+    b = b.broadcast_to(batch + b.shape[-2:])
+    out = ctx.output(node.outputs[0]).reshape(batch + (m, n))
+    assert out is not None
+    for index in np.ndindex(*batch):
+        matmul_2d(ctx, a.at(index), b.at(index), out.at(index))
 
 
 @lowering("Gemm", since=7)

@@ -1,0 +1,193 @@
+"""Activation functions ScalarE has no single entry for, as short sequences of ScalarE and VectorE instructions
+on the same tile: LeakyRelu, PRelu, HardSigmoid, HardSwish, Clip, Elu, Selu, Celu, ThresholdedRelu, Softsign,
+Shrink."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from isa.functions import ActFunc, AluOp
+from neuronx_cc_lite.ir import Graph, Node
+from neuronx_cc_lite.lower.context import LowerCtx
+from neuronx_cc_lite.lower.elementwise import Operand, elementwise, floats_only
+from neuronx_cc_lite.lower.instr import act, fill, scratch, select, ts, tt
+from neuronx_cc_lite.lower.program import Program, TileAccess
+from neuronx_cc_lite.lower.registry import lowering
+
+
+def _negative_part_scaled(prog: Program, dst: TileAccess, x: TileAccess, slope: Operand) -> None:
+    """dst = max(x, 0) + slope * min(x, 0): LeakyRelu and PRelu."""
+    neg = scratch(prog, dst, "neg")
+    if isinstance(slope, TileAccess):
+        ts(prog, neg, x, AluOp.minimum, 0.0)
+        tt(prog, neg, neg, slope, AluOp.multiply)
+    else:
+        ts(prog, neg, x, AluOp.minimum, 0.0, AluOp.multiply, slope)
+    ts(prog, dst, x, AluOp.maximum, 0.0)
+    tt(prog, dst, dst, neg, AluOp.add)
+
+
+def _elu_negative(prog: Program, dst: TileAccess, x: TileAccess, alpha: float, inner_scale: float = 1.0) -> None:
+    """dst = alpha * (exp(min(x, 0) * inner_scale) - 1): the negative branch of Elu, Selu and Celu (zero for
+    x >= 0, and exp never sees a large positive argument)."""
+    ts(prog, dst, x, AluOp.minimum, 0.0)
+    act(prog, dst, dst, ActFunc.exp, scale=inner_scale)
+    ts(prog, dst, dst, AluOp.subtract, 1.0, AluOp.multiply, alpha)
+
+
+@lowering("LeakyRelu", check=floats_only)
+def lower_leaky_relu(ctx: LowerCtx, node: Node) -> None:
+    alpha = float(node.attrs.get("alpha", 0.01))
+    elementwise(ctx, node, lambda prog, dst, s: _negative_part_scaled(prog, dst, s[0], alpha))
+
+
+@lowering("PRelu", check=floats_only, since=7)
+def lower_prelu(ctx: LowerCtx, node: Node) -> None:
+    elementwise(ctx, node, lambda prog, dst, s: _negative_part_scaled(prog, dst, s[0], s[1]))
+
+
+@lowering("HardSigmoid", check=floats_only)
+def lower_hard_sigmoid(ctx: LowerCtx, node: Node) -> None:
+    alpha, beta = float(node.attrs.get("alpha", 0.2)), float(node.attrs.get("beta", 0.5))
+
+    def compute(prog: Program, dst: TileAccess, s: list[Operand]) -> None:
+        ts(prog, dst, s[0], AluOp.multiply, alpha, AluOp.add, beta)
+        ts(prog, dst, dst, AluOp.maximum, 0.0, AluOp.minimum, 1.0)
+
+    elementwise(ctx, node, compute)
+
+
+@lowering("HardSwish", check=floats_only)
+def lower_hard_swish(ctx: LowerCtx, node: Node) -> None:
+    def compute(prog: Program, dst: TileAccess, s: list[Operand]) -> None:
+        gate = scratch(prog, dst, "gate")
+        ts(prog, gate, s[0], AluOp.multiply, 1 / 6, AluOp.add, 0.5)
+        ts(prog, gate, gate, AluOp.maximum, 0.0, AluOp.minimum, 1.0)
+        tt(prog, dst, s[0], gate, AluOp.multiply)
+
+    elementwise(ctx, node, compute)
+
+
+def _clip_bounds(node: Node, g: Graph) -> tuple[float | None, float | None] | str:
+    if g.opset < 11:
+        return node.attrs.get("min"), node.attrs.get("max")
+    bounds: list[float | None] = []
+    for i in (1, 2):
+        name = node.inputs[i] if len(node.inputs) > i else ""
+        if not name:
+            bounds.append(None)
+            continue
+        t = g.tensors[name]
+        if not t.is_constant:
+            return f"the {('min', 'max')[i - 1]} input is not a compile-time constant"
+        bounds.append(float(np.asarray(t.value).reshape(-1)[0]))
+    return bounds[0], bounds[1]
+
+
+def _check_clip(node: Node, g: Graph) -> str | None:
+    bounds = _clip_bounds(node, g)
+    if isinstance(bounds, str):
+        return bounds
+    dtype = g.tensors[node.inputs[0]].dtype
+    if dtype in (np.dtype(np.uint32), np.dtype(np.uint64), np.dtype(np.int64)) and any(
+            b is not None and abs(b) >= 2**24 for b in bounds):
+        return "integer bounds beyond the exact fp32 range"
+    return None
+
+
+@lowering("Clip", check=_check_clip)
+def lower_clip(ctx: LowerCtx, node: Node) -> None:
+    low, high = _clip_bounds(node, ctx.graph)  # type: ignore[misc]
+
+    def compute(prog: Program, dst: TileAccess, s: list[Operand]) -> None:
+        ops = [(AluOp.maximum, low), (AluOp.minimum, high)]
+        ops = [(op, v) for op, v in ops if v is not None] or [(AluOp.add, 0.0)]
+        (op0, s0), (op1, s1) = ops[0], ops[1] if len(ops) > 1 else (None, None)
+        ts(prog, dst, s[0], op0, s0, op1, s1)  # type: ignore[arg-type]
+
+    elementwise(ctx, node, compute, inputs=[node.inputs[0]])
+
+
+@lowering("Elu", check=floats_only)
+def lower_elu(ctx: LowerCtx, node: Node) -> None:
+    alpha = float(node.attrs.get("alpha", 1.0))
+
+    def compute(prog: Program, dst: TileAccess, s: list[Operand]) -> None:
+        neg = scratch(prog, dst, "neg")
+        _elu_negative(prog, neg, s[0], alpha)
+        ts(prog, dst, s[0], AluOp.maximum, 0.0)
+        tt(prog, dst, dst, neg, AluOp.add)
+
+    elementwise(ctx, node, compute)
+
+
+@lowering("Selu", check=floats_only)
+def lower_selu(ctx: LowerCtx, node: Node) -> None:
+    alpha = float(node.attrs.get("alpha", 1.67326319217681884765625))
+    gamma = float(node.attrs.get("gamma", 1.05070102214813232421875))
+
+    def compute(prog: Program, dst: TileAccess, s: list[Operand]) -> None:
+        neg = scratch(prog, dst, "neg")
+        _elu_negative(prog, neg, s[0], alpha)
+        ts(prog, dst, s[0], AluOp.maximum, 0.0)
+        tt(prog, dst, dst, neg, AluOp.add)
+        ts(prog, dst, dst, AluOp.multiply, gamma)
+
+    elementwise(ctx, node, compute)
+
+
+@lowering("Celu", check=floats_only)
+def lower_celu(ctx: LowerCtx, node: Node) -> None:
+    alpha = float(node.attrs.get("alpha", 1.0))
+
+    def compute(prog: Program, dst: TileAccess, s: list[Operand]) -> None:
+        neg = scratch(prog, dst, "neg")
+        _elu_negative(prog, neg, s[0], alpha, inner_scale=1.0 / alpha)
+        ts(prog, dst, s[0], AluOp.maximum, 0.0)
+        tt(prog, dst, dst, neg, AluOp.add)
+
+    elementwise(ctx, node, compute)
+
+
+@lowering("ThresholdedRelu", check=floats_only)
+def lower_thresholded_relu(ctx: LowerCtx, node: Node) -> None:
+    alpha = float(node.attrs.get("alpha", 1.0))
+
+    def compute(prog: Program, dst: TileAccess, s: list[Operand]) -> None:
+        keep = scratch(prog, dst, "keep")
+        ts(prog, keep, s[0], AluOp.greater, alpha)
+        fill(prog, dst, 0.0)
+        select(prog, dst, s[0], keep)
+
+    elementwise(ctx, node, compute)
+
+
+@lowering("Softsign", check=floats_only)
+def lower_softsign(ctx: LowerCtx, node: Node) -> None:
+    def compute(prog: Program, dst: TileAccess, s: list[Operand]) -> None:
+        denominator = scratch(prog, dst, "den")
+        act(prog, denominator, s[0], ActFunc.abs)
+        ts(prog, denominator, denominator, AluOp.add, 1.0)
+        tt(prog, dst, s[0], denominator, AluOp.divide)
+
+    elementwise(ctx, node, compute)
+
+
+@lowering("Shrink", check=floats_only)
+def lower_shrink(ctx: LowerCtx, node: Node) -> None:
+    """x - bias where x > lambd, x + bias where x < -lambd, else 0."""
+    lambd, bias = float(node.attrs.get("lambd", 0.5)), float(node.attrs.get("bias", 0.0))
+
+    def compute(prog: Program, dst: TileAccess, s: list[Operand]) -> None:
+        x = s[0]
+        mask = scratch(prog, dst, "mask")
+        shifted = scratch(prog, dst, "shifted")
+        fill(prog, dst, 0.0)
+        ts(prog, mask, x, AluOp.greater, lambd)
+        ts(prog, shifted, x, AluOp.subtract, bias)
+        select(prog, dst, shifted, mask)
+        ts(prog, mask, x, AluOp.less, -lambd)
+        ts(prog, shifted, x, AluOp.add, bias)
+        select(prog, dst, shifted, mask)
+
+    elementwise(ctx, node, compute)

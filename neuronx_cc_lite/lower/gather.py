@@ -1,0 +1,164 @@
+"""Gather, GatherElements and GatherND.
+
+A constant index that walks an axis with a fixed step is only a view (a slice). Anything else goes through the
+indirect DMA, `dma_gather`: up to pmax indices are loaded into a partition column and each partition receives
+the table row its index names. For Gather the rows are the slices along the gathered axis and the indices may be
+known only at run time (embedding lookups); for GatherElements and GatherND, whose indices must be constants, the
+compiler computes the element offset every output element comes from and gathers one-element "rows" at those
+offsets.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from isa.dtypes import DType
+from isa.functions import AluOp
+from isa.operand import Engine
+from neuronx_cc_lite.errors import CompileError
+from neuronx_cc_lite.ir import Graph, Node
+from neuronx_cc_lite.lower.context import LowerCtx
+from neuronx_cc_lite.lower.elementwise import tile_free_max
+from neuronx_cc_lite.lower.hbm import HbmView, coalesce
+from neuronx_cc_lite.lower.instr import ts, tt
+from neuronx_cc_lite.lower.program import HbmAccess
+from neuronx_cc_lite.lower.registry import lowering
+from neuronx_cc_lite.lower.rows import free_chunks
+from isa.operand import MAX_FREE_DIMS
+
+
+def _indices(node: Node, g: Graph) -> np.ndarray | None:
+    t = g.tensors[node.inputs[1]]
+    return np.asarray(t.value, dtype=np.int64) if t.is_constant else None
+
+
+def _progression(flat: np.ndarray) -> tuple[int, int] | None:
+    """(start, step) when the indices walk forward with one step (a single index counts)."""
+    if flat.size == 1:
+        return int(flat[0]), 1
+    steps = np.diff(flat)
+    if steps[0] > 0 and np.all(steps == steps[0]):
+        return int(flat[0]), int(steps[0])
+    return None
+
+
+def gather_rows(ctx: LowerCtx, table: HbmView, index_view: HbmView, out_rows: HbmView, rows: int,
+                row_stride: int, fix_negative: bool) -> None:
+    """out_rows[i] = row index[i] of the table, where `table` has shape (1, *row) (its row 0), `index_view` shape
+    (n,) and `out_rows` shape (n, *row)."""
+    prog = ctx.program
+    n = index_view.shape[0]
+    budget = tile_free_max(ctx)
+    for p0 in range(0, n, prog.target.partitions):
+        p = min(prog.target.partitions, n - p0)
+        index = prog.sbuf(p, 1, DType.int32, "index")
+        prog.dma(index.ap(), index_view.box((p0,), (p,)).split_axis(0, (p, 1)))
+        if fix_negative:  # ONNX counts negative indices from the end
+            wrap = prog.sbuf(p, 1, DType.fp32, "wrap")
+            ts(prog, wrap.ap(), index.ap(), AluOp.less, 0.0, AluOp.multiply, float(rows))
+            tt(prog, index.ap(), index.ap(), wrap.ap(), AluOp.add)
+        box = out_rows.box((p0,) + (0,) * (len(out_rows.shape) - 1), (p, *out_rows.shape[1:]))
+        for (_, src_piece), (_, dst_piece) in zip(free_chunks(table, budget), free_chunks(box, budget)):
+            shape, (strides,) = coalesce([src_piece], keep_first=True)
+            if len(shape) - 1 > MAX_FREE_DIMS:
+                raise CompileError("NCC_UNSUPPORTED", f"a gathered row needs {len(shape) - 1} access dimensions "
+                                   f"(at most {MAX_FREE_DIMS})", prog.node)
+            f = math.prod(dst_piece.shape[1:])
+            t = prog.sbuf(p, f, table.dtype, "gathered")
+            src = HbmAccess(table.tensor, table.dtype, 1, 0, src_piece.offset, tuple(zip(shape[1:], strides[1:])))
+            prog.emit("dma_gather", Engine.DMA, dst=t.ap(), src=src, index=index.ap(), rows=rows,
+                      row_stride=row_stride)
+            prog.dma(dst_piece, t.ap())
+
+
+def _check_gather(node: Node, g: Graph) -> str | None:
+    if 0 in g.tensors[node.inputs[0]].shape or 0 in g.tensors[node.inputs[1]].shape:
+        return "gathering from or into an empty tensor is not supported"
+    return None
+
+
+@lowering("Gather", check=_check_gather)
+def lower_gather(ctx: LowerCtx, node: Node) -> None:
+    data = ctx.view(node.inputs[0])
+    rank = len(data.shape)
+    axis = int(node.attrs.get("axis", 0)) % rank
+    size = data.shape[axis]
+    idx_shape = ctx.shape(node.inputs[1])
+    constant = _indices(node, ctx.graph)
+    if constant is not None:
+        flat = np.where(constant < 0, constant + size, constant).reshape(-1)
+        if np.any((flat < 0) | (flat >= size)):
+            raise CompileError("NCC_INDEX", f"a Gather index is outside [0, {size})", node.name, node.op)
+        run = _progression(flat)
+        if run is not None:  # a slice: no data moves here
+            start, step = run
+            view = data.slice(axis, start, start + step * (flat.size - 1) + 1, step)
+            ctx.alias(node.outputs[0], view.split_axis(axis, idx_shape))
+            return
+    table = data.transpose((axis, *[a for a in range(rank) if a != axis]))
+    out = ctx.output(node.outputs[0])
+    n = math.prod(idx_shape)
+    outer, inner = data.shape[:axis], data.shape[axis + 1:]
+    out_rows = out.reshape((*outer, n, *inner)).transpose((len(outer), *range(len(outer)),
+                                                            *range(len(outer) + 1, rank)))
+    if constant is not None:
+        index_view = ctx.view(ctx.constant(f"{node.name}/indices", flat.astype(np.int32)))
+    else:
+        index_view = ctx.view(node.inputs[1])
+        index_view = index_view.reshape((n,)) or _contiguous(ctx, node, index_view)
+    gather_rows(ctx, table.box((0,) * rank, (1, *table.shape[1:])), index_view, out_rows, size,
+                table.strides[0], fix_negative=constant is None)
+
+
+def _contiguous(ctx: LowerCtx, node: Node, view: HbmView) -> HbmView:
+    tensor = ctx.program.hbm_tensor(f"{node.name}/indices", view.size * view.dtype.size, "scratch")
+    copy = HbmView.whole(tensor, view.dtype, view.shape)
+    ctx.program.dma(copy, view)
+    return copy.reshape((view.size,))  # type: ignore[return-value]
+
+
+def _element_offsets(node: Node, g: Graph, data: HbmView) -> np.ndarray:
+    """For GatherElements and GatherND with constant indices: the element offset (from data.offset) that each
+    output element comes from, in output order."""
+    idx = _indices(node, g)
+    shape = data.shape
+    strides = np.array(data.strides, dtype=np.int64)
+    if node.op == "GatherElements":
+        axis = int(node.attrs.get("axis", 0)) % len(shape)
+        idx = np.where(idx < 0, idx + shape[axis], idx)
+        coords = list(np.indices(idx.shape, dtype=np.int64))
+        coords[axis] = idx
+        return sum(c * s for c, s in zip(coords, strides)).reshape(-1)
+    b = int(node.attrs.get("batch_dims", 0))
+    k = idx.shape[-1]
+    bounds = np.array(shape[b:b + k], dtype=np.int64)
+    idx = np.where(idx < 0, idx + bounds, idx)
+    batch = np.indices(idx.shape[:b], dtype=np.int64) if b else np.zeros((0,), dtype=np.int64)
+    starts = sum((idx[..., j] * strides[b + j] for j in range(k)), np.zeros(idx.shape[:-1], dtype=np.int64))
+    for j in range(b):
+        starts = starts + batch[j].reshape(idx.shape[:b] + (1,) * (idx.ndim - 1 - b)) * strides[j]
+    inner = shape[b + k:]
+    within = sum((c * s for c, s in zip(np.indices(inner, dtype=np.int64), strides[b + k:])),
+                 np.zeros(inner, dtype=np.int64))
+    return (starts.reshape(starts.shape + (1,) * len(inner)) + within).reshape(-1)
+
+
+def _check_elements(node: Node, g: Graph) -> str | None:
+    if _indices(node, g) is None:
+        return "the indices are not a compile-time constant"
+    return _check_gather(node, g)
+
+
+@lowering("GatherElements", "GatherND", check=_check_elements, since=11)
+def lower_gather_elements(ctx: LowerCtx, node: Node) -> None:
+    data = ctx.view(node.inputs[0])
+    offsets = _element_offsets(node, ctx.graph, data)
+    extent = sum((n - 1) * s for n, s in zip(data.shape, data.strides)) + 1
+    if np.any((offsets < 0) | (offsets >= extent)):
+        raise CompileError("NCC_INDEX", "an index is outside the data", node.name, node.op)
+    out = ctx.output(node.outputs[0])
+    index_view = ctx.view(ctx.constant(f"{node.name}/offsets", offsets.astype(np.int32)))
+    element = HbmView(data.tensor, data.dtype, (1, 1), (0, 1), data.offset)
+    gather_rows(ctx, element, index_view, out.reshape((out.size, 1)), int(extent), 1, fix_negative=False)

@@ -1,0 +1,107 @@
+"""Comparisons, logic and selection: Equal, Less, Greater (and -OrEqual), And, Or, Xor, Not, Bitwise*, BitShift,
+IsNaN, IsInf, Where.
+
+The ALU writes 1.0 or 0.0 for a comparison; ONNX bool tensors live on the device as uint8 0/1, which the cast on
+write produces. Where copies one branch, then the other under the condition (`tensor_copy_predicated`), so
+neither branch's infinities or NaNs leak into the other as an arithmetic blend would let them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from isa.functions import AluOp
+from neuronx_cc_lite.ir import Graph, Node
+from neuronx_cc_lite.lower.context import LowerCtx
+from neuronx_cc_lite.lower.elementwise import Operand, elementwise, fold, small_integers_ok
+from neuronx_cc_lite.lower.instr import copy, fill, select, ts, tt
+from neuronx_cc_lite.lower.program import Program, TileAccess
+from neuronx_cc_lite.lower.registry import lowering
+
+COMPARISONS = {"Equal": AluOp.equal, "Less": AluOp.less, "LessOrEqual": AluOp.less_equal,
+               "Greater": AluOp.greater, "GreaterOrEqual": AluOp.greater_equal}
+LOGICAL = {"And": AluOp.logical_and, "Or": AluOp.logical_or, "Xor": AluOp.logical_xor}
+BITWISE = {"BitwiseAnd": AluOp.bitwise_and, "BitwiseOr": AluOp.bitwise_or, "BitwiseXor": AluOp.bitwise_xor}
+_NARROW_INTS = {np.dtype(t) for t in (np.int8, np.int16, np.uint8, np.uint16, np.bool_)}
+
+
+@lowering(*COMPARISONS, check=small_integers_ok, since=7)
+def lower_comparison(ctx: LowerCtx, node: Node) -> None:
+    elementwise(ctx, node, fold(COMPARISONS[node.op]))
+
+
+@lowering(*LOGICAL, since=7)
+def lower_logical(ctx: LowerCtx, node: Node) -> None:
+    elementwise(ctx, node, fold(LOGICAL[node.op]))
+
+
+@lowering("Not")
+def lower_not(ctx: LowerCtx, node: Node) -> None:
+    elementwise(ctx, node, lambda prog, dst, s: ts(prog, dst, s[0], AluOp.equal, 0.0))
+
+
+def _check_bits(node: Node, g: Graph) -> str | None:
+    """Bit operations see integers through the fp32 datapath: exact for 8- and 16-bit types only."""
+    for name in (*node.inputs, *node.outputs):
+        if name and g.tensors[name].dtype not in _NARROW_INTS:
+            return f"{node.op} on {g.tensors[name].dtype} is not supported (8- and 16-bit integers only)"
+    return None
+
+
+@lowering(*BITWISE, check=_check_bits)
+def lower_bitwise(ctx: LowerCtx, node: Node) -> None:
+    elementwise(ctx, node, fold(BITWISE[node.op]))
+
+
+@lowering("BitwiseNot", check=_check_bits)
+def lower_bitwise_not(ctx: LowerCtx, node: Node) -> None:
+    dtype = ctx.graph.tensors[node.inputs[0]].dtype
+    if np.issubdtype(dtype, np.signedinteger):  # ~x == -x - 1
+        compute = lambda prog, dst, s: ts(prog, dst, s[0], AluOp.multiply, -1.0, AluOp.subtract, 1.0)  # noqa: E731
+    else:  # ~x == max - x
+        top = float(np.iinfo(dtype).max)
+        compute = lambda prog, dst, s: ts(prog, dst, s[0], AluOp.subtract, top, reverse0=True)  # noqa: E731
+    elementwise(ctx, node, compute)
+
+
+@lowering("BitShift", check=_check_bits, since=11)
+def lower_bit_shift(ctx: LowerCtx, node: Node) -> None:
+    op = AluOp.left_shift if node.attrs.get("direction") == "LEFT" else AluOp.right_shift
+    elementwise(ctx, node, fold(op))
+
+
+def _check_float_input(node: Node, g: Graph) -> str | None:
+    dtype = g.tensors[node.inputs[0]].dtype
+    return None if np.issubdtype(dtype, np.floating) else f"{node.op} of {dtype} is not supported"
+
+
+@lowering("IsNaN", check=_check_float_input)
+def lower_is_nan(ctx: LowerCtx, node: Node) -> None:
+    """NaN is the one value not equal to itself."""
+    elementwise(ctx, node, lambda prog, dst, s: tt(prog, dst, s[0], s[0], AluOp.not_equal))
+
+
+@lowering("IsInf", check=_check_float_input)
+def lower_is_inf(ctx: LowerCtx, node: Node) -> None:
+    positive = node.attrs.get("detect_positive", 1)
+    negative = node.attrs.get("detect_negative", 1)
+
+    def compute(prog: Program, dst: TileAccess, s: list[Operand]) -> None:
+        if positive and negative:
+            ts(prog, dst, s[0], AluOp.abs_max, 0.0, AluOp.equal, float("inf"))
+        elif positive or negative:
+            ts(prog, dst, s[0], AluOp.equal, float("inf") if positive else float("-inf"))
+        else:
+            fill(prog, dst, 0.0)
+
+    elementwise(ctx, node, compute)
+
+
+@lowering("Where", check=small_integers_ok, since=9)
+def lower_where(ctx: LowerCtx, node: Node) -> None:
+    def compute(prog: Program, dst: TileAccess, s: list[Operand]) -> None:
+        condition, if_true, if_false = s
+        copy(prog, dst, if_false)  # type: ignore[arg-type]
+        select(prog, dst, if_true, condition)  # type: ignore[arg-type]
+
+    elementwise(ctx, node, compute, immediates=False)

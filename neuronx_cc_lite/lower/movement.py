@@ -1,0 +1,176 @@
+"""Data movement: Transpose, Slice, Expand, Tile, DepthToSpace, SpaceToDepth, Dropout, ConstantOfShape, Trilu,
+Gather, GatherElements, GatherND.
+
+Most of these only change how a tensor is viewed (HbmView) and emit nothing; a consumer's DMA reads through the
+view. Tile and the depth/space shuffles copy one strided view into a contiguous tensor with HBM-to-HBM DMA.
+Gather with indices known only at run time uses the indirect DMA (`dma_gather`): the indices are loaded into a
+partition column and each partition receives the row it names.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from isa.dtypes import DType
+from isa.functions import AluOp
+from isa.operand import Engine
+from neuronx_cc_lite.errors import CompileError
+from neuronx_cc_lite.ir import Graph, Node
+from neuronx_cc_lite.lower.context import LowerCtx
+from neuronx_cc_lite.lower.elementwise import elementwise, tile_free_max
+from neuronx_cc_lite.lower.hbm import HbmView, coalesce
+from neuronx_cc_lite.lower.instr import fill, select, tt, ts
+from neuronx_cc_lite.lower.program import HbmAccess
+from neuronx_cc_lite.lower.registry import lowering
+from neuronx_cc_lite.lower.rows import normalize_axes, row_boxes
+from neuronx_cc_lite.lower.tiling import boxes, free_size
+
+
+def _constant_input(node: Node, g: Graph, index: int) -> np.ndarray | None:
+    if len(node.inputs) <= index or not node.inputs[index]:
+        return None
+    t = g.tensors[node.inputs[index]]
+    return t.value if t.is_constant else None
+
+
+def _needs_constant(node: Node, g: Graph, indices: tuple[int, ...]) -> str | None:
+    for i in indices:
+        if len(node.inputs) > i and node.inputs[i] and not g.tensors[node.inputs[i]].is_constant:
+            return f"input {i} ({node.inputs[i]!r}) is not a compile-time constant"
+    return None
+
+
+@lowering("Transpose")
+def lower_transpose(ctx: LowerCtx, node: Node) -> None:
+    x = ctx.view(node.inputs[0])
+    perm = node.attrs.get("perm") or tuple(reversed(range(len(x.shape))))
+    ctx.alias(node.outputs[0], x.transpose(tuple(perm)))
+
+
+@lowering("Expand", check=lambda n, g: _needs_constant(n, g, (1,)), since=8)
+def lower_expand(ctx: LowerCtx, node: Node) -> None:
+    ctx.alias(node.outputs[0], ctx.view(node.inputs[0]).broadcast_to(ctx.shape(node.outputs[0])))
+
+
+def _slice_params(node: Node, g: Graph) -> list[tuple[int, int, int, int]] | str:
+    """(axis, start, stop, step) per sliced axis, clamped as numpy does."""
+    shape = g.tensors[node.inputs[0]].shape
+    if g.opset < 10:
+        starts, ends = node.attrs["starts"], node.attrs["ends"]
+        axes, steps = node.attrs.get("axes", range(len(starts))), [1] * len(starts)
+    else:
+        reason = _needs_constant(node, g, (1, 2, 3, 4))
+        if reason:
+            return reason
+        starts, ends = _constant_input(node, g, 1), _constant_input(node, g, 2)
+        axes = _constant_input(node, g, 3)
+        steps = _constant_input(node, g, 4)
+        axes = range(len(starts)) if axes is None else axes
+        steps = [1] * len(starts) if steps is None else steps
+    params = []
+    for axis, start, end, step in zip(axes, starts, ends, steps):
+        axis = int(axis) + len(shape) if int(axis) < 0 else int(axis)
+        if int(step) <= 0:
+            return "slices with negative steps are not supported"
+        start, stop, step = slice(int(start), int(end), int(step)).indices(shape[axis])
+        params.append((axis, start, max(start, stop), step))
+    return params
+
+
+@lowering("Slice", check=lambda n, g: p if isinstance(p := _slice_params(n, g), str) else None)
+def lower_slice(ctx: LowerCtx, node: Node) -> None:
+    view = ctx.view(node.inputs[0])
+    for axis, start, stop, step in _slice_params(node, ctx.graph):  # type: ignore[union-attr]
+        view = view.slice(axis, start, stop, step)
+    ctx.alias(node.outputs[0], view)
+
+
+def copy_view(ctx: LowerCtx, name: str, view: HbmView) -> None:
+    """Materialise a strided view as the contiguous result `name`."""
+    out = ctx.output(name)
+    ctx.program.dma(out.reshape(view.shape), view)
+
+
+@lowering("Tile", check=lambda n, g: _needs_constant(n, g, (1,)), since=6)
+def lower_tile(ctx: LowerCtx, node: Node) -> None:
+    """Tile is a broadcast in disguise: x[a, b] repeated (r, s) times is the view [r, a, s, b] with stride 0 on
+    the repeat axes, copied out."""
+    x = ctx.view(node.inputs[0])
+    repeats = [int(r) for r in _constant_input(node, ctx.graph, 1)]
+    shape, strides = [], []
+    for n, stride, r in zip(x.shape, x.strides, repeats):
+        shape += [r, n]
+        strides += [0, stride]
+    copy_view(ctx, node.outputs[0], HbmView(x.tensor, x.dtype, tuple(shape), tuple(strides), x.offset))
+
+
+def _check_depth_space(node: Node, g: Graph) -> str | None:
+    return None if len(g.tensors[node.inputs[0]].shape) == 4 else f"{node.op} needs a 4-D input"
+
+
+@lowering("DepthToSpace", "SpaceToDepth", check=_check_depth_space)
+def lower_depth_space(ctx: LowerCtx, node: Node) -> None:
+    x = ctx.view(node.inputs[0])
+    n, c, h, w = x.shape
+    b = int(node.attrs["blocksize"])
+    dcr = node.attrs.get("mode", "DCR") == "DCR"
+    if node.op == "SpaceToDepth":  # [n, c, h/b, b, w/b, b] -> [n, b, b, c, h/b, w/b] (DCR) or [n, c, b, b, ...]
+        split = x.reshape((n, c, h // b, b, w // b, b))
+        view = split.transpose((0, 3, 5, 1, 2, 4) if dcr else (0, 1, 3, 5, 2, 4))
+    elif dcr:  # [n, b, b, c/b², h, w] -> [n, c/b², h, b, w, b]
+        view = x.reshape((n, b, b, c // (b * b), h, w)).transpose((0, 3, 4, 1, 5, 2))
+    else:  # CRD: [n, c/b², b, b, h, w] -> [n, c/b², h, b, w, b]
+        view = x.reshape((n, c // (b * b), b, b, h, w)).transpose((0, 1, 4, 2, 5, 3))
+    copy_view(ctx, node.outputs[0], view)
+
+
+def _check_dropout(node: Node, g: Graph) -> str | None:
+    training = _constant_input(node, g, 2)
+    if len(node.inputs) > 2 and node.inputs[2] and training is None:
+        return "training_mode is not a compile-time constant"
+    if training is not None and bool(training) or node.attrs.get("is_test", 1) == 0:
+        return "Dropout in training mode is not supported (inference only)"
+    return None
+
+
+@lowering("Dropout", check=_check_dropout)
+def lower_dropout(ctx: LowerCtx, node: Node) -> None:
+    """Inference: the identity, and a mask of ones when asked for."""
+    ctx.alias(node.outputs[0], ctx.view(node.inputs[0]))
+    if len(node.outputs) > 1 and node.outputs[1]:
+        _fill_output(ctx, node.outputs[1], 1.0)
+
+
+def _fill_output(ctx: LowerCtx, name: str, value: float) -> None:
+    prog = ctx.program
+    out = ctx.output(name)
+    for (box,) in boxes([out], prog.target.partitions, tile_free_max(ctx)):
+        t = prog.sbuf(box.shape[0], free_size(box), box.dtype, name)
+        fill(prog, t.ap(), value)
+        prog.dma(box, t.ap())
+
+
+@lowering("ConstantOfShape", check=lambda n, g: _needs_constant(n, g, (0,)), since=9)
+def lower_constant_of_shape(ctx: LowerCtx, node: Node) -> None:
+    """Reached only when the result is too large to fold into the bundle: fill it on the device."""
+    value = node.attrs.get("value")
+    _fill_output(ctx, node.outputs[0], float(np.asarray(value).reshape(-1)[0]) if value is not None else 0.0)
+
+
+@lowering("Trilu", check=lambda n, g: _needs_constant(n, g, (1,)), since=14)
+def lower_trilu(ctx: LowerCtx, node: Node) -> None:
+    """Keep the upper (or lower) triangle: a constant mask of the last two axes selects the input over zeros."""
+    shape = ctx.shape(node.inputs[0])
+    k = _constant_input(node, ctx.graph, 1)
+    k = int(k.reshape(-1)[0]) if k is not None else 0
+    ones = np.ones(shape[-2:], dtype=np.bool_)
+    mask = np.triu(ones, k) if node.attrs.get("upper", 1) else np.tril(ones, k)
+    mask_name = ctx.constant(f"{node.name}/mask", mask)
+
+    def compute(prog, dst, s):  # type: ignore[no-untyped-def]
+        fill(prog, dst, 0.0)
+        select(prog, dst, s[0], s[1])
+
+    elementwise(ctx, node, compute, inputs=[node.inputs[0], mask_name], immediates=False)

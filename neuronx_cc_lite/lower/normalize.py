@@ -1,0 +1,235 @@
+"""Softmax, LogSoftmax, Hardmax, LayerNormalization, RMSNormalization, InstanceNormalization,
+MeanVarianceNormalization and LpNormalization: ops that scale every row by statistics of that row.
+
+Rows go on partitions with the whole normalised extent in the free dimension (rows.py), so each statistic is a
+[rows, 1] column: VectorE reduces, ScalarE applies a function with the column as its per-partition bias and can
+sum its own output in the same instruction (softmax's exp and its sum, layer norm's squares and their sum), and
+VectorE scales by a column with `tensor_scalar`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+from isa.dtypes import DType
+from isa.functions import ActFunc, AluOp
+from isa.operand import Engine
+from neuronx_cc_lite.errors import CompileError
+from neuronx_cc_lite.ir import Graph, Node
+from neuronx_cc_lite.lower.context import LowerCtx
+from neuronx_cc_lite.lower.elementwise import floats_only, tile_free_max
+from neuronx_cc_lite.lower.hbm import HbmView
+from neuronx_cc_lite.lower.instr import act, copy, ts, tt
+from neuronx_cc_lite.lower.program import Program, TileAccess
+from neuronx_cc_lite.lower.registry import lowering
+from neuronx_cc_lite.lower.rows import move_to_end, normalize_axes, row_boxes
+
+# body(prog, rows, row length, x tile, y tile, the extra views cut to these rows)
+Body = Callable[[Program, int, int, TileAccess, TileAccess, list[HbmView]], None]
+
+
+def _normalized_axes(node: Node, g: Graph) -> tuple[int, ...]:
+    rank = len(g.tensors[node.inputs[0]].shape)
+    if node.op in ("Softmax", "LogSoftmax", "Hardmax"):
+        if g.opset >= 13:
+            return normalize_axes((node.attrs.get("axis", -1),), rank)
+        axis = normalize_axes((node.attrs.get("axis", 1),), rank)[0]
+        return tuple(range(axis, rank))  # before opset 13 the input is flattened to 2-D at `axis`
+    if node.op in ("LayerNormalization", "RMSNormalization"):
+        return tuple(range(normalize_axes((node.attrs.get("axis", -1),), rank)[0], rank))
+    if node.op == "InstanceNormalization":
+        return tuple(range(2, rank))
+    if node.op == "MeanVarianceNormalization":
+        return normalize_axes(node.attrs.get("axes", (0, 2, 3)), rank)
+    return normalize_axes((node.attrs.get("axis", -1),), rank)  # LpNormalization
+
+
+def _check(node: Node, g: Graph) -> str | None:
+    shape = g.tensors[node.inputs[0]].shape
+    if 0 in shape:
+        return f"{node.op} of an empty tensor is not supported"
+    length = math.prod(shape[a] for a in _normalized_axes(node, g))
+    if length > ROW_LIMIT:
+        return f"{node.op} over {length} elements per row (at most {ROW_LIMIT} fit one tile)"
+    return floats_only(node, g)
+
+
+ROW_LIMIT = 4096  # elements per row: with the few fp32 row tiles a normalisation keeps live, well within SBUF
+
+
+def per_row(ctx: LowerCtx, node: Node, axes: tuple[int, ...], extra: list[HbmView], body: Body) -> None:
+    """Load each group of rows of the input, let `body` fill the output tile, store it. `extra` views have the
+    row axes first, like the input once its normalised axes are moved to the end."""
+    prog = ctx.program
+    x = ctx.view(node.inputs[0])
+    length = math.prod(x.shape[a] for a in axes)
+    if length > tile_free_max(ctx):
+        raise CompileError("NCC_UNSUPPORTED", f"{length} elements per row do not fit a tile", node.name, node.op)
+    out = ctx.output(node.outputs[0])
+    rank = len(x.shape) - len(axes)
+    views = [move_to_end(x, axes), move_to_end(out, axes), *extra]
+    for cut in row_boxes(views, rank, prog.target.partitions):
+        row, dst = cut[0], cut[1]
+        p = row.shape[0]
+        xt = prog.sbuf(p, length, row.dtype, f"{node.name}/x")
+        prog.dma(xt.ap(), row)
+        yt = prog.sbuf(p, length, dst.dtype, f"{node.name}/y")
+        body(prog, p, length, xt.ap(), yt.ap(), cut[2:])
+        prog.dma(dst, yt.ap())
+
+
+def _column(prog: Program, p: int, name: str) -> TileAccess:
+    return prog.sbuf(p, 1, DType.fp32, name).ap()
+
+
+def _row_tile(prog: Program, p: int, n: int, name: str) -> TileAccess:
+    return prog.sbuf(p, n, DType.fp32, name).ap()
+
+
+def _reduce(prog: Program, dst: TileAccess, src: TileAccess, op: AluOp) -> None:
+    prog.emit("tensor_reduce", Engine.DVE, dst=dst, src=src, op=op, axes=1)
+
+
+@lowering("Softmax", "LogSoftmax", check=_check)
+def lower_softmax(ctx: LowerCtx, node: Node) -> None:
+    log = node.op == "LogSoftmax"
+
+    def body(prog: Program, p: int, n: int, x: TileAccess, y: TileAccess, _: list[HbmView]) -> None:
+        neg_max, total = _column(prog, p, "-max"), _column(prog, p, "sum")
+        _reduce(prog, neg_max, x, AluOp.maximum)
+        ts(prog, neg_max, neg_max, AluOp.multiply, -1.0)
+        e = _row_tile(prog, p, n, "exp") if log else y
+        act(prog, e, x, ActFunc.exp, bias=neg_max, reduce=total)  # exp(x - max) and its row sums in one pass
+        if log:  # x - max - log(sum)
+            act(prog, total, total, ActFunc.log)
+            tt(prog, total, total, neg_max, AluOp.subtract)
+            ts(prog, y, x, AluOp.subtract, total)
+        else:
+            ts(prog, total, total, AluOp.divide, 1.0, reverse0=True)
+            ts(prog, y, e, AluOp.multiply, total)
+
+    per_row(ctx, node, _normalized_axes(node, ctx.graph), [], body)
+
+
+@lowering("Hardmax", check=_check)
+def lower_hardmax(ctx: LowerCtx, node: Node) -> None:
+    """1 at the first maximum of each row, 0 elsewhere."""
+    def body(prog: Program, p: int, n: int, x: TileAccess, y: TileAccess, _: list[HbmView]) -> None:
+        peak, first = _column(prog, p, "max"), _column(prog, p, "first")
+        hit, index = _row_tile(prog, p, n, "hit"), _row_tile(prog, p, n, "index")
+        _reduce(prog, peak, x, AluOp.maximum)
+        ts(prog, hit, x, AluOp.equal, peak)
+        prog.emit("iota", Engine.POOL, dst=index, base=0, channel_multiplier=0, steps=(1,))
+        ts(prog, hit, hit, AluOp.subtract, 1.0, AluOp.multiply, float(n), reverse0=True)  # 0 at hits, n elsewhere
+        tt(prog, hit, hit, index, AluOp.add)
+        _reduce(prog, first, hit, AluOp.minimum)
+        ts(prog, y, index, AluOp.equal, first)
+
+    per_row(ctx, node, _normalized_axes(node, ctx.graph), [], body)
+
+
+def normalize_rows(prog: Program, p: int, n: int, x: TileAccess, y: TileAccess, eps: float,
+                   subtract_mean: bool = True) -> tuple[TileAccess, TileAccess]:
+    """y = (x - mean) / sqrt(var + eps) per row (without the mean for RMS norm, where the variance is the mean
+    square). Returns the -mean and 1/sqrt(var + eps) columns."""
+    neg_mean, rstd = _column(prog, p, "-mean"), _column(prog, p, "rstd")
+    centered = _row_tile(prog, p, n, "centered")
+    if subtract_mean:
+        _reduce(prog, neg_mean, x, AluOp.add)
+        ts(prog, neg_mean, neg_mean, AluOp.multiply, -1.0 / n)
+        ts(prog, centered, x, AluOp.add, neg_mean)
+    else:
+        copy(prog, centered, x)
+    squares = _row_tile(prog, p, n, "squares")
+    act(prog, squares, centered, ActFunc.square, reduce=rstd)  # the squares' row sums land in rstd
+    ts(prog, rstd, rstd, AluOp.multiply, 1.0 / n, AluOp.add, eps)
+    act(prog, rstd, rstd, ActFunc.rsqrt)
+    ts(prog, y, centered, AluOp.multiply, rstd)
+    return neg_mean, rstd
+
+
+def _apply_affine(prog: Program, p: int, n: int, y: TileAccess, views: list[HbmView], ops: list[AluOp]) -> None:
+    for view, op in zip(views, ops):
+        t = prog.sbuf(p, n, view.dtype, "affine")
+        prog.dma(t.ap(), view)
+        tt(prog, y, y, t.ap(), op)
+
+
+def _check_layer_norm(node: Node, g: Graph) -> str | None:
+    if node.attrs.get("stash_type", 1) != 1:
+        return "stash_type other than float32"
+    return _check(node, g)
+
+
+@lowering("LayerNormalization", "RMSNormalization", check=_check_layer_norm)
+def lower_layer_norm(ctx: LowerCtx, node: Node) -> None:
+    axes = _normalized_axes(node, ctx.graph)
+    eps = float(node.attrs.get("epsilon", 1e-5))
+    rms = node.op == "RMSNormalization"
+    shape = ctx.shape(node.inputs[0])
+    affine = [move_to_end(ctx.view(node.inputs[i]).broadcast_to(shape), axes)
+              for i in (1, 2) if len(node.inputs) > i and node.inputs[i]]
+    kept = tuple(n for a, n in enumerate(shape) if a not in axes)
+    stats = [(i, ctx.output(node.outputs[i]).reshape((*kept, 1)))
+             for i in (1, 2) if not rms and len(node.outputs) > i and node.outputs[i]]
+
+    def body(prog: Program, p: int, n: int, x: TileAccess, y: TileAccess, extra: list[HbmView]) -> None:
+        neg_mean, rstd = normalize_rows(prog, p, n, x, y, eps, subtract_mean=not rms)
+        _apply_affine(prog, p, n, y, extra[:len(affine)], [AluOp.multiply, AluOp.add])
+        for (i, _), view in zip(stats, extra[len(affine):]):
+            if i == 1:
+                ts(prog, neg_mean, neg_mean, AluOp.multiply, -1.0)
+            prog.dma(view, neg_mean if i == 1 else rstd)
+
+    per_row(ctx, node, axes, affine + [v for _, v in stats], body)
+
+
+@lowering("InstanceNormalization", check=_check)
+def lower_instance_norm(ctx: LowerCtx, node: Node) -> None:
+    """Per (batch, channel) over the spatial axes, then a per-channel scale and bias."""
+    axes = _normalized_axes(node, ctx.graph)
+    shape = ctx.shape(node.inputs[0])
+    channel = (1, shape[1]) + (1,) * (len(shape) - 2)
+    affine = [move_to_end(ctx.view(node.inputs[i]).reshape(channel).broadcast_to(shape), axes)  # type: ignore
+              for i in (1, 2)]
+    eps = float(node.attrs.get("epsilon", 1e-5))
+
+    def body(prog: Program, p: int, n: int, x: TileAccess, y: TileAccess, extra: list[HbmView]) -> None:
+        normalize_rows(prog, p, n, x, y, eps)
+        _apply_affine(prog, p, n, y, extra, [AluOp.multiply, AluOp.add])
+
+    per_row(ctx, node, axes, affine, body)
+
+
+@lowering("MeanVarianceNormalization", check=_check)
+def lower_mvn(ctx: LowerCtx, node: Node) -> None:
+    def body(prog: Program, p: int, n: int, x: TileAccess, y: TileAccess, _: list[HbmView]) -> None:
+        normalize_rows(prog, p, n, x, y, 1e-9)
+
+    per_row(ctx, node, _normalized_axes(node, ctx.graph), [], body)
+
+
+def _check_lp(node: Node, g: Graph) -> str | None:
+    if node.attrs.get("p", 2) not in (1, 2):
+        return "p must be 1 or 2"
+    return _check(node, g)
+
+
+@lowering("LpNormalization", check=_check_lp)
+def lower_lp_norm(ctx: LowerCtx, node: Node) -> None:
+    """x / ||x||_p along an axis (a zero norm gives 0, as in ONNX's reference)."""
+    p_norm = node.attrs.get("p", 2)
+
+    def body(prog: Program, p: int, n: int, x: TileAccess, y: TileAccess, _: list[HbmView]) -> None:
+        norm = _column(prog, p, "norm")
+        powered = _row_tile(prog, p, n, "powered")
+        act(prog, powered, x, ActFunc.square if p_norm == 2 else ActFunc.abs, reduce=norm)
+        if p_norm == 2:
+            act(prog, norm, norm, ActFunc.sqrt)
+        zero = _column(prog, p, "zero")
+        ts(prog, zero, norm, AluOp.equal, 0.0)
+        tt(prog, norm, norm, zero, AluOp.add)  # an all-zero row divides by 1 instead of 0
+        ts(prog, y, x, AluOp.divide, norm)
+
+    per_row(ctx, node, _normalized_axes(node, ctx.graph), [], body)

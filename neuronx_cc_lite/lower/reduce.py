@@ -1,0 +1,191 @@
+"""Reductions (ReduceSum, ReduceMean, ReduceMax, ... ArgMax, ArgMin) along any axes.
+
+The reduced axes are moved to the end of the input view, rows go on partitions (rows.py), and VectorE reduces
+each row with `tensor_reduce`. A row longer than a tile is reduced piece by piece, the partial results combined
+with `tensor_tensor`. What a reduction needs before (abs, square, exp after subtracting the max) or after (scale
+by 1/n, sqrt, log) runs on the same tiles, on ScalarE or VectorE.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from isa.dtypes import DType
+from isa.functions import ActFunc, AluOp
+from isa.operand import Engine
+from neuronx_cc_lite.ir import Graph, Node
+from neuronx_cc_lite.lower.context import LowerCtx
+from neuronx_cc_lite.lower.elementwise import tile_free_max
+from neuronx_cc_lite.lower.hbm import HbmView
+from neuronx_cc_lite.lower.program import Program, Tile
+from neuronx_cc_lite.lower.registry import lowering
+from neuronx_cc_lite.lower.rows import free_chunks, move_to_end, normalize_axes, row_boxes
+
+
+@dataclass(frozen=True)
+class Reduction:
+    op: AluOp  # how elements (and partial results) combine
+    before: ActFunc | None = None  # applied to every element first
+    shift_by_max: bool = False  # exp(x - max) before summing, max added back after the log (LogSumExp)
+    after: ActFunc | None = None  # applied to the result
+    mean: bool = False  # divide by the number of reduced elements
+    integers: bool = False  # also defined on integer tensors
+
+
+REDUCTIONS = {
+    "ReduceSum": Reduction(AluOp.add, integers=True),
+    "ReduceMean": Reduction(AluOp.add, mean=True),
+    "ReduceMax": Reduction(AluOp.maximum, integers=True),
+    "ReduceMin": Reduction(AluOp.minimum, integers=True),
+    "ReduceProd": Reduction(AluOp.multiply, integers=True),
+    "ReduceL1": Reduction(AluOp.add, before=ActFunc.abs),
+    "ReduceL2": Reduction(AluOp.add, before=ActFunc.square, after=ActFunc.sqrt),
+    "ReduceSumSquare": Reduction(AluOp.add, before=ActFunc.square),
+    "ReduceLogSum": Reduction(AluOp.add, after=ActFunc.log),
+    "ReduceLogSumExp": Reduction(AluOp.add, shift_by_max=True, after=ActFunc.log),
+}
+def reduced_axes(node: Node, g: Graph) -> tuple[int, ...] | None:
+    """The axes a Reduce* node reduces, None when they are not known at compile time; () means "all"."""
+    rank = len(g.tensors[node.inputs[0]].shape)
+    if len(node.inputs) > 1 and node.inputs[1]:
+        t = g.tensors[node.inputs[1]]
+        if not t.is_constant:
+            return None
+        axes = tuple(int(a) for a in t.value.reshape(-1))
+    else:
+        axes = tuple(node.attrs.get("axes", ()))
+    return normalize_axes(axes, rank)
+
+
+def _check_reduce(node: Node, g: Graph) -> str | None:
+    x = g.tensors[node.inputs[0]]
+    if reduced_axes(node, g) is None:
+        return "the axes input is not a compile-time constant"
+    if not REDUCTIONS[node.op].integers and not np.issubdtype(x.dtype, np.floating):
+        return f"{node.op} on {x.dtype} is not supported (floating point only)"
+    if 0 in x.shape:
+        return "reductions of empty tensors are not supported"
+    return None
+
+
+def reduce_rows(prog: Program, row: HbmView, p: int, length: int, r: Reduction, name: str, budget: int) -> Tile:
+    """Reduce every row of the (p, *free) HBM view `row` into a [p, 1] fp32 tile."""
+    shift = None
+    if r.shift_by_max:
+        peak = reduce_rows(prog, row, p, length, Reduction(AluOp.maximum), name, budget)
+        shift = prog.sbuf(p, 1, DType.fp32, f"{name}/-max")
+        prog.emit("tensor_scalar", Engine.DVE, dst=shift.ap(), src=peak.ap(), op0=AluOp.multiply, scalar0=-1.0,
+                  reverse0=False, reverse1=False)
+    acc = None
+    for _, piece in free_chunks(row, budget):
+        f = math.prod(piece.shape[1:])
+        x = prog.sbuf(p, f, piece.dtype, f"{name}/x")
+        prog.dma(x.ap(), piece)
+        src = x
+        if r.before is not None or shift is not None:
+            src = prog.sbuf(p, f, DType.fp32, f"{name}/pre")
+            func = ActFunc.exp if shift is not None else r.before
+            prog.emit("activation", Engine.ACT, dst=src.ap(), src=x.ap(), func=func, scale=1.0,
+                      bias=shift.ap() if shift is not None else None)
+        part = prog.sbuf(p, 1, DType.fp32, f"{name}/part")
+        prog.emit("tensor_reduce", Engine.DVE, dst=part.ap(), src=src.ap(), op=r.op, axes=1)
+        if acc is None:
+            acc = part
+        else:
+            prog.emit("tensor_tensor", Engine.DVE, dst=acc.ap(), a=acc.ap(), b=part.ap(), op=r.op)
+    assert acc is not None
+    if r.mean:
+        prog.emit("tensor_scalar", Engine.DVE, dst=acc.ap(), src=acc.ap(), op0=AluOp.multiply,
+                  scalar0=1.0 / length, reverse0=False, reverse1=False)
+    if r.after is not None:
+        prog.emit("activation", Engine.ACT, dst=acc.ap(), src=acc.ap(), func=r.after, scale=1.0)
+    if shift is not None:  # log(sum(exp(x - max))) + max
+        prog.emit("tensor_tensor", Engine.DVE, dst=acc.ap(), a=acc.ap(), b=shift.ap(), op=AluOp.subtract)
+    return acc
+
+
+@lowering(*REDUCTIONS, check=_check_reduce)
+def lower_reduce(ctx: LowerCtx, node: Node) -> None:
+    prog = ctx.program
+    x = ctx.view(node.inputs[0])
+    rank = len(x.shape)
+    axes = reduced_axes(node, ctx.graph)
+    if not axes:
+        if node.attrs.get("noop_with_empty_axes", 0):
+            ctx.alias(node.outputs[0], x)
+            return
+        axes = tuple(range(rank))
+    kept = tuple(n for a, n in enumerate(x.shape) if a not in axes)
+    length = math.prod(x.shape[a] for a in axes)
+    out = ctx.output(node.outputs[0])
+    rows_out = out.reshape((*kept, 1))
+    assert rows_out is not None
+    r = REDUCTIONS[node.op]
+    for row, dst in row_boxes([move_to_end(x, axes), rows_out], len(kept), prog.target.partitions):
+        p = row.shape[0]
+        acc = reduce_rows(prog, row, p, length, r, node.name, tile_free_max(ctx))
+        if dst.dtype is not DType.fp32:
+            cast = prog.sbuf(p, 1, dst.dtype, f"{node.name}/cast")
+            prog.emit("tensor_copy", Engine.DVE, dst=cast.ap(), src=acc.ap())
+            acc = cast
+        prog.dma(dst, acc.ap())
+
+
+def _check_arg(node: Node, g: Graph) -> str | None:
+    if 0 in g.tensors[node.inputs[0]].shape:
+        return f"{node.op} of an empty tensor is not defined"
+    return None
+
+
+@lowering("ArgMax", "ArgMin", check=_check_arg)
+def lower_arg(ctx: LowerCtx, node: Node) -> None:
+    """The index of the first (or, with select_last_index, the last) extreme element along an axis: find the
+    row's extreme, then in each piece of the row keep the index (from iota) where an element equals it and a
+    sentinel elsewhere, and reduce those candidates with min (first) or max (last)."""
+    prog = ctx.program
+    x = ctx.view(node.inputs[0])
+    axis = normalize_axes((node.attrs.get("axis", 0),), len(x.shape))[0]
+    length = x.shape[axis]
+    out = ctx.output(node.outputs[0])
+    kept = tuple(n for a, n in enumerate(x.shape) if a != axis)
+    rows_out = out.reshape((*kept, 1))
+    assert rows_out is not None
+    extreme = Reduction(AluOp.maximum if node.op == "ArgMax" else AluOp.minimum)
+    last = bool(node.attrs.get("select_last_index", 0))
+    pick = AluOp.maximum if last else AluOp.minimum
+    budget = tile_free_max(ctx)
+    for row, dst in row_boxes([move_to_end(x, (axis,)), rows_out], len(kept), prog.target.partitions):
+        p = row.shape[0]
+        peak = reduce_rows(prog, row, p, length, extreme, node.name, budget)
+        acc = None
+        for start, piece in free_chunks(row, budget):
+            f = piece.shape[1]
+            t = prog.sbuf(p, f, piece.dtype, f"{node.name}/x")
+            prog.dma(t.ap(), piece)
+            hit = prog.sbuf(p, f, DType.fp32, f"{node.name}/hit")
+            prog.emit("tensor_scalar", Engine.DVE, dst=hit.ap(), src=t.ap(), op0=AluOp.equal, scalar0=peak.ap(),
+                      reverse0=False, reverse1=False)
+            index = prog.sbuf(p, f, DType.fp32, f"{node.name}/index")
+            prog.emit("iota", Engine.POOL, dst=index.ap(), base=start + (1 if last else 0), channel_multiplier=0,
+                      steps=(1,))
+            if last:  # hit * (i + 1) - 1: -1 where no hit, so max picks the last hit
+                prog.emit("tensor_tensor", Engine.DVE, dst=hit.ap(), a=hit.ap(), b=index.ap(), op=AluOp.multiply)
+                prog.emit("tensor_scalar", Engine.DVE, dst=hit.ap(), src=hit.ap(), op0=AluOp.subtract,
+                          scalar0=1.0, reverse0=False, reverse1=False)
+            else:  # i + (1 - hit) * length: past every index where no hit, so min picks the first hit
+                prog.emit("tensor_scalar", Engine.DVE, dst=hit.ap(), src=hit.ap(), op0=AluOp.subtract,
+                          scalar0=1.0, reverse0=True, op1=AluOp.multiply, scalar1=float(length), reverse1=False)
+                prog.emit("tensor_tensor", Engine.DVE, dst=hit.ap(), a=hit.ap(), b=index.ap(), op=AluOp.add)
+            part = prog.sbuf(p, 1, DType.fp32, f"{node.name}/part")
+            prog.emit("tensor_reduce", Engine.DVE, dst=part.ap(), src=hit.ap(), op=pick, axes=1)
+            if acc is None:
+                acc = part
+            else:
+                prog.emit("tensor_tensor", Engine.DVE, dst=acc.ap(), a=acc.ap(), b=part.ap(), op=pick)
+        assert acc is not None
+        result = prog.sbuf(p, 1, dst.dtype, f"{node.name}/arg")
+        prog.emit("tensor_copy", Engine.DVE, dst=result.ap(), src=acc.ap())
+        prog.dma(dst, result.ap())

@@ -1,0 +1,58 @@
+"""Row-wise tiling, for ops that work along some axes of every row (reductions, softmax, normalisation).
+
+The axes an op works along are moved to the end of the view (a free transpose of an HBM view); the axes left in
+front are the rows. `row_boxes` spreads rows over partitions, pmax at a time, and gives each partition the whole
+free part of its row, so that one instruction can reduce or scale it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from typing import Iterator
+
+from neuronx_cc_lite.lower.hbm import HbmView, coalesce
+
+
+def move_to_end(view: HbmView, axes: tuple[int, ...]) -> HbmView:
+    keep = [a for a in range(len(view.shape)) if a not in axes]
+    return view.transpose((*keep, *axes))
+
+
+def normalize_axes(axes: tuple[int, ...] | list[int], rank: int) -> tuple[int, ...]:
+    return tuple(sorted({a + rank if a < 0 else a for a in axes}))
+
+
+def row_boxes(views: list[HbmView], row_rank: int, pmax: int) -> Iterator[list[HbmView]]:
+    """The views share their first `row_rank` axes (the rows); what follows in each is its free part. Yields, per
+    group of at most pmax rows, each view cut to shape (rows, *its free part)."""
+    row_shape = views[0].shape[:row_rank]
+    assert all(v.shape[:row_rank] == row_shape for v in views), [v.shape for v in views]
+    if math.prod(row_shape) == 0:
+        return
+    shape, strides = coalesce([(row_shape, v.strides[:row_rank]) for v in views])
+    if not shape:
+        shape, strides = (1,), [(0,)] * len(views)
+    for outer in itertools.product(*(range(n) for n in shape[:-1])):
+        for p0 in range(0, shape[-1], pmax):
+            p = min(pmax, shape[-1] - p0)
+            yield [HbmView(v.tensor, v.dtype, (p, *v.shape[row_rank:]), (st[-1], *v.strides[row_rank:]),
+                           v.offset + sum(i * s for i, s in zip(outer, st)) + p0 * st[-1])
+                   for v, st in zip(views, strides)]
+
+
+def free_chunks(view: HbmView, budget: int) -> Iterator[tuple[int, HbmView]]:
+    """Cut the free part of a (rows, *free) view into pieces of at most `budget` elements per row, innermost axes
+    whole first. Yields (element offset of the piece in the row, piece view of shape (rows, *piece free))."""
+    free = view.shape[1:]
+    chunks = []
+    for n in reversed(free):
+        c = min(n, max(1, budget))
+        chunks.append(c)
+        budget //= c
+    chunks.reverse()
+    inner = [math.prod(free[k + 1:]) for k in range(len(free))]
+    for starts in itertools.product(*(range(0, n, c) for n, c in zip(free, chunks))):
+        sizes = tuple(min(c, n - s) for n, c, s in zip(free, chunks, starts))
+        position = sum(s * i for s, i in zip(starts, inner))
+        yield position, view.box((0, *starts), (view.shape[0], *sizes))

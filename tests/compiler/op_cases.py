@@ -1,0 +1,157 @@
+"""One-node models for the operator suite: each case is an op, its attributes and its inputs; the outputs'
+types come from ONNX shape inference and the reference values from onnxruntime."""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+
+@dataclass
+class Input:
+    shape: tuple[int, ...]
+    dtype: Any = np.float32
+    kind: str = "normal"  # normal, positive, int:<low>:<high>, bool
+    const: np.ndarray | None = None  # an initializer instead of a graph input
+
+    def sample(self, rng: np.random.Generator) -> np.ndarray:
+        if self.kind == "positive":
+            return (np.abs(rng.standard_normal(self.shape)) + 0.1).astype(self.dtype)
+        if self.kind == "bool":
+            return rng.random(self.shape) < 0.5
+        if self.kind.startswith("int"):
+            _, low, high = self.kind.split(":")
+            return rng.integers(int(low), int(high), self.shape).astype(self.dtype)
+        return rng.standard_normal(self.shape).astype(self.dtype)
+
+
+def const(value: Any, dtype: Any = None) -> Input:
+    array = np.asarray(value, dtype=dtype)
+    return Input(array.shape, array.dtype, const=array)
+
+
+@dataclass
+class Case:
+    op: str
+    inputs: list[Input | None]
+    attrs: dict[str, Any] = field(default_factory=dict)
+    outputs: int = 1
+    opset: int = 20
+    name: str = ""
+
+    @property
+    def id(self) -> str:
+        return self.name or self.op
+
+    def model(self) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+        rng = np.random.default_rng(zlib.crc32(self.id.encode()))
+        names, graph_inputs, inits, feeds = [], [], [], {}
+        for i, spec in enumerate(self.inputs):
+            if spec is None:
+                names.append("")
+                continue
+            name = f"in{i}"
+            names.append(name)
+            if spec.const is not None:
+                inits.append(numpy_helper.from_array(spec.const, name))
+                continue
+            value = spec.sample(rng)
+            feeds[name] = value
+            graph_inputs.append(helper.make_tensor_value_info(
+                name, helper.np_dtype_to_tensor_dtype(value.dtype), value.shape))
+        outs = [f"out{i}" for i in range(self.outputs)]
+        node = helper.make_node(self.op, names, outs, name=f"{self.op}_node", **self.attrs)
+        graph = helper.make_graph([node], self.id, graph_inputs, [helper.make_tensor_value_info(o, 0, None)
+                                                                  for o in outs], inits)
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", self.opset)])
+        model.ir_version = 8 if self.opset < 19 else 9
+        return onnx.shape_inference.infer_shapes(model), feeds
+
+
+F, I64, I32 = np.float32, np.int64, np.int32
+ODD = (3, 130, 7)  # 130 rows: more than one partition tile
+
+
+def unary(op: str, kind: str = "normal", **attrs: Any) -> Case:
+    suffix = "".join(f"_{v}" for v in attrs.values())
+    return Case(op, [Input(ODD, kind=kind)], attrs, name=f"{op}{suffix}")
+
+
+CASES: list[Case] = [
+    *[unary(op) for op in ("Relu", "Sigmoid", "Tanh", "Exp", "Erf", "Abs", "Neg", "Sign", "Sin", "Atan",
+                           "Softplus", "Mish", "Softsign", "HardSwish", "Selu", "Elu", "Celu")],
+    *[unary(op, "positive") for op in ("Sqrt", "Reciprocal", "Log")],
+    unary("LeakyRelu", alpha=0.2), unary("HardSigmoid", alpha=0.3, beta=0.4), unary("ThresholdedRelu", alpha=0.5),
+    unary("Shrink", lambd=0.7, bias=0.2), unary("Gelu"), unary("Gelu", approximate="tanh"),
+    Case("Clip", [Input(ODD), const(-0.5, F), const(0.8, F)], name="Clip_both"),
+    Case("Clip", [Input(ODD), None, const(0.3, F)], name="Clip_max_only"),
+    *[Case(op, [Input((2, 3, 4, 5)), Input((5,))], name=f"{op}_broadcast") for op in ("Add", "Sub", "Mul", "Div")],
+    Case("Add", [Input((2, 1, 4, 1)), Input((1, 3, 1, 5))], name="Add_both_broadcast"),
+    Case("Mul", [Input((129, 300)), const(0.125, F)], name="Mul_immediate"),
+    Case("Sub", [const(1.0, F), Input((7, 9))], name="Sub_immediate_left"),
+    Case("Add", [Input((5, 6), I64, "int:-100:100"), Input((6,), I64, "int:-100:100")], name="Add_int64"),
+    Case("Pow", [Input((4, 33), kind="positive"), Input((4, 33))], name="Pow_tensor"),
+    Case("Pow", [Input((4, 33)), const(2.0, F)], name="Pow_square"),
+    Case("Pow", [Input((4, 33)), const(3.0, F)], name="Pow_cube"),
+    Case("Max", [Input((3, 4)), Input((4,)), Input((3, 1))], name="Max_variadic"),
+    Case("Min", [Input((3, 4)), Input((3, 4))]), Case("Sum", [Input((3, 4)), Input((1,)), Input((3, 4))]),
+    Case("Mean", [Input((3, 4)), Input((3, 4))]),
+    Case("PRelu", [Input(ODD), Input((130, 1))]),
+    *[Case(op, [Input((6, 40)), Input((40,))], name=op) for op in
+      ("Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual")],
+    Case("Equal", [Input((6, 40), I64, "int:0:3"), Input((6, 40), I64, "int:0:3")], name="Equal_int"),
+    *[Case(op, [Input((6, 40), np.bool_, "bool"), Input((40,), np.bool_, "bool")]) for op in ("And", "Or", "Xor")],
+    Case("Not", [Input((6, 40), np.bool_, "bool")]),
+    Case("IsNaN", [const(np.array([1.0, np.nan, np.inf, -np.inf], F))]),
+    Case("IsInf", [const(np.array([1.0, np.nan, np.inf, -np.inf], F))], {"detect_negative": 0}),
+    Case("Where", [Input((3, 1, 40), np.bool_, "bool"), Input((5, 40)), Input((3, 5, 1))]),
+    Case("Cast", [Input((5, 7))], {"to": TensorProto.FLOAT16}, name="Cast_to_fp16"),
+    Case("Cast", [Input((5, 7), I64, "int:-5:5")], {"to": TensorProto.FLOAT}, name="Cast_int_to_float"),
+    Case("Cast", [Input((5, 7))], {"to": TensorProto.BOOL}, name="Cast_to_bool"),
+    Case("Cast", [Input((5, 7), np.bool_, "bool")], {"to": TensorProto.INT64}, name="Cast_bool_to_int"),
+    *[Case(op, [Input((2, 9, 130)), const(axes, I64)], {"keepdims": k}, name=f"{op}_{'_'.join(map(str, axes))}_{k}")
+      for op in ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceL1", "ReduceL2", "ReduceSumSquare",
+                 "ReduceLogSumExp")
+      for axes, k in (([2], 1), ([0, 2], 0))],
+    Case("ReduceProd", [Input((4, 6), kind="positive"), const([1], I64)]),
+    Case("ReduceLogSum", [Input((4, 6), kind="positive"), const([0], I64)], {"keepdims": 0}),
+    Case("ReduceSum", [Input((3, 5000)), const([1], I64)], name="ReduceSum_long_rows"),
+    Case("ReduceMax", [Input((2, 3, 4)), const(np.zeros(0, I64))], name="ReduceMax_all"),
+    Case("ArgMax", [Input((9, 30))], {"axis": 1}), Case("ArgMin", [Input((9, 30))], {"axis": 0, "keepdims": 0}),
+    Case("ArgMax", [const(np.array([[1, 3, 3, 0], [2, 2, 1, 2]], F))], {"axis": 1, "select_last_index": 1},
+         name="ArgMax_last"),
+    *[Case(op, [Input((2, 130, 33))], {"axis": a}, name=f"{op}_axis{a}") for op in ("Softmax", "LogSoftmax")
+      for a in (-1, 1)],
+    Case("Softmax", [Input((4, 3, 5))], {"axis": 1}, opset=11, name="Softmax_opset11"),
+    Case("Hardmax", [const(np.array([[1, 3, 3, 0], [2, 2, 1, 5]], F))]),
+    Case("LayerNormalization", [Input((2, 130, 48)), Input((48,)), Input((48,))], {"epsilon": 1e-5}),
+    Case("LayerNormalization", [Input((2, 5, 6)), Input((5, 6))], {"axis": 1}, outputs=3, name="LayerNorm_stats"),
+    Case("InstanceNormalization", [Input((2, 3, 5, 4)), Input((3,)), Input((3,))]),
+    Case("LpNormalization", [Input((4, 7))], {"axis": 1, "p": 1}),
+    Case("MatMul", [Input((2, 1, 7, 130)), Input((3, 130, 9))], name="MatMul_batch_broadcast"),
+    Case("MatMul", [Input((130,)), Input((4, 130, 6))], name="MatMul_vector_batch"),
+    Case("Transpose", [Input((2, 3, 130))], {"perm": (2, 0, 1)}),
+    Case("Slice", [Input((20, 10, 5)), const([1, 0], I64), const([1000, 10], I64), const([0, 1], I64),
+                   const([3, 4], I64)]),
+    Case("Slice", [Input((20, 10)), const([-3], I64), const([-1], I64), const([0], I64)], name="Slice_negative"),
+    Case("Expand", [Input((3, 1)), const([2, 3, 6], I64)]),
+    Case("Tile", [Input((2, 3)), const([3, 2], I64)]),
+    Case("Squeeze", [Input((3, 1, 5)), const([1], I64)]), Case("Unsqueeze", [Input((3, 5)), const([0, 3], I64)]),
+    Case("Trilu", [Input((2, 7, 5)), const(1, I64)], {"upper": 0}),
+    Case("Gather", [Input((40, 6)), Input((3, 4), I64, "int:-40:40")], {"axis": 0}, name="Gather_embedding"),
+    Case("Gather", [Input((3, 200, 5)), Input((150,), I64, "int:0:200")], {"axis": 1}, name="Gather_axis1"),
+    Case("Gather", [Input((5, 6)), const([1, 2, 3], I64)], {"axis": 1}, name="Gather_const_slice"),
+    Case("Gather", [Input((5, 6)), const([[4, 0], [2, 2]], I64)], {"axis": 0}, name="Gather_const"),
+    Case("GatherElements", [Input((4, 5)), const(np.array([[0, 4], [1, 2], [3, 3], [2, 0]]), I64)], {"axis": 1}),
+    Case("GatherND", [Input((3, 4, 5)), const(np.array([[0, 1], [2, 3]]), I64)]),
+    Case("DepthToSpace", [Input((1, 8, 2, 3))], {"blocksize": 2, "mode": "CRD"}),
+    Case("SpaceToDepth", [Input((1, 2, 4, 6))], {"blocksize": 2}),
+    Case("Dropout", [Input((5, 6))], outputs=2),
+    Case("Identity", [Input((5, 6))]),
+    Case("Flatten", [Input((2, 3, 4))], {"axis": 2}),
+]
