@@ -14,23 +14,23 @@ from tests.conftest import assert_close, make_model, run_both
 def test_every_unsupported_node_is_named():
     model = make_model(
         [helper.make_node("Relu", ["x"], ["r"], name="ok_relu"),
-         helper.make_node("Hardmax", ["r"], ["h"], name="first_bad"),
-         helper.make_node("Relu", ["h"], ["r2"], name="ok_relu2"),
-         helper.make_node("LpNormalization", ["r2"], ["y"], name="second_bad")],
-        {"x": ([2, 3], TensorProto.FLOAT)}, {"y": ([2, 3], TensorProto.FLOAT)})
+         helper.make_node("Det", ["r"], ["h"], name="first_bad"),
+         helper.make_node("Relu", ["h"], ["r2"], name="ok_relu3"),
+         helper.make_node("Det", ["x"], ["y"], name="second_bad")],
+        {"x": ([3, 3], TensorProto.FLOAT)}, {"y": ([], TensorProto.FLOAT)})
     with pytest.raises(UnsupportedError) as e:
         compile_model(model)
     assert [n for n, _, _ in e.value.nodes] == ["first_bad", "second_bad"]
     text = str(e.value)
-    assert text.startswith("NCC_UNSUPPORTED: 2 unsupported node(s): 'first_bad' (Hardmax)")
-    assert "'second_bad' (LpNormalization)" in text and "\n" not in text
+    assert text.startswith("NCC_UNSUPPORTED: 2 unsupported node(s): 'first_bad' (Det)")
+    assert "'second_bad' (Det)" in text and "\n" not in text
 
 
 def test_integer_arithmetic_is_refused_with_the_reason():
     model = make_model([helper.make_node("Div", ["a", "b"], ["y"], name="idiv")],
                        {"a": ([4], TensorProto.INT32), "b": ([4], TensorProto.INT32)},
                        {"y": ([4], TensorProto.INT32)})
-    with pytest.raises(UnsupportedError, match="'idiv' \\(Div\\): Div on int32 tensors"):
+    with pytest.raises(UnsupportedError, match="'idiv' \\(Div\\): integer Div"):
         compile_model(model)
 
 
