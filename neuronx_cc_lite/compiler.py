@@ -23,6 +23,7 @@ from neuronx_cc_lite.ir import Graph
 from neuronx_cc_lite.lower import lower_graph, unsupported_nodes
 from neuronx_cc_lite.passes import run_pipeline
 from neuronx_cc_lite.passes.verify import verify
+from neuronx_cc_lite.precision import MODES, TYPES
 
 
 @dataclass
@@ -31,11 +32,19 @@ class Options:
     input_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
     dump_ir_after: frozenset[str] = frozenset()
     stop_after: str | None = None
+    auto_cast: str = "none"  # see precision.py
+    auto_cast_type: str = "bf16"
 
     def flags(self) -> dict[str, Any]:
         """What the bundle records of how it was made."""
-        return {"target": self.target,
+        return {"target": self.target, "auto_cast": self.auto_cast, "auto_cast_type": self.auto_cast_type,
                 "input_shapes": {k: list(v) for k, v in sorted(self.input_shapes.items())}}
+
+    def check(self) -> None:
+        if self.auto_cast not in MODES:
+            raise CompileError("NCC_OPTION", f"--auto-cast must be one of {', '.join(MODES)}")
+        if self.auto_cast_type not in TYPES:
+            raise CompileError("NCC_OPTION", f"--auto-cast-type must be one of {', '.join(TYPES)}")
 
 
 def prepare(model: str | os.PathLike[str] | onnx.ModelProto, options: Options,
@@ -52,7 +61,10 @@ def compile_graph(graph: Graph, options: Options) -> Bundle:
     unsupported = unsupported_nodes(graph)
     if unsupported:
         raise UnsupportedError(unsupported)
-    program, ctx = lower_graph(graph, target)
+    options.check()
+    cast = TYPES[options.auto_cast_type] if options.auto_cast != "none" else None
+    program, ctx = lower_graph(graph, target, matmul_dtype=cast,
+                               internal_dtype=cast if options.auto_cast == "all" else None)
     allocate(program)
     hbm_size = layout_hbm(program)
     streams = emit(program, hbm_size)
@@ -78,6 +90,7 @@ def compile_model(model: str | os.PathLike[str] | onnx.ModelProto, options: Opti
                   dump: Callable[[str, str], None] | None = None) -> Bundle:
     options = options or Options()
     _target(options.target)
+    options.check()
     return compile_graph(prepare(model, options, dump), options)
 
 

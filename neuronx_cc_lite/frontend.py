@@ -86,6 +86,11 @@ def import_model(model: onnx.ModelProto, input_shapes: Mapping[str, tuple[int, .
         raise CompileError("NCC_SHAPE_INFERENCE", f"ONNX shape inference fails: "
                            f"{str(e).strip().splitlines()[0]}") from None
     g = model.graph
+    for vi in (*g.input, *g.output, *g.value_info):
+        kind = vi.type.WhichOneof("value")
+        if kind not in (None, "tensor_type"):
+            raise CompileError("NCC_UNSUPPORTED_TYPE", f"value {vi.name!r} is a {kind.replace('_type', '')}; only "
+                               "tensors are supported")
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
     tensors: dict[str, Tensor] = {}
     for init in g.initializer:

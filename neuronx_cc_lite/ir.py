@@ -37,6 +37,7 @@ class Node:
     outputs: list[str]
     attrs: dict[str, Any] = field(default_factory=dict)
     domain: str = ""
+    opset: int | None = None  # the opset whose semantics the node follows, when not the graph's (function bodies)
 
 
 @dataclass
@@ -47,6 +48,9 @@ class Graph:
     inputs: list[str]
     outputs: list[str]
     opset: int
+
+    def opset_of(self, node: Node) -> int:
+        return node.opset if node.opset is not None else self.opset
 
     def tensor(self, name: str) -> Tensor:
         return self.tensors[name]

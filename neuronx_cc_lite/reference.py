@@ -60,3 +60,13 @@ def within(actual: np.ndarray, expected: np.ndarray, rtol: float, atol: float) -
         return False
     return bool(np.allclose(actual.astype(np.float64), expected.astype(np.float64), rtol=rtol, atol=atol,
                             equal_nan=True))
+
+
+def error_over_rms(actual: np.ndarray, expected: np.ndarray) -> float:
+    """max |actual - expected| over the root-mean-square of expected: the measure auto-cast bounds are given in."""
+    if expected.size == 0:
+        return 0.0
+    e = expected.astype(np.float64)
+    rms = float(np.sqrt(np.mean(e * e)))
+    worst = float(np.max(np.abs(actual.astype(np.float64) - e)))
+    return worst / rms if rms > 0 else worst

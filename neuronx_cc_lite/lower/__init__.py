@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from isa.dtypes import DType
 from isa.target import Target
 from neuronx_cc_lite.ir import Graph
 from neuronx_cc_lite.lower import (  # noqa: F401  (each module registers its lowerings)
-    activations, cast, elementwise, gather, logic, matmul, movement, normalize, reduce, views)
+    activations, batchnorm, cast, concat, conv, elementwise, gather, logic, matmul, movement, normalize, pad, pool,
+    reduce, resize, views)
 from neuronx_cc_lite.lower.context import LowerCtx
 from neuronx_cc_lite.lower.program import Program
 from neuronx_cc_lite.lower.registry import LOWERINGS, unsupported_nodes, why_unsupported
@@ -13,9 +15,12 @@ from neuronx_cc_lite.lower.registry import LOWERINGS, unsupported_nodes, why_uns
 __all__ = ["lower_graph", "LOWERINGS", "unsupported_nodes", "why_unsupported"]
 
 
-def lower_graph(g: Graph, target: Target) -> tuple[Program, LowerCtx]:
-    program = Program(target)
-    ctx = LowerCtx(g, program)
+def lower_graph(g: Graph, target: Target, matmul_dtype: DType | None = None,
+                internal_dtype: DType | None = None) -> tuple[Program, LowerCtx]:
+    """Lower every node in order. `matmul_dtype`: the type matmul operands are cast to as they load (auto-cast);
+    `internal_dtype`: the type fp32 tensors inside the model are held in (auto-cast all)."""
+    program = Program(target, matmul_dtype)
+    ctx = LowerCtx(g, program, internal_dtype)
     for node in g.nodes:
         program.node = node.name
         LOWERINGS[node.op].lower(ctx, node)

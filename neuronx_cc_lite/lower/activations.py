@@ -69,7 +69,7 @@ def lower_hard_swish(ctx: LowerCtx, node: Node) -> None:
 
 
 def _clip_bounds(node: Node, g: Graph) -> tuple[float | None, float | None] | str:
-    if g.opset < 11:
+    if g.opset_of(node) < 11:
         return node.attrs.get("min"), node.attrs.get("max")
     bounds: list[float | None] = []
     for i in (1, 2):
@@ -95,7 +95,7 @@ def _check_clip(node: Node, g: Graph) -> str | None:
     return None
 
 
-@lowering("Clip", check=_check_clip)
+@lowering("Clip", check=_check_clip, constant_inputs=(1, 2))
 def lower_clip(ctx: LowerCtx, node: Node) -> None:
     low, high = _clip_bounds(node, ctx.graph)  # type: ignore[misc]
 

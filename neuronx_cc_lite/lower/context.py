@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+import ml_dtypes
 import numpy as np
 
 from isa.dtypes import DType
@@ -45,9 +46,10 @@ def device_dtype(dtype: np.dtype) -> DType | None:
 
 
 class LowerCtx:
-    def __init__(self, graph: Graph, program: Program) -> None:
+    def __init__(self, graph: Graph, program: Program, internal_dtype: DType | None = None) -> None:
         self.graph = graph
         self.program = program
+        self.internal_dtype = internal_dtype  # auto-cast all: how fp32 tensors inside the model are held
         self.views: dict[str, HbmView] = {}
         self.output_owner: dict[int, str] = {}  # id(HbmTensor) -> the graph output it was made for
         for name in graph.inputs:
@@ -62,6 +64,9 @@ class LowerCtx:
         if dtype is None:
             raise CompileError("NCC_UNSUPPORTED_DTYPE", f"tensor {name!r} has element type {t.dtype}, which the "
                                "device does not hold")
+        inside = name not in self.graph.inputs and name not in self.graph.outputs
+        if self.internal_dtype is not None and dtype is DType.fp32 and inside:
+            return self.internal_dtype
         return dtype
 
     def shape(self, name: str) -> tuple[int, ...]:
@@ -73,10 +78,20 @@ class LowerCtx:
             t = self.graph.tensors[name]
             assert t.is_constant, f"{name} read before it was computed"
             dtype = self.dtype(name)
-            data = np.ascontiguousarray(t.value.astype(dtype.np)).tobytes()
+            data = np.ascontiguousarray(self._narrowed(t.value, dtype)).tobytes()
             tensor = self.program.hbm_tensor(name, len(data), "weight", data)
             self.views[name] = HbmView.whole(tensor, dtype, t.shape)
         return self.views[name]
+
+    @staticmethod
+    def _narrowed(value: np.ndarray, dtype: DType) -> np.ndarray:
+        """A float constant in its device type. When auto-cast narrows it, finite values beyond the new type's
+        range saturate to its largest value instead of becoming inf or NaN: exporters write "minus infinity" in
+        masks as float32's lowest value, which must stay the lowest value of the narrow type."""
+        if dtype.is_float and value.dtype.kind == "f" and dtype is not DType.fp32:
+            top = float(ml_dtypes.finfo(dtype.np).max)
+            value = np.where(np.isfinite(value), np.clip(value, -top, top), value)
+        return value.astype(dtype.np)
 
     def constant(self, name: str, value: np.ndarray) -> str:
         """Add a constant the lowering computed (a mask, an index table) to the graph; returns its name."""

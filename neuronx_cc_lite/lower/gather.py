@@ -145,13 +145,7 @@ def _element_offsets(node: Node, g: Graph, data: HbmView) -> np.ndarray:
     return (starts.reshape(starts.shape + (1,) * len(inner)) + within).reshape(-1)
 
 
-def _check_elements(node: Node, g: Graph) -> str | None:
-    if _indices(node, g) is None:
-        return "the indices are not a compile-time constant"
-    return _check_gather(node, g)
-
-
-@lowering("GatherElements", "GatherND", check=_check_elements, since=11)
+@lowering("GatherElements", "GatherND", check=_check_gather, since=11, constant_inputs=(1,))
 def lower_gather_elements(ctx: LowerCtx, node: Node) -> None:
     data = ctx.view(node.inputs[0])
     offsets = _element_offsets(node, ctx.graph, data)

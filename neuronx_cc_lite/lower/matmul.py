@@ -33,14 +33,14 @@ def matmul_2d(ctx: LowerCtx, a: HbmView, b: HbmView, out: HbmView, alpha: float 
         a_tiles = []
         for k0 in range(0, k_size, t.partitions):
             kt = min(t.partitions, k_size - k0)
-            at = prog.sbuf(kt, mt, a.dtype, f"{name}/A^T")
+            at = prog.sbuf(kt, mt, prog.operand_dtype(a.dtype), f"{name}/A^T")
             prog.dma(at.ap(), a.box((m0, k0), (mt, kt)).transpose((1, 0)))
             a_tiles.append((k0, kt, at))
         for n0 in range(0, n_size, t.psum_bank_fmax):
             nt = min(t.psum_bank_fmax, n_size - n0)
             acc = prog.psum(mt, nt, f"{name}/acc")
             for i, (k0, kt, at) in enumerate(a_tiles):
-                bt = prog.sbuf(kt, nt, b.dtype, f"{name}/B")
+                bt = prog.sbuf(kt, nt, prog.operand_dtype(b.dtype), f"{name}/B")
                 prog.dma(bt.ap(), b.box((k0, n0), (kt, nt)))
                 prog.emit("nc_matmul", Engine.PE, dst=acc.ap(), stationary=at.ap(), moving=bt.ap(),
                           accumulate=i > 0)

@@ -35,13 +35,6 @@ def _constant_input(node: Node, g: Graph, index: int) -> np.ndarray | None:
     return t.value if t.is_constant else None
 
 
-def _needs_constant(node: Node, g: Graph, indices: tuple[int, ...]) -> str | None:
-    for i in indices:
-        if len(node.inputs) > i and node.inputs[i] and not g.tensors[node.inputs[i]].is_constant:
-            return f"input {i} ({node.inputs[i]!r}) is not a compile-time constant"
-    return None
-
-
 @lowering("Transpose")
 def lower_transpose(ctx: LowerCtx, node: Node) -> None:
     x = ctx.view(node.inputs[0])
@@ -49,7 +42,7 @@ def lower_transpose(ctx: LowerCtx, node: Node) -> None:
     ctx.alias(node.outputs[0], x.transpose(tuple(perm)))
 
 
-@lowering("Expand", check=lambda n, g: _needs_constant(n, g, (1,)), since=8)
+@lowering("Expand", since=8, constant_inputs=(1,))
 def lower_expand(ctx: LowerCtx, node: Node) -> None:
     ctx.alias(node.outputs[0], ctx.view(node.inputs[0]).broadcast_to(ctx.shape(node.outputs[0])))
 
@@ -57,13 +50,10 @@ def lower_expand(ctx: LowerCtx, node: Node) -> None:
 def _slice_params(node: Node, g: Graph) -> list[tuple[int, int, int, int]] | str:
     """(axis, start, stop, step) per sliced axis, clamped as numpy does."""
     shape = g.tensors[node.inputs[0]].shape
-    if g.opset < 10:
+    if g.opset_of(node) < 10:
         starts, ends = node.attrs["starts"], node.attrs["ends"]
         axes, steps = node.attrs.get("axes", range(len(starts))), [1] * len(starts)
     else:
-        reason = _needs_constant(node, g, (1, 2, 3, 4))
-        if reason:
-            return reason
         starts, ends = _constant_input(node, g, 1), _constant_input(node, g, 2)
         axes = _constant_input(node, g, 3)
         steps = _constant_input(node, g, 4)
@@ -79,7 +69,8 @@ def _slice_params(node: Node, g: Graph) -> list[tuple[int, int, int, int]] | str
     return params
 
 
-@lowering("Slice", check=lambda n, g: p if isinstance(p := _slice_params(n, g), str) else None)
+@lowering("Slice", check=lambda n, g: p if isinstance(p := _slice_params(n, g), str) else None,
+          constant_inputs=(1, 2, 3, 4))
 def lower_slice(ctx: LowerCtx, node: Node) -> None:
     view = ctx.view(node.inputs[0])
     for axis, start, stop, step in _slice_params(node, ctx.graph):  # type: ignore[union-attr]
@@ -93,7 +84,7 @@ def copy_view(ctx: LowerCtx, name: str, view: HbmView) -> None:
     ctx.program.dma(out.reshape(view.shape), view)
 
 
-@lowering("Tile", check=lambda n, g: _needs_constant(n, g, (1,)), since=6)
+@lowering("Tile", since=6, constant_inputs=(1,))
 def lower_tile(ctx: LowerCtx, node: Node) -> None:
     """Tile is a broadcast in disguise: x[a, b] repeated (r, s) times is the view [r, a, s, b] with stride 0 on
     the repeat axes, copied out."""
@@ -128,14 +119,12 @@ def lower_depth_space(ctx: LowerCtx, node: Node) -> None:
 
 def _check_dropout(node: Node, g: Graph) -> str | None:
     training = _constant_input(node, g, 2)
-    if len(node.inputs) > 2 and node.inputs[2] and training is None:
-        return "training_mode is not a compile-time constant"
     if training is not None and bool(training) or node.attrs.get("is_test", 1) == 0:
         return "Dropout in training mode is not supported (inference only)"
     return None
 
 
-@lowering("Dropout", check=_check_dropout)
+@lowering("Dropout", check=_check_dropout, constant_inputs=(1, 2))
 def lower_dropout(ctx: LowerCtx, node: Node) -> None:
     """Inference: the identity, and a mask of ones when asked for."""
     ctx.alias(node.outputs[0], ctx.view(node.inputs[0]))
@@ -152,14 +141,14 @@ def _fill_output(ctx: LowerCtx, name: str, value: float) -> None:
         prog.dma(box, t.ap())
 
 
-@lowering("ConstantOfShape", check=lambda n, g: _needs_constant(n, g, (0,)), since=9)
+@lowering("ConstantOfShape", since=9, constant_inputs=(0,))
 def lower_constant_of_shape(ctx: LowerCtx, node: Node) -> None:
     """Reached only when the result is too large to fold into the bundle: fill it on the device."""
     value = node.attrs.get("value")
     _fill_output(ctx, node.outputs[0], float(np.asarray(value).reshape(-1)[0]) if value is not None else 0.0)
 
 
-@lowering("Trilu", check=lambda n, g: _needs_constant(n, g, (1,)), since=14)
+@lowering("Trilu", since=14, constant_inputs=(1,))
 def lower_trilu(ctx: LowerCtx, node: Node) -> None:
     """Keep the upper (or lower) triangle: a constant mask of the last two axes selects the input over zeros."""
     shape = ctx.shape(node.inputs[0])

@@ -32,7 +32,7 @@ Body = Callable[[Program, int, int, TileAccess, TileAccess, list[HbmView]], None
 def _normalized_axes(node: Node, g: Graph) -> tuple[int, ...]:
     rank = len(g.tensors[node.inputs[0]].shape)
     if node.op in ("Softmax", "LogSoftmax", "Hardmax"):
-        if g.opset >= 13:
+        if g.opset_of(node) >= 13:
             return normalize_axes((node.attrs.get("axis", -1),), rank)
         axis = normalize_axes((node.attrs.get("axis", 1),), rank)[0]
         return tuple(range(axis, rank))  # before opset 13 the input is flattened to 2-D at `axis`
@@ -100,14 +100,20 @@ def lower_softmax(ctx: LowerCtx, node: Node) -> None:
         _reduce(prog, neg_max, x, AluOp.maximum)
         ts(prog, neg_max, neg_max, AluOp.multiply, -1.0)
         e = _row_tile(prog, p, n, "exp") if log else y
-        act(prog, e, x, ActFunc.exp, bias=neg_max, reduce=total)  # exp(x - max) and its row sums in one pass
+        if e.tile.dtype is DType.fp32:
+            act(prog, e, x, ActFunc.exp, bias=neg_max, reduce=total)  # exp(x - max) and its row sums at once
+        else:  # a narrower type: x - max, its exp and their sum each rounded to it, as the op computes in its type
+            shifted = prog.sbuf(p, n, e.tile.dtype, "shifted").ap()
+            ts(prog, shifted, x, AluOp.add, neg_max)
+            act(prog, e, shifted, ActFunc.exp)
+            total = prog.sbuf(p, 1, e.tile.dtype, "sum").ap()
+            _reduce(prog, total, e, AluOp.add)
         if log:  # x - max - log(sum)
             act(prog, total, total, ActFunc.log)
             tt(prog, total, total, neg_max, AluOp.subtract)
             ts(prog, y, x, AluOp.subtract, total)
         else:
-            ts(prog, total, total, AluOp.divide, 1.0, reverse0=True)
-            ts(prog, y, e, AluOp.multiply, total)
+            ts(prog, y, e, AluOp.divide, total)
 
     per_row(ctx, node, _normalized_axes(node, ctx.graph), [], body)
 

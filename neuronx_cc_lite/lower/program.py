@@ -87,13 +87,18 @@ class PendingInstr:
 
 
 class Program:
-    def __init__(self, target: Target) -> None:
+    def __init__(self, target: Target, matmul_dtype: DType | None = None) -> None:
         self.target = target
+        self.matmul_dtype = matmul_dtype  # auto-cast: the type matmul operands are loaded as
         self.instrs: list[PendingInstr] = []
         self.tiles: list[Tile] = []
         self.hbm: list[HbmTensor] = []
         self.node = ""  # the ONNX node being lowered, recorded on every instruction
         self._next_queue = itertools.cycle(range(target.dma_queues))
+
+    def operand_dtype(self, dtype: DType) -> DType:
+        """The type a matmul operand of type `dtype` is held in on chip: the auto-cast type for fp32."""
+        return self.matmul_dtype if self.matmul_dtype is not None and dtype is DType.fp32 else dtype
 
     # ---- storage -----------------------------------------------------------------------------------------------
 

@@ -20,16 +20,18 @@ class Lowering:
     lower: Lower
     check: Check | None
     since: int  # the first opset whose semantics the lowering implements
+    constant_inputs: tuple[int, ...] = ()  # inputs the compiler needs at compile time (axes, shapes, pads, ...)
 
 
 LOWERINGS: dict[str, Lowering] = {}
 
 
-def lowering(*ops: str, check: Check | None = None, since: int = 1):  # type: ignore[no-untyped-def]
+def lowering(*ops: str, check: Check | None = None, since: int = 1,  # type: ignore[no-untyped-def]
+             constant_inputs: tuple[int, ...] = ()):
     def register(fn: Lower) -> Lower:
         for op in ops:
             assert op not in LOWERINGS, f"two lowerings for {op}"
-            LOWERINGS[op] = Lowering(op, fn, check, since)
+            LOWERINGS[op] = Lowering(op, fn, check, since, constant_inputs)
         return fn
 
     return register
@@ -42,13 +44,27 @@ def why_unsupported(node: Node, g: Graph) -> str | None:
     entry = LOWERINGS.get(node.op)
     if entry is None:
         return f"operator {node.op} is not supported"
-    if g.opset < entry.since:
-        return f"{node.op} is supported from opset {entry.since}; the model uses opset {g.opset}"
+    if g.opset_of(node) < entry.since:
+        return f"{node.op} is supported from opset {entry.since}; the node is opset {g.opset_of(node)}"
     for name in (*node.inputs, *node.outputs):
         t = g.tensors.get(name) if name else None
         if t is not None and t.dtype is not None and device_dtype(np.dtype(t.dtype)) is None:
             return f"tensor {name!r} has element type {t.dtype}, which the device does not hold"
+    for i in entry.constant_inputs:
+        if len(node.inputs) > i and node.inputs[i] and not g.tensors[node.inputs[i]].is_constant:
+            return f"input {i} ({node.inputs[i]!r}) must be a compile-time constant"
     return entry.check(node, g) if entry.check else None
+
+
+def parameter_inputs(nodes: list[tuple[str, list[str]]], graph_inputs: set[str]) -> set[str]:
+    """The graph inputs that feed an input some lowering needs at compile time. `nodes`: (op, inputs) pairs."""
+    found = set()
+    for op, inputs in nodes:
+        entry = LOWERINGS.get(op)
+        for i in entry.constant_inputs if entry else ():
+            if len(inputs) > i and inputs[i] in graph_inputs:
+                found.add(inputs[i])
+    return found
 
 
 def unsupported_nodes(g: Graph) -> list[tuple[str, str, str]]:

@@ -11,7 +11,7 @@ from typing import Callable
 
 from neuronx_cc_lite.errors import CompileError
 from neuronx_cc_lite.ir import Graph, print_graph
-from neuronx_cc_lite.passes import fold_constants
+from neuronx_cc_lite.passes import canonicalize, expand_functions, fold_batchnorm, fold_constants
 from neuronx_cc_lite.passes.verify import verify
 
 
@@ -23,8 +23,14 @@ class Pass:
 
 
 PIPELINE: list[Pass] = [
+    Pass("expand-functions", expand_functions.run,
+         "ops ONNX defines as functions of simpler ops need no lowering of their own"),
     Pass("fold-constants", fold_constants.run,
          "shape arithmetic and constant subgraphs are compile-time work; they also settle computed shapes"),
+    Pass("canonicalize", canonicalize.run,
+         "older exporters spell LayerNorm and GELU as chains of small ops: one op each lowers far better"),
+    Pass("fold-batchnorm", fold_batchnorm.run,
+         "an inference BatchNormalization after a Conv or Gemm is a scaling of its weights and bias: no instruction"),
 ]
 
 PASS_NAMES = [p.name for p in PIPELINE]

@@ -49,12 +49,20 @@ def evaluate(node: Node, g: Graph, opset: int) -> list[np.ndarray]:
     return ReferenceEvaluator(model).run(None, {})
 
 
-def _infer(node: Node, g: Graph) -> None:
-    schema = onnx.defs.get_schema(node.op, g.opset, node.domain or "")
+def infer_node(node: Node, g: Graph) -> None:
+    try:
+        schema = onnx.defs.get_schema(node.op, g.opset_of(node), node.domain or "")
+    except onnx.defs.SchemaError:
+        raise CompileError("NCC_UNSUPPORTED", f"no ONNX schema for {node.op} in opset {g.opset_of(node)}", node.name,
+                           node.op) from None
     types = {i: _value_info(g.tensors[i]).type for i in node.inputs if i}
     data = {i: numpy_helper.from_array(g.tensors[i].value, i) for i in node.inputs
             if i and g.tensors[i].is_constant}
-    inferred = onnx.shape_inference.infer_node_outputs(schema, to_onnx_node(node), types, data)
+    try:
+        inferred = onnx.shape_inference.infer_node_outputs(schema, to_onnx_node(node), types, data)
+    except Exception as e:  # onnx raises its own InferenceError and ValueErrors
+        raise CompileError("NCC_SHAPE_INFERENCE", f"shape inference fails: {str(e).strip().splitlines()[0]}",
+                           node.name, node.op) from None
     for name, tp in inferred.items():
         t = g.tensors[name]
         tt = tp.tensor_type
@@ -89,7 +97,7 @@ def run(g: Graph) -> Graph:
                 values = _fold_shape(node, g)
             else:
                 try:
-                    values = evaluate(node, g, g.opset)
+                    values = evaluate(node, g, g.opset_of(node))
                 except Exception as e:
                     raise CompileError("NCC_FOLD", f"cannot evaluate at compile time: {e}", node.name,
                                        node.op) from None
@@ -100,7 +108,7 @@ def run(g: Graph) -> Graph:
                 continue
         if any(g.tensors[o].shape is None for o in node.outputs if o):
             if all(g.tensors[i].shape is not None for i in node.inputs if i):
-                _infer(node, g)
+                infer_node(node, g)
         kept.append(node)
     g.nodes = kept
     used = {i for n in g.nodes for i in n.inputs} | set(g.outputs) | set(g.inputs)

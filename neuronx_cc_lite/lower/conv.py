@@ -1,0 +1,314 @@
+"""Conv and ConvTranspose on the Tensor engine: a sum of matmuls over kernel taps and input-channel tiles.
+
+    out[m, pixels] = sum over taps t and input channels c of  W[m, c, t] * window_t[c, pixels]
+
+Input channels go on partitions. For each block of outputs (at most one PSUM bank of pixels, windows.py), the
+padded input window of each tile of at most pmax input channels is loaded once; every tap is then one nc_matmul
+whose stationary operand is the weight slice [channels, output channels] of that tap and whose moving operand is
+the window read with the convolution's strides and dilations, all accumulating in one PSUM bank. ScalarE evacuates
+the bank adding the bias (a [P, 1] operand: output channels are on partitions) and DMA stores the block.
+
+Groups make the weights of a pair (input-channel tile, output-channel tile) block-diagonal; an output tile reads
+only the input channels of its groups, so depthwise convolution is a diagonal stationary per tap over pmax
+channels at a time. ConvTranspose is the convolution of the input with zeros inserted between its elements
+(`up` = stride), padded by dilation * (kernel - 1) - pads, the kernel flipped and its channel axes swapped.
+Constant weights are arranged per pair at compile time, so that each pair loads with one contiguous DMA.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from isa.dtypes import DType
+from isa.functions import ActFunc
+from isa.operand import Engine
+from isa.target import TARGETS, Target
+from neuronx_cc_lite.errors import CompileError
+from neuronx_cc_lite.ir import Graph, Node
+from neuronx_cc_lite.lower.context import LowerCtx
+from neuronx_cc_lite.lower.hbm import HbmView
+from neuronx_cc_lite.lower.patterns import dma_tile
+from neuronx_cc_lite.lower.program import Tile
+from neuronx_cc_lite.lower.registry import lowering
+from neuronx_cc_lite.lower.windows import Axis, blocks, load_windows, window_axes, window_ap
+
+
+# check() runs before a target is chosen: it judges by the target with the least SBUF.
+SMALLEST = min(TARGETS.values(), key=lambda t: t.sbuf_partition_bytes)
+
+
+def window_budget(target: Target) -> int:
+    """fp32 elements per partition of one input-window tile: an eighth of a partition, so that windows of the
+    next block load while this one's matmuls run, beside the resident weights."""
+    return target.sbuf_partition_bytes // 8 // 4
+
+
+def weight_budget(target: Target) -> int:
+    """Bytes per partition of the weights resident for one output-channel tile: a quarter of a partition."""
+    return target.sbuf_partition_bytes // 4
+
+
+@dataclass(frozen=True)
+class ConvGeometry:
+    axes: list[Axis]
+    groups: int
+    channels: int  # input channels
+    outputs: int  # output channels
+    kernel: tuple[int, ...]
+    transposed: bool  # ConvTranspose: weights [C, M / groups, *kernel], read flipped
+
+    @property
+    def taps(self) -> int:
+        return math.prod(self.kernel)
+
+    @property
+    def group_in(self) -> int:
+        return self.channels // self.groups
+
+    @property
+    def group_out(self) -> int:
+        return self.outputs // self.groups
+
+    def input_range(self, co0: int, mt: int) -> tuple[int, int]:
+        """The input channels that output channels co0 .. co0 + mt - 1 read: those of their groups."""
+        return co0 // self.group_out * self.group_in, ((co0 + mt - 1) // self.group_out + 1) * self.group_in
+
+    def output_tile(self, target: Target) -> int:
+        """Output channels per tile: pmax, fewer when the weights of a tile would not fit their budget."""
+        mt = min(target.gemm_stationary_fmax, self.outputs)
+        while mt > 1 and self.weight_bytes(mt, target) > weight_budget(target):
+            mt = -(-mt // 2)
+        return mt
+
+    def weight_bytes(self, mt: int, target: Target) -> int:
+        """Bytes per partition of the weights of any tile of mt output channels: pmax-channel tiles of the input
+        channels of the groups it can straddle, by taps, by mt, in fp32."""
+        groups = min(self.groups, -(-(mt - 1) // self.group_out) + 1)
+        return -(-groups * self.group_in // target.partitions) * self.taps * mt * 4
+
+    def intersections(self, c0: int, ct: int, co0: int, mt: int) -> list[tuple[int, int, int, int, int]]:
+        """(group, first input channel, count, first output channel, count) of each group both tiles touch."""
+        found = []
+        for g in range(co0 // self.group_out, (co0 + mt - 1) // self.group_out + 1):
+            c_lo, c_hi = max(c0, g * self.group_in), min(c0 + ct, (g + 1) * self.group_in)
+            m_lo, m_hi = max(co0, g * self.group_out), min(co0 + mt, (g + 1) * self.group_out)
+            if c_lo < c_hi and m_lo < m_hi:
+                found.append((g, c_lo, c_hi - c_lo, m_lo, m_hi - m_lo))
+        return found
+
+
+def _floats(node: Node, g: Graph) -> str | None:
+    for name in (node.inputs[0], node.outputs[0]):
+        if not np.issubdtype(g.tensors[name].dtype, np.floating):
+            return f"{node.op} on {g.tensors[name].dtype} tensors is not supported (floating point only)"
+    return None
+
+
+def _common(node: Node, g: Graph) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]] | str:
+    """(input, weight, output) shapes, or why the node is out of reach whatever its attributes."""
+    x, w, y = (g.tensors[n].shape for n in (node.inputs[0], node.inputs[1], node.outputs[0]))
+    if len(x) not in (3, 4, 5):
+        return f"{node.op} of a rank-{len(x)} input: 1-D, 2-D and 3-D convolutions only"
+    if len(w) != len(x):
+        return f"weights of rank {len(w)} for an input of rank {len(x)}"
+    kernel_shape = node.attrs.get("kernel_shape")
+    if kernel_shape is not None and tuple(kernel_shape) != tuple(w[2:]):
+        return f"kernel_shape {list(kernel_shape)} differs from the weights' {list(w[2:])}"
+    return _floats(node, g) or (x, w, y)
+
+
+def conv_geometry(node: Node, g: Graph) -> ConvGeometry | str:
+    shapes = _common(node, g)
+    if isinstance(shapes, str):
+        return shapes
+    x, w, y = shapes
+    groups = int(node.attrs.get("group", 1))
+    if groups < 1 or x[1] != w[1] * groups or w[0] % groups:
+        return f"group {groups} does not divide {x[1]} input channels ({w[1]} per group) and {w[0]} outputs"
+    axes = window_axes(node.attrs, x[2:], tuple(w[2:]), y[2:])
+    if isinstance(axes, str):
+        return axes
+    return ConvGeometry(axes, groups, x[1], w[0], tuple(w[2:]), False)
+
+
+def conv_transpose_geometry(node: Node, g: Graph) -> ConvGeometry | str:
+    shapes = _common(node, g)
+    if isinstance(shapes, str):
+        return shapes
+    x, w, y = shapes
+    attrs, rank = node.attrs, len(x) - 2
+    groups = int(attrs.get("group", 1))
+    if groups < 1 or x[1] != w[0] or w[0] % groups:
+        return f"group {groups} does not divide the {w[0]} input channels of the weights (input has {x[1]})"
+    strides = tuple(attrs.get("strides") or (1,) * rank)
+    dilations = tuple(attrs.get("dilations") or (1,) * rank)
+    extra = tuple(attrs.get("output_padding") or (0,) * rank)
+    pads = tuple(attrs.get("pads") or (0,) * 2 * rank)
+    auto_pad, output_shape = attrs.get("auto_pad", "NOTSET"), attrs.get("output_shape")
+    if len(strides) != rank or len(dilations) != rank or len(extra) != rank or len(pads) != 2 * rank:
+        return "strides, dilations, output_padding and pads must give one value per spatial axis (two for pads)"
+    if min(strides + dilations) < 1 or min(extra + pads) < 0:
+        return "strides and dilations must be positive, pads and output_padding non-negative"
+    if auto_pad not in ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID"):
+        return f"auto_pad {auto_pad!r} is not supported"
+    axes = []
+    for k, (n, kern, s, d, e) in enumerate(zip(x[2:], w[2:], strides, dilations, extra)):
+        full = (n - 1) * s + e + (kern - 1) * d + 1
+        begin, end = (0, 0) if auto_pad == "VALID" else (pads[k], pads[k + rank])
+        if output_shape is not None or auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+            wanted = output_shape[len(output_shape) - rank + k] if output_shape is not None else n * s
+            total = full - wanted  # negative: the output extends past the last tap (zeros and bias)
+            end = total // 2 if auto_pad != "SAME_UPPER" else total - total // 2
+            begin = total - end
+        axes.append(Axis(n, full - begin - end, kern, 1, d, d * (kern - 1) - begin, up=s))
+    if tuple(ax.out for ax in axes) != tuple(y[2:]):
+        return f"output shape {list(y[2:])} does not match the attributes ({[ax.out for ax in axes]})"
+    return ConvGeometry(axes, groups, x[1], w[1] * groups, tuple(w[2:]), True)
+
+
+def _check(geometry: Callable[[Node, Graph], ConvGeometry | str]) -> Callable[[Node, Graph], str | None]:
+    def check(node: Node, g: Graph) -> str | None:
+        geo = geometry(node, g)
+        if isinstance(geo, str):
+            return geo
+        if math.prod(ax.extent for ax in geo.axes) > window_budget(SMALLEST):
+            return f"the window of one output ({[ax.extent for ax in geo.axes]}) does not fit an SBUF tile"
+        if geo.weight_bytes(1, SMALLEST) > weight_budget(SMALLEST):
+            return f"the weights of one output channel ({geo.channels} x {geo.taps} taps) do not fit SBUF"
+        return None
+
+    return check
+
+
+# ---- weights ---------------------------------------------------------------------------------------------------
+
+WeightLoader = Callable[[int, int, int, int], Tile]  # (c0, ct, co0, mt) -> tile [ct, taps * mt]
+
+
+def _per_group(w: np.ndarray | HbmView, geo: ConvGeometry, g: int) -> np.ndarray | HbmView:
+    """Group g's weights as (input channels, output channels, *kernel), unflipped."""
+    if geo.transposed:
+        return w[g * geo.group_in:(g + 1) * geo.group_in] if isinstance(w, np.ndarray) else \
+            w.slice(0, g * geo.group_in, (g + 1) * geo.group_in)
+    rest = tuple(range(2, 2 + len(geo.kernel)))
+    if isinstance(w, np.ndarray):
+        return w[g * geo.group_out:(g + 1) * geo.group_out].transpose((1, 0, *rest))
+    return w.slice(0, g * geo.group_out, (g + 1) * geo.group_out).transpose((1, 0, *rest))
+
+
+def _constant_weights(ctx: LowerCtx, node: Node, geo: ConvGeometry,
+                      pairs: list[tuple[int, int, int, int]]) -> WeightLoader:
+    """Every pair's block [ct, taps, mt] laid out at compile time in one weight tensor."""
+    w = ctx.graph.tensors[node.inputs[1]].value.astype(np.float64)
+    dtype = ctx.program.operand_dtype(DType.fp32)  # auto-cast: stored in the type the matmul reads
+    parts, where = [], {}
+    at = 0
+    for c0, ct, co0, mt in pairs:
+        block = np.zeros((ct, geo.taps, mt))
+        for g, c_lo, cn, m_lo, mn in geo.intersections(c0, ct, co0, mt):
+            c, m = c_lo - g * geo.group_in, m_lo - g * geo.group_out
+            sub = _per_group(w, geo, g)[c:c + cn, m:m + mn]
+            block[c_lo - c0:c_lo - c0 + cn, :, m_lo - co0:m_lo - co0 + mn] = \
+                sub.reshape(cn, mn, geo.taps).transpose(0, 2, 1)
+        parts.append(block.ravel())
+        where[(c0, co0)] = at
+        at += block.size
+    data = np.concatenate(parts).astype(dtype.np)
+    tensor = ctx.program.hbm_tensor(f"{node.name}/weights", data.nbytes, "weight", data.tobytes())
+
+    def load(c0: int, ct: int, co0: int, mt: int) -> Tile:
+        tile = ctx.program.sbuf(ct, geo.taps * mt, dtype, f"{node.name}/w")
+        view = HbmView(tensor, dtype, (ct, geo.taps * mt), (geo.taps * mt, 1), where[(c0, co0)])
+        ctx.program.dma(tile.ap(), view)
+        return tile
+
+    return load
+
+
+def _runtime_weights(ctx: LowerCtx, node: Node, geo: ConvGeometry) -> WeightLoader:
+    """Weights computed at run time: each group's part of a pair is one DMA that transposes it into place."""
+    w = ctx.view(node.inputs[1])
+    kernel_strides = tuple(math.prod(geo.kernel[k + 1:]) for k in range(len(geo.kernel)))
+
+    def load(c0: int, ct: int, co0: int, mt: int) -> Tile:
+        prog = ctx.program
+        tile = prog.sbuf(ct, geo.taps * mt, prog.operand_dtype(DType.fp32), f"{node.name}/w")
+        if geo.groups > 1:
+            prog.emit("memset", Engine.POOL, dst=tile.ap(), value=0.0)
+        for g, c_lo, cn, m_lo, mn in geo.intersections(c0, ct, co0, mt):
+            part = _per_group(w, geo, g)
+            assert isinstance(part, HbmView)
+            view = part.box((c_lo - g * geo.group_in, m_lo - g * geo.group_out) + (0,) * len(geo.kernel),
+                            (cn, mn, *geo.kernel))
+            dma_tile(prog, tile, view, (1, *(s * mt for s in kernel_strides)), m_lo - co0, c_lo - c0)
+        return tile
+
+    return load
+
+
+# ---- the lowering ----------------------------------------------------------------------------------------------
+
+
+def lower_windowed_matmul(ctx: LowerCtx, node: Node, geo: ConvGeometry) -> None:
+    prog, target = ctx.program, ctx.program.target
+    x, out = ctx.view(node.inputs[0]), ctx.output(node.outputs[0])
+    bias = ctx.view(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else None
+    rank, batch, pmax = len(geo.kernel), x.shape[0], target.partitions
+    mt_max = geo.output_tile(target)
+    co_tiles = [(co0, min(mt_max, geo.outputs - co0)) for co0 in range(0, geo.outputs, mt_max)]
+    chunks = {}
+    for co0, mt in co_tiles:
+        lo, hi = geo.input_range(co0, mt)
+        chunks[co0] = [(c0, min(pmax, hi - c0)) for c0 in range(lo, hi, pmax)]
+    pairs = [(c0, ct, co0, mt) for co0, mt in co_tiles for c0, ct in chunks[co0]]
+    load_weights = (_constant_weights(ctx, node, geo, pairs) if ctx.graph.tensors[node.inputs[1]].is_constant
+                    else _runtime_weights(ctx, node, geo))
+    out_max = min(target.psum_bank_fmax, target.gemm_moving_fmax)
+    plan = blocks(batch, geo.axes, out_max, window_budget(target))
+    taps = list(itertools.product(*(range(k) for k in geo.kernel)))
+    spatial = tuple(range(2, 2 + rank))
+    for co0, mt in co_tiles:
+        weights = [load_weights(c0, ct, co0, mt) for c0, ct in chunks[co0]]
+        bias_tile = None
+        if bias is not None:
+            bias_tile = prog.sbuf(mt, 1, DType.fp32, f"{node.name}/bias")
+            prog.dma(bias_tile.ap(), HbmView(bias.tensor, bias.dtype, (mt, 1), (bias.strides[0], 1),
+                                             bias.offset + co0 * bias.strides[0]))
+        for block in plan:
+            acc = prog.psum(mt, block.size, f"{node.name}/acc")
+            first = True
+            for (c0, ct), w in zip(chunks[co0], weights):
+                src = x.box((0, c0) + (0,) * rank, (batch, ct, *x.shape[2:])).transpose((1, 0, *spatial))
+                window, strides = load_windows(prog, src, block, geo.axes, 0.0, f"{node.name}/x",
+                                               prog.operand_dtype(DType.fp32))
+                for t, tap in enumerate(taps):
+                    w_tap = geo.taps - 1 - t if geo.transposed else t
+                    prog.emit("nc_matmul", Engine.PE, dst=acc.ap(), stationary=w.ap(((mt, 1),), w_tap * mt),
+                              moving=window_ap(window, strides, block, geo.axes, tap, ct), accumulate=not first)
+                    first = False
+            res = prog.sbuf(mt, block.size, DType.fp32, f"{node.name}/y")
+            prog.emit("activation", Engine.ACT, dst=res.ap(), src=acc.ap(),
+                      bias=bias_tile.ap() if bias_tile is not None else None, func=ActFunc.copy, scale=1.0)
+            box = out.box((block.n0, co0, *block.starts), (block.images, mt, *block.counts))
+            prog.dma(box.transpose((1, 0, *spatial)), res.ap())
+
+
+def _geometry_or_fail(geo: ConvGeometry | str, node: Node) -> ConvGeometry:
+    if isinstance(geo, str):
+        raise CompileError("NCC_UNSUPPORTED", geo, node.name, node.op)
+    return geo
+
+
+@lowering("Conv", check=_check(conv_geometry))
+def lower_conv(ctx: LowerCtx, node: Node) -> None:
+    lower_windowed_matmul(ctx, node, _geometry_or_fail(conv_geometry(node, ctx.graph), node))
+
+
+@lowering("ConvTranspose", check=_check(conv_transpose_geometry))
+def lower_conv_transpose(ctx: LowerCtx, node: Node) -> None:
+    lower_windowed_matmul(ctx, node, _geometry_or_fail(conv_transpose_geometry(node, ctx.graph), node))

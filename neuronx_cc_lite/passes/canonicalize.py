@@ -1,0 +1,215 @@
+"""Canonicalise what older exporters emit into single operations that lower well:
+
+- the decomposed LayerNorm of torch.onnx before opset 17,
+      ReduceMean, Sub, Pow(2), ReduceMean, Add(eps), Sqrt, Div, [Mul(gamma)], [Add(beta)]
+  -> LayerNormalization (one pass over each row, statistics in partition columns, instead of nine HBM round trips);
+- GELU written out with Erf, 0.5 * x * (1 + Erf(x / sqrt(2))) -> Gelu;
+- GELU written out with Tanh, 0.5 * x * (1 + Tanh(sqrt(2/pi) * (x + 0.044715 * x^3))) -> Gelu(approximate="tanh").
+
+A pattern is rewritten only when every intermediate value it swallows has no other use, so the rewrite never
+changes what the rest of the graph sees. The nodes left without users are removed.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from neuronx_cc_lite.ir import Graph, Node
+
+
+@dataclass
+class _Matcher:
+    g: Graph
+    producers: dict[str, Node]
+    users: dict[str, list[Node]]
+
+    def const(self, name: str) -> float | None:
+        t = self.g.tensors.get(name)
+        if t is None or not t.is_constant or t.value.size != 1 or t.value.dtype.kind not in "fiu":
+            return None
+        return float(t.value.reshape(-1)[0])
+
+    def is_const(self, name: str, value: float, rel: float = 1e-5) -> bool:
+        v = self.const(name)
+        return v is not None and math.isclose(v, value, rel_tol=rel)
+
+    def only_used_by(self, name: str, *nodes: Node) -> bool:
+        if name in self.g.outputs:
+            return False
+        return all(any(u is n for n in nodes) for u in self.users.get(name, []))
+
+    def node(self, name: str, op: str) -> Node | None:
+        n = self.producers.get(name)
+        return n if n is not None and n.op == op else None
+
+    def user(self, name: str, op: str) -> Node | None:
+        found = [u for u in self.users.get(name, []) if u.op == op]
+        return found[0] if len(found) == 1 else None
+
+
+def _other(node: Node, name: str) -> str | None:
+    """The other input of a binary node, given one."""
+    a, b = node.inputs[:2]
+    return b if a == name else a if b == name else None
+
+
+def _times_half_x(m: _Matcher, x: str, gate: str) -> tuple[Node, list[Node]] | None:
+    """0.5 * x * gate in any association: returns the final Mul and the Muls the pattern consumes."""
+    for outer in [u for u in m.users.get(gate, []) if u.op == "Mul"]:
+        other = _other(outer, gate)
+        if other == x:  # (x * gate) * 0.5
+            final = m.user(outer.outputs[0], "Mul")
+            if final is not None and m.is_const(_other(final, outer.outputs[0]) or "", 0.5):
+                return final, [outer]
+        elif other is not None and m.is_const(other, 0.5):  # x * (gate * 0.5)
+            final = m.user(outer.outputs[0], "Mul")
+            if final is not None and _other(final, outer.outputs[0]) == x:
+                return final, [outer]
+        elif other is not None and (half := m.node(other, "Mul")) is not None:  # (x * 0.5) * gate
+            if x in half.inputs and m.is_const(_other(half, x) or "", 0.5):
+                return outer, [half]
+    return None
+
+
+def _gelu_erf(m: _Matcher, erf: Node) -> tuple[Node, list[Node]] | None:
+    scaled = erf.inputs[0]
+    div, mul = m.node(scaled, "Div"), m.node(scaled, "Mul")
+    if div is not None and m.is_const(div.inputs[1], math.sqrt(2)):
+        x, first = div.inputs[0], div
+    elif mul is not None:
+        x = next((i for i in mul.inputs if not m.is_const(i, 1 / math.sqrt(2))), None)
+        if x is None or not m.is_const(_other(mul, x) or "", 1 / math.sqrt(2)):
+            return None
+        first = mul
+    else:
+        return None
+    plus = m.user(erf.outputs[0], "Add")
+    if plus is None or not m.is_const(_other(plus, erf.outputs[0]) or "", 1.0):
+        return None
+    tail = _times_half_x(m, x, plus.outputs[0])
+    if tail is None:
+        return None
+    final, muls = tail
+    return Node("Gelu", final.name, [x], list(final.outputs)), [first, erf, plus, *muls, final]
+
+
+def _gelu_tanh(m: _Matcher, tanh: Node) -> tuple[Node, list[Node]] | None:
+    k = m.node(tanh.inputs[0], "Mul")
+    if k is None:
+        return None
+    inner = next((i for i in k.inputs if not m.is_const(i, math.sqrt(2 / math.pi))), None)
+    s = m.node(inner or "", "Add")
+    if s is None or not m.is_const(_other(k, inner) or "", math.sqrt(2 / math.pi), 1e-4):
+        return None
+    for x in s.inputs:
+        cubic_term = m.node(_other(s, x) or "", "Mul")
+        if cubic_term is None:
+            continue
+        cube_name = next((i for i in cubic_term.inputs if not m.is_const(i, 0.044715)), "")
+        if not m.is_const(_other(cubic_term, cube_name) or "", 0.044715):
+            continue
+        cube = m.node(cube_name, "Pow")
+        if cube is None or cube.inputs[0] != x or not m.is_const(cube.inputs[1], 3.0):
+            continue
+        plus = m.user(tanh.outputs[0], "Add")
+        if plus is None or not m.is_const(_other(plus, tanh.outputs[0]) or "", 1.0):
+            return None
+        tail = _times_half_x(m, x, plus.outputs[0])
+        if tail is None:
+            return None
+        final, muls = tail
+        return (Node("Gelu", final.name, [x], list(final.outputs), {"approximate": "tanh"}),
+                [cube, cubic_term, s, k, tanh, plus, *muls, final])
+    return None
+
+
+def _trailing_axes(m: _Matcher, node: Node, rank: int) -> tuple[int, ...] | None:
+    if len(node.inputs) > 1 and node.inputs[1]:
+        t = m.g.tensors[node.inputs[1]]
+        if not t.is_constant:
+            return None
+        axes = [int(a) for a in t.value.reshape(-1)]
+    else:
+        axes = list(node.attrs.get("axes", []))
+    axes = sorted(a + rank if a < 0 else a for a in axes)
+    if not axes or axes != list(range(axes[0], rank)) or not node.attrs.get("keepdims", 1):
+        return None
+    return tuple(axes)
+
+
+def _layer_norm(m: _Matcher, mean: Node) -> tuple[Node, list[Node]] | None:
+    x = mean.inputs[0]
+    shape = m.g.tensors[x].shape
+    if shape is None:
+        return None
+    axes = _trailing_axes(m, mean, len(shape))
+    sub = m.user(mean.outputs[0], "Sub")
+    if axes is None or sub is None or sub.inputs != [x, mean.outputs[0]]:
+        return None
+    d = sub.outputs[0]
+    square = m.user(d, "Pow")
+    div = m.user(d, "Div")
+    if square is None or div is None or not m.is_const(square.inputs[1], 2.0):
+        return None
+    var = m.user(square.outputs[0], "ReduceMean")
+    if var is None or _trailing_axes(m, var, len(shape)) != axes:
+        return None
+    add = m.user(var.outputs[0], "Add")
+    eps = m.const(_other(add, var.outputs[0]) or "") if add is not None else None
+    sqrt = m.user(add.outputs[0], "Sqrt") if add is not None else None
+    if eps is None or sqrt is None or div.inputs != [d, sqrt.outputs[0]]:
+        return None
+    matched = [mean, sub, square, var, add, sqrt, div]
+    out, inputs = div.outputs[0], [x]
+    for op in ("Mul", "Add"):
+        nxt = m.user(out, op)
+        param = _other(nxt, out) if nxt is not None else None
+        t = m.g.tensors.get(param or "")
+        if nxt is None or t is None or not t.is_constant or m.g.tensors[nxt.outputs[0]].shape != shape \
+                or not m.only_used_by(out, nxt):
+            break
+        if op == "Add" and len(inputs) == 1:  # a bias without a scale: scale by ones
+            break
+        inputs.append(param)  # type: ignore[arg-type]
+        matched.append(nxt)
+        out = nxt.outputs[0]
+    last = matched[-1]
+    ln = Node("LayerNormalization", last.name, inputs, [out], {"axis": axes[0], "epsilon": eps})
+    return ln, matched
+
+
+def _inner_values_private(m: _Matcher, matched: list[Node]) -> bool:
+    """Every value the pattern produces, but its final output, is used only inside the pattern."""
+    final = matched[-1]
+    for n in matched:
+        for out in n.outputs:
+            if n is not final and not m.only_used_by(out, *matched):
+                return False
+    return True
+
+
+REWRITES = (("ReduceMean", _layer_norm), ("Erf", _gelu_erf), ("Tanh", _gelu_tanh))
+
+
+def run(g: Graph) -> Graph:
+    for op, rewrite in REWRITES:
+        producers = g.producers()
+        users = g.consumers()
+        m = _Matcher(g, producers, users)
+        replaced: dict[int, Node] = {}  # id of the pattern's last node -> the new node
+        dead: set[int] = set()
+        for node in list(g.nodes):
+            if node.op != op or id(node) in dead:
+                continue
+            found = rewrite(m, node)
+            if found is None:
+                continue
+            new, matched = found
+            if any(id(n) in dead for n in matched) or not _inner_values_private(m, matched):
+                continue
+            dead.update(id(n) for n in matched)
+            replaced[id(matched[-1])] = new
+        g.nodes = [replaced.get(id(n), n) for n in g.nodes if id(n) not in dead or id(n) in replaced]
+    return g
+

@@ -1,0 +1,63 @@
+"""--auto-cast: every bundled model meets the documented error bound of each setting, and the listing shows the
+casts where they belong (matmul operands narrowed in SBUF, PSUM still fp32)."""
+
+from __future__ import annotations
+
+import glob
+import os
+
+import onnx
+import pytest
+
+from isa.assembly import disassemble
+from neuronx_cc_lite.compiler import Options, compile_model
+from neuronx_cc_lite.precision import error_bound
+from neuronx_cc_lite.reference import error_over_rms, onnxruntime_outputs, seeded_inputs
+from tests.conftest import MODELS_DIR, compile_to_model, gemm_model
+
+MODELS = sorted(glob.glob(os.path.join(MODELS_DIR, "*.onnx")))
+SETTINGS = [("matmult", "bf16"), ("matmult", "fp16"), ("matmult", "fp8_e4m3"), ("all", "bf16"), ("all", "fp16")]
+
+
+@pytest.mark.parametrize("mode, cast", SETTINGS, ids=lambda v: v)
+@pytest.mark.parametrize("path", MODELS, ids=os.path.basename)
+def test_model_within_documented_bound(tmp, path, mode, cast):
+    model = onnx.load(path)
+    compiled = compile_to_model(model, tmp, Options(auto_cast=mode, auto_cast_type=cast))
+    inputs = seeded_inputs(compiled.inputs)
+    ours, ref = compiled.run(inputs), onnxruntime_outputs(model, inputs)
+    bound = error_bound(mode, cast)
+    for name in ref:
+        assert error_over_rms(ours[name], ref[name]) <= bound, name
+
+
+def test_auto_cast_changes_the_answer_a_little():
+    """Not a no-op: bf16 operands move the result off the fp32 one, by less than the bound."""
+    model = gemm_model(7, 300, 129)
+    ours = {}
+    for mode in ("none", "matmult"):
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as tmp:
+            compiled = compile_to_model(model, tmp, Options(auto_cast=mode))
+            ours[mode] = compiled.run(seeded_inputs(compiled.inputs))["y"]
+    err = error_over_rms(ours["matmult"], ours["none"])
+    assert 1e-4 < err <= error_bound("matmult", "bf16")
+
+
+def test_matmul_operands_are_narrowed_and_psum_stays_fp32():
+    listing = disassemble(compile_model(gemm_model(7, 129, 300), Options(auto_cast="matmult")), data=False)
+    matmuls = [line for line in listing.splitlines() if "nc_matmul" in line]
+    assert matmuls
+    for line in matmuls:
+        assert "dst=fp32 PSUM" in line and "stationary=bf16 SBUF" in line and "moving=bf16 SBUF" in line
+    casts = [line for line in listing.splitlines() if "dma_copy dst=bf16 SBUF" in line and "src=fp32 HBM" in line]
+    assert casts, "the operands are cast by the DMA that loads them"
+
+
+def test_all_holds_weights_in_the_cast_type():
+    fp32 = compile_model(gemm_model(7, 129, 300))
+    narrow = compile_model(gemm_model(7, 129, 300), Options(auto_cast="all", auto_cast_type="fp8_e4m3"))
+    size = lambda b: sum(len(s.data) for s in b.weights)  # noqa: E731
+    assert size(narrow) * 4 == size(fp32)
+    assert narrow.flags["auto_cast"] == "all" and narrow.flags["auto_cast_type"] == "fp8_e4m3"

@@ -1,0 +1,100 @@
+"""Conv and ConvTranspose against onnxruntime: kernel sizes, strides, pads and auto_pad, dilations, groups
+(depthwise included), bias or none, constant or run-time weights, 1-D / 2-D / 3-D, odd sizes."""
+
+from __future__ import annotations
+
+import pytest
+
+from neuronx_cc_lite.compiler import compile_model
+from neuronx_cc_lite.errors import UnsupportedError
+from tests.compiler.one_node import F32, check, one_node, rng_weights, streams
+
+
+def conv(op: str, n: int, c: int, spatial: list[int], m: int, kernel: list[int], group: int = 1,
+         bias: bool = True, runtime_weights: bool = False, seed: int = 0, **attrs: object):
+    w_shape = (m, c // group, *kernel) if op == "Conv" else (c, m // group, *kernel)
+    weights = rng_weights(seed, w=w_shape, b=(m,))
+    inputs = {"x": ([n, c, *spatial], F32)}
+    if runtime_weights:
+        inputs["w"] = (list(w_shape), F32)
+        del weights["w"]
+    if not bias:
+        del weights["b"]
+    order = ["x", "w"] + (["b"] if bias else [])
+    return one_node(op, inputs, weights, order=order, group=group, **attrs)
+
+
+CONV = {
+    "3x3": dict(n=1, c=3, spatial=[7, 9], m=5, kernel=[3, 3]),
+    "pads-batch2": dict(n=2, c=3, spatial=[7, 9], m=5, kernel=[3, 3], pads=[1, 1, 1, 1]),
+    "stride2-asymmetric-pads": dict(n=1, c=4, spatial=[9, 7], m=6, kernel=[3, 2], strides=[2, 2], pads=[0, 1, 2, 0]),
+    "dilated-grouped-runtime-w": dict(n=1, c=6, spatial=[11, 13], m=4, kernel=[3, 2], group=2, dilations=[2, 3],
+                                      pads=[1, 2, 3, 0], runtime_weights=True),
+    "same-upper": dict(n=1, c=2, spatial=[8, 9], m=3, kernel=[4, 3], strides=[3, 2], auto_pad="SAME_UPPER"),
+    "same-lower": dict(n=2, c=2, spatial=[8, 9], m=3, kernel=[4, 3], strides=[3, 2], auto_pad="SAME_LOWER"),
+    "valid": dict(n=1, c=3, spatial=[7, 9], m=2, kernel=[2, 4], strides=[2, 3], auto_pad="VALID"),
+    "depthwise-130": dict(n=2, c=130, spatial=[7, 9], m=130, kernel=[3, 3], group=130, pads=[1, 2, 0, 1],
+                          strides=[2, 1]),
+    "depthwise-multiplier": dict(n=1, c=4, spatial=[7, 9], m=8, kernel=[3, 3], group=4, pads=[1, 1, 1, 1],
+                                 runtime_weights=True),
+    "groups-across-tiles": dict(n=1, c=150, spatial=[5, 6], m=60, kernel=[3, 3], group=3, pads=[1, 1, 1, 1]),
+    "1x1-130-channels": dict(n=2, c=130, spatial=[7, 9], m=130, kernel=[1, 1], bias=False),
+    "1x1-stride2": dict(n=1, c=5, spatial=[7, 9], m=3, kernel=[1, 1], strides=[2, 2]),
+    "kernel-larger-than-input": dict(n=1, c=2, spatial=[5, 4], m=3, kernel=[7, 9], pads=[3, 4, 3, 4]),
+    "many-blocks": dict(n=1, c=3, spatial=[40, 50], m=200, kernel=[3, 3], pads=[1, 1, 1, 1],
+                        runtime_weights=True),
+    "1d": dict(n=2, c=5, spatial=[30], m=7, kernel=[4], strides=[3], pads=[2, 1], bias=False),
+    "1d-long": dict(n=1, c=4, spatial=[1500], m=8, kernel=[5], dilations=[3], pads=[6, 6]),
+    "3d": dict(n=2, c=4, spatial=[5, 6, 7], m=3, kernel=[2, 3, 2], pads=[1, 0, 1, 0, 1, 1], strides=[1, 2, 1]),
+}
+
+CONV_TRANSPOSE = {
+    "stride2-output-padding": dict(n=2, c=4, spatial=[5, 6], m=6, kernel=[3, 3], strides=[2, 2],
+                                   pads=[1, 0, 1, 1], output_padding=[1, 0]),
+    "grouped-runtime-w": dict(n=1, c=4, spatial=[5, 6], m=6, kernel=[3, 3], group=2, strides=[2, 3],
+                              runtime_weights=True),
+    "1d-dilated": dict(n=1, c=4, spatial=[7], m=3, kernel=[5], dilations=[2], pads=[4, 3]),
+    "output-shape": dict(n=1, c=3, spatial=[4, 5], m=2, kernel=[4, 3], strides=[2, 2], output_shape=[9, 10]),
+    "same-upper": dict(n=1, c=2, spatial=[3, 4], m=2, kernel=[3, 3], strides=[2, 2], auto_pad="SAME_UPPER"),
+    "130-channels": dict(n=1, c=130, spatial=[4, 5], m=5, kernel=[3, 3], bias=False),
+    "depthwise": dict(n=1, c=6, spatial=[4, 5], m=6, kernel=[2, 2], group=6, strides=[2, 2]),
+    "3d": dict(n=1, c=2, spatial=[3, 4, 3], m=3, kernel=[2, 2, 3], strides=[2, 1, 2], pads=[0, 1, 1, 1, 0, 0]),
+}
+
+
+@pytest.mark.parametrize("case", CONV.values(), ids=CONV.keys())
+def test_conv(tmp, case):
+    check(conv("Conv", **case), tmp)
+
+
+@pytest.mark.parametrize("case", CONV_TRANSPOSE.values(), ids=CONV_TRANSPOSE.keys())
+def test_conv_transpose(tmp, case):
+    check(conv("ConvTranspose", **case), tmp)
+
+
+def test_conv_is_right_under_random_interleaving(tmp):
+    """The window memset, its DMA and the matmuls reading it are ordered by semaphores alone."""
+    model = conv("Conv", **CONV["depthwise-130"])
+    for seed in range(2):
+        check(model, tmp, policy="random", seed=seed)
+
+
+def test_conv_runs_on_the_tensor_engine():
+    """Matmuls on PE into PSUM, evacuation with the bias on ACT, the padding memset on POOL: nothing on DVE."""
+    engines = streams(conv("Conv", **CONV["pads-batch2"]))
+    assert set(engines["PE"]) == {"nc_matmul"}
+    assert set(engines["ACT"]) == {"activation"}
+    assert set(engines["POOL"]) == {"memset"}
+    assert "DVE" not in engines
+    assert len(engines["PE"]) == 9  # one matmul per tap: both images fit one PSUM bank
+
+
+@pytest.mark.parametrize("op, shape, kernel, message", [
+    ("Conv", [1, 1, 2, 2, 2, 2], [1, 1, 1, 1], "1-D, 2-D and 3-D convolutions only"),
+    ("Conv", [1, 1, 7000], [7000], "does not fit an SBUF tile"),
+    ("ConvTranspose", [1, 1, 2, 2, 2, 2], [1, 1, 1, 1], "1-D, 2-D and 3-D convolutions only"),
+])
+def test_unsupported_convolutions_say_why(op, shape, kernel, message):
+    model = conv(op, shape[0], shape[1], shape[2:], 1, kernel, bias=False)
+    with pytest.raises(UnsupportedError, match=message):
+        compile_model(model)

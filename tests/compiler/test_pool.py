@@ -1,0 +1,80 @@
+"""MaxPool, AveragePool, GlobalMaxPool and GlobalAveragePool against onnxruntime: kernels, strides, pads and
+auto_pad, dilations, ceil_mode, count_include_pad, 1-D / 2-D / 3-D, channels past one tile, large images."""
+
+from __future__ import annotations
+
+import pytest
+from onnx import TensorProto
+
+from neuronx_cc_lite.compiler import compile_model
+from neuronx_cc_lite.errors import UnsupportedError
+from tests.compiler.one_node import F32, check, one_node, streams
+
+
+def pool(op: str, shape: list[int], dtype: int = F32, **attrs: object):
+    return one_node(op, {"x": (shape, dtype)}, opset=19, **attrs)
+
+
+MAX = {
+    "3x3": ([2, 3, 7, 9], dict(kernel_shape=[3, 3])),
+    "ceil-130-channels": ([1, 130, 7, 9], dict(kernel_shape=[3, 2], strides=[2, 2], pads=[1, 0, 1, 1],
+                                               ceil_mode=1)),
+    "dilations": ([1, 3, 12, 11], dict(kernel_shape=[2, 3], dilations=[2, 2], strides=[1, 2])),
+    "same-upper": ([1, 3, 12, 11], dict(kernel_shape=[3, 3], auto_pad="SAME_UPPER", strides=[2, 2])),
+    "same-lower": ([2, 3, 7, 9], dict(kernel_shape=[2, 2], auto_pad="SAME_LOWER")),
+    "1d": ([2, 3, 20], dict(kernel_shape=[4], strides=[3], pads=[1, 2])),
+    "3d": ([1, 2, 5, 6, 7], dict(kernel_shape=[2, 3, 2], strides=[2, 1, 2], pads=[1, 1, 0, 0, 1, 1])),
+    "many-blocks": ([1, 2, 100, 90], dict(kernel_shape=[3, 3])),
+}
+
+AVERAGE = {
+    "3x3": ([2, 3, 7, 9], dict(kernel_shape=[3, 3])),
+    "pads-exclude": ([1, 3, 7, 9], dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1])),
+    "pads-include": ([1, 3, 7, 9], dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1], count_include_pad=1)),
+    "ceil-exclude": ([1, 130, 7, 9], dict(kernel_shape=[3, 2], strides=[2, 2], pads=[1, 0, 1, 1], ceil_mode=1)),
+    "ceil-include": ([1, 130, 7, 9], dict(kernel_shape=[3, 2], strides=[2, 2], pads=[1, 0, 1, 1], ceil_mode=1,
+                                          count_include_pad=1)),
+    "dilations": ([1, 3, 12, 11], dict(kernel_shape=[2, 3], dilations=[2, 2], pads=[1, 1, 1, 1])),
+    "dilations-ceil-include": ([1, 3, 12, 11], dict(kernel_shape=[2, 3], dilations=[2, 2], pads=[1, 1, 1, 1],
+                                                    strides=[2, 2], ceil_mode=1, count_include_pad=1)),
+    "same-lower": ([1, 3, 12, 11], dict(kernel_shape=[3, 3], auto_pad="SAME_LOWER", strides=[2, 2])),
+    "1d": ([2, 3, 20], dict(kernel_shape=[3], strides=[2], pads=[1, 1])),
+    "3d": ([1, 2, 5, 6, 7], dict(kernel_shape=[2, 3, 2], strides=[2, 1, 2], pads=[1, 1, 0, 0, 1, 1])),
+}
+
+
+@pytest.mark.parametrize("shape, attrs", MAX.values(), ids=MAX.keys())
+def test_max_pool(tmp, shape, attrs):
+    check(pool("MaxPool", shape, **attrs), tmp)
+
+
+def test_max_pool_of_bytes(tmp):
+    check(pool("MaxPool", [1, 3, 7, 9], TensorProto.UINT8, kernel_shape=[2, 2], strides=[2, 2]), tmp)
+
+
+@pytest.mark.parametrize("shape, attrs", AVERAGE.values(), ids=AVERAGE.keys())
+def test_average_pool(tmp, shape, attrs):
+    check(pool("AveragePool", shape, **attrs), tmp)
+
+
+@pytest.mark.parametrize("op", ["GlobalMaxPool", "GlobalAveragePool"])
+@pytest.mark.parametrize("shape", [[2, 3, 7, 9], [2, 130, 9], [1, 3, 100, 90]], ids=str)
+def test_global_pool(tmp, op, shape):
+    check(pool(op, shape), tmp)
+
+
+def test_pooling_runs_on_the_vector_engine():
+    """Window reductions on DVE, the -inf padding memset on POOL; no matmul."""
+    engines = streams(pool("MaxPool", [1, 3, 7, 9], kernel_shape=[3, 3], pads=[1, 1, 1, 1]))
+    assert set(engines["DVE"]) == {"tensor_reduce"} and len(engines["DVE"]) == 2  # one per spatial axis
+    assert set(engines["POOL"]) == {"memset"}
+    assert "PE" not in engines
+    averaged = streams(pool("AveragePool", [1, 3, 7, 9], kernel_shape=[3, 3], pads=[1, 1, 1, 1]))
+    assert averaged["DVE"] == ["tensor_reduce", "tensor_reduce", "tensor_tensor"]  # sums, then / tap counts
+
+
+def test_max_pool_indices_are_refused():
+    model = one_node("MaxPool", {"x": ([1, 1, 4, 4], F32)}, outputs=("y", "i"), kernel_shape=[2, 2])
+    model.graph.output[1].type.tensor_type.elem_type = TensorProto.INT64
+    with pytest.raises(UnsupportedError, match="the Indices output of MaxPool is not supported"):
+        compile_model(model)
