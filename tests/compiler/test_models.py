@@ -32,11 +32,19 @@ def test_model_is_right_under_random_interleaving(tmp, path):
 
 
 def test_committed_models_are_what_the_script_builds():
-    import sys
+    """Each models/build_*.py script's build() gives, byte for byte, the .onnx files committed next to it, and
+    every committed model comes from exactly one script."""
+    import importlib.util
 
-    sys.path.insert(0, MODELS_DIR)
-    from build_mlps import build
-
-    for name, model in build().items():
-        with open(os.path.join(MODELS_DIR, f"{name}.onnx"), "rb") as f:
-            assert f.read() == model.SerializeToString(), name
+    built: dict[str, str] = {}
+    for script in sorted(glob.glob(os.path.join(MODELS_DIR, "build_*.py"))):
+        stem = os.path.splitext(os.path.basename(script))[0]
+        spec = importlib.util.spec_from_file_location(f"models_{stem}", script)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        for name, model in module.build().items():
+            assert name not in built, f"{name} is built by {built.get(name)} and {stem}"
+            built[name] = stem
+            with open(os.path.join(MODELS_DIR, f"{name}.onnx"), "rb") as f:
+                assert f.read() == model.SerializeToString(), f"{name} (from {stem}.py)"
+    assert sorted(built) == sorted(os.path.splitext(os.path.basename(p))[0] for p in MODELS)
