@@ -223,7 +223,10 @@ def dma_gather(instr: Instruction, v: Views) -> Issue:
 
 
 def nc_matmul(instr: Instruction, v: Views) -> Issue:
-    stationary, moving = read_f32(v["stationary"]), read_f32(v["moving"])
+    """The products are summed in float64 and rounded once to PSUM's fp32: a systolic array computes every
+    output column the same way, so equal columns give equal bits, which a BLAS sgemm (whose summation order
+    depends on the matrix shape) would not promise."""
+    stationary, moving = snapshot(v["stationary"], np.float64), snapshot(v["moving"], np.float64)
     accumulate = instr.args["accumulate"]
     old = read_f32(v["dst"])
     store = write_to(v["dst"])
@@ -232,7 +235,7 @@ def nc_matmul(instr: Instruction, v: Views) -> Issue:
         product = stationary().T @ moving()
         if accumulate:
             product += old()
-        return lambda: store(product)
+        return lambda: store(product.astype(F32))
 
     return issue
 

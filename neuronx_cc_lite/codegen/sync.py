@@ -15,13 +15,11 @@ dependency is missed; a false one only costs a wait.
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
 
 from isa.instructions import Instruction
 from isa.operand import Mem, Operand
-
-_BUCKET = 4096  # bytes of address space per index bucket
-
 
 @dataclass(eq=False)
 class _Record:
@@ -40,45 +38,61 @@ def _box(o: Operand) -> tuple[int, int, int, int]:
     return o.start_partition, o.start_partition + o.num_partitions, first, last + 1
 
 
-def _overlap(a: tuple[int, int, int, int], b: tuple[int, int, int, int]) -> bool:
-    return a[0] < b[1] and b[0] < a[1] and a[2] < b[3] and b[2] < a[3]
-
-
 def _inside(a: tuple[int, int, int, int], b: tuple[int, int, int, int]) -> bool:
     return b[0] <= a[0] and a[1] <= b[1] and b[2] <= a[2] and a[3] <= b[3]
 
 
 class _Index:
-    """Live access records per memory, bucketed by byte address."""
+    """Live access records per memory, found by address through a grid of several granularities: a record sits
+    in at most four cells of the finest level whose cells it spans that few of, so a 4 KiB tile and a 100 MiB
+    strided weight read are each found in a handful of cells, and a query visits only occupied cells."""
+
+    LEVELS = tuple(1 << shift for shift in range(12, 40, 4))  # 4 KiB, 64 KiB, ... cell sizes
+    CELLS = 4
 
     def __init__(self) -> None:
-        self.buckets: dict[tuple[Mem, int], list[_Record]] = {}
+        self.cells: dict[tuple[Mem, int, int], list[_Record]] = {}  # (memory, level, cell) -> records
+        self.occupied: dict[tuple[Mem, int], list[int]] = {}  # (memory, level) -> sorted occupied cells
 
-    def _keys(self, mem: Mem, box: tuple[int, int, int, int]) -> range:
-        return range(box[2] // _BUCKET, (box[3] - 1) // _BUCKET + 1)
+    def _level(self, box: tuple[int, int, int, int]) -> int:
+        for level, size in enumerate(self.LEVELS):
+            if (box[3] - 1) // size - box[2] // size < self.CELLS:
+                return level
+        return len(self.LEVELS) - 1
 
     def find(self, mem: Mem, box: tuple[int, int, int, int]) -> list[_Record]:
         found: dict[int, _Record] = {}
-        for key in self._keys(mem, box):
-            bucket = self.buckets.get((mem, key))
-            if not bucket:
+        for level, size in enumerate(self.LEVELS):
+            keys = self.occupied.get((mem, level))
+            if not keys:
                 continue
-            bucket[:] = [r for r in bucket if r.alive]
-            for r in bucket:
-                if _overlap(r.box, box):
-                    found[id(r)] = r
+            first = bisect.bisect_left(keys, box[2] // size)
+            last = bisect.bisect_right(keys, (box[3] - 1) // size)
+            for key in keys[first:last]:
+                bucket = self.cells[mem, level, key]
+                bucket[:] = [r for r in bucket if r.alive]
+                for r in bucket:
+                    b = r.box
+                    if b[0] < box[1] and box[0] < b[1] and b[2] < box[3] and box[2] < b[3]:  # the boxes overlap (inlined: the hot loop)
+                        found[id(r)] = r
         return list(found.values())
 
     def add(self, mem: Mem, r: _Record) -> None:
-        for key in self._keys(mem, r.box):
-            self.buckets.setdefault((mem, key), []).append(r)
+        level = self._level(r.box)
+        size = self.LEVELS[level]
+        keys = self.occupied.setdefault((mem, level), [])
+        for key in range(r.box[2] // size, (r.box[3] - 1) // size + 1):
+            bucket = self.cells.setdefault((mem, level, key), [])
+            if not bucket:
+                bisect.insort(keys, key)
+            bucket.append(r)
 
 
 def synchronize(program: list[tuple[int, Instruction]], num_streams: int) -> None:
     """Set `waits` and `signal` on every instruction. `program` lists (stream, instruction) in program order; the
     semaphore of stream s is s."""
     index = _Index()
-    written_hbm = _Index()  # every HBM range the program writes: reads elsewhere (weights, inputs) order nothing
+    written_hbm = _Index()  # every HBM write: a read that no later write overlaps need not be remembered
     for position, (stream, instr) in enumerate(program):
         for o in instr.writes():
             if o.mem is Mem.HBM:
@@ -108,8 +122,9 @@ def synchronize(program: list[tuple[int, Instruction]], num_streams: int) -> Non
         done_clock.append(list(clock))
         for o, writes in accesses:
             box = _box(o)
-            if o.mem is Mem.HBM and not writes and not written_hbm.find(Mem.HBM, box):
-                continue
+            if o.mem is Mem.HBM and not writes and not any(w.index > position
+                                                           for w in written_hbm.find(Mem.HBM, box)):
+                continue  # nothing writes there later: this read can order nothing (weights, inputs)
             for r in index.find(o.mem, box):
                 if _inside(r.box, box) and (writes or (r.stream == stream and not r.writes)):
                     r.alive = False  # the new access is ordered after r and covers it

@@ -11,7 +11,8 @@ from typing import Callable
 
 from neuronx_cc_lite.errors import CompileError
 from neuronx_cc_lite.ir import Graph, print_graph
-from neuronx_cc_lite.passes import canonicalize, expand_functions, fold_batchnorm, fold_constants
+from neuronx_cc_lite.passes import (canonicalize, eliminate_dead_code, expand_functions, fold_batchnorm,
+                                    fold_constants)
 from neuronx_cc_lite.passes.verify import verify
 
 
@@ -31,6 +32,8 @@ PIPELINE: list[Pass] = [
          "older exporters spell LayerNorm and GELU as chains of small ops: one op each lowers far better"),
     Pass("fold-batchnorm", fold_batchnorm.run,
          "an inference BatchNormalization after a Conv or Gemm is a scaling of its weights and bias: no instruction"),
+    Pass("eliminate-dead-code", eliminate_dead_code.run,
+         "results nobody reads (a Dropout's mask) need neither a static shape nor an instruction"),
 ]
 
 PASS_NAMES = [p.name for p in PIPELINE]

@@ -152,6 +152,7 @@ CASES: list[Case] = [
     Case("DepthToSpace", [Input((1, 8, 2, 3))], {"blocksize": 2, "mode": "CRD"}),
     Case("SpaceToDepth", [Input((1, 2, 4, 6))], {"blocksize": 2}),
     Case("Dropout", [Input((5, 6))], outputs=2),
+    Case("LRN", [Input((2, 150, 5, 7))], {"size": 5, "alpha": 0.01, "beta": 0.75, "bias": 2.0}),
     Case("Identity", [Input((5, 6))]),
     Case("Flatten", [Input((2, 3, 4))], {"axis": 2}),
 ]

@@ -14,10 +14,9 @@ from tests.conftest import assert_close, make_model, run_both
 def test_every_unsupported_node_is_named():
     model = make_model(
         [helper.make_node("Relu", ["x"], ["r"], name="ok_relu"),
-         helper.make_node("Det", ["r"], ["h"], name="first_bad"),
-         helper.make_node("Relu", ["h"], ["r2"], name="ok_relu3"),
-         helper.make_node("Det", ["x"], ["y"], name="second_bad")],
-        {"x": ([3, 3], TensorProto.FLOAT)}, {"y": ([], TensorProto.FLOAT)})
+         helper.make_node("Det", ["r"], ["a"], name="first_bad"),
+         helper.make_node("Det", ["x"], ["b"], name="second_bad")],
+        {"x": ([4, 3, 3], TensorProto.FLOAT)}, {"a": ([4], TensorProto.FLOAT), "b": ([4], TensorProto.FLOAT)})
     with pytest.raises(UnsupportedError) as e:
         compile_model(model)
     assert [n for n, _, _ in e.value.nodes] == ["first_bad", "second_bad"]
