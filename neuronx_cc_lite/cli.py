@@ -274,6 +274,8 @@ def cmd_list_operators(args: argparse.Namespace) -> int:
 
     for op in sorted(LOWERINGS):
         print(f"{op:<28} since opset {LOWERINGS[op].since}")
+    print(f"{len(LOWERINGS)} operators. Operators that ONNX defines as a function of others (Attention, the "
+          "losses, Swish, ...) are expanded into their definition first and accepted when it uses these.")
     return 0
 
 

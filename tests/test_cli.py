@@ -99,3 +99,39 @@ def test_console_script_help_and_usage_errors():
     assert help_text.returncode == 0 and "examples:" in help_text.stdout and "compile" in help_text.stdout
     assert run("compile").returncode == 2
     assert "--input-shape" in run("compile", "--help").stdout
+
+
+ALL_MODELS = sorted(f for f in os.listdir(MODELS_DIR) if f.endswith(".onnx"))
+
+
+@pytest.mark.parametrize("extra", [[], ["--auto-cast", "matmult", "--auto-cast-type", "bf16"]],
+                         ids=["fp32", "matmult-bf16"])
+@pytest.mark.parametrize("name", ALL_MODELS)
+def test_check_passes_for_every_bundled_model(capsys, name, extra):
+    """The acceptance test of the models: `check` exits 0 (fp32: rtol 1e-3, atol 1e-4; auto-cast: the
+    documented bound)."""
+    code = _cli("check", os.path.join(MODELS_DIR, name), *extra)
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "MISMATCH" not in out
+
+
+def test_analyze_names_every_unsupported_node(tmp, capsys):
+    from onnx import TensorProto, helper
+
+    from tests.conftest import make_model
+
+    model = make_model([helper.make_node("Relu", ["x"], ["r"], name="fine"),
+                        helper.make_node("Det", ["r"], ["a"], name="bad_one"),
+                        helper.make_node("Det", ["x"], ["b"], name="bad_two")],
+                       {"x": ([4, 3, 3], TensorProto.FLOAT)},
+                       {"a": ([4], TensorProto.FLOAT), "b": ([4], TensorProto.FLOAT)})
+    onnx.save(model, f"{tmp}/m.onnx")
+    assert _cli("analyze", f"{tmp}/m.onnx") == 1
+    out = capsys.readouterr().out
+    assert "Det                               2  no" in out and "Relu                              1  yes" in out
+    assert "1 of 3 nodes supported (33.3%)" in out
+    assert "unsupported: bad_one (Det): operator Det is not supported" in out
+    assert "unsupported: bad_two (Det)" in out
+    assert _cli("compile", f"{tmp}/m.onnx", "-o", f"{tmp}/m.neff") == 1
+    assert "bad_one" in capsys.readouterr().err and not os.path.exists(f"{tmp}/m.neff")
