@@ -68,26 +68,17 @@ def lower_hard_swish(ctx: LowerCtx, node: Node) -> None:
     elementwise(ctx, node, compute)
 
 
-def _clip_bounds(node: Node, g: Graph) -> tuple[float | None, float | None] | str:
+def _clip_bounds(node: Node, g: Graph) -> tuple[float | None, float | None]:
+    """(min, max): attributes before opset 11, constant inputs (the registry makes sure) from then on."""
     if g.opset_of(node) < 11:
         return node.attrs.get("min"), node.attrs.get("max")
-    bounds: list[float | None] = []
-    for i in (1, 2):
-        name = node.inputs[i] if len(node.inputs) > i else ""
-        if not name:
-            bounds.append(None)
-            continue
-        t = g.tensors[name]
-        if not t.is_constant:
-            return f"the {('min', 'max')[i - 1]} input is not a compile-time constant"
-        bounds.append(float(np.asarray(t.value).reshape(-1)[0]))
+    bounds = [float(np.asarray(g.tensors[node.inputs[i]].value).reshape(-1)[0])
+              if len(node.inputs) > i and node.inputs[i] else None for i in (1, 2)]
     return bounds[0], bounds[1]
 
 
 def _check_clip(node: Node, g: Graph) -> str | None:
     bounds = _clip_bounds(node, g)
-    if isinstance(bounds, str):
-        return bounds
     dtype = g.tensors[node.inputs[0]].dtype
     if dtype in (np.dtype(np.uint32), np.dtype(np.uint64), np.dtype(np.int64)) and any(
             b is not None and abs(b) >= 2**24 for b in bounds):
@@ -97,7 +88,7 @@ def _check_clip(node: Node, g: Graph) -> str | None:
 
 @lowering("Clip", check=_check_clip, constant_inputs=(1, 2))
 def lower_clip(ctx: LowerCtx, node: Node) -> None:
-    low, high = _clip_bounds(node, ctx.graph)  # type: ignore[misc]
+    low, high = _clip_bounds(node, ctx.graph)
 
     def compute(prog: Program, dst: TileAccess, s: list[Operand]) -> None:
         ops = [(AluOp.maximum, low), (AluOp.minimum, high)]
@@ -108,45 +99,35 @@ def lower_clip(ctx: LowerCtx, node: Node) -> None:
     elementwise(ctx, node, compute, inputs=[node.inputs[0]])
 
 
-@lowering("Elu", check=floats_only)
-def lower_elu(ctx: LowerCtx, node: Node) -> None:
-    alpha = float(node.attrs.get("alpha", 1.0))
-
+def _exponential_linear(alpha: float, inner_scale: float = 1.0, gamma: float = 1.0):  # type: ignore[no-untyped-def]
+    """gamma * (max(x, 0) + alpha * (exp(min(x, 0) * inner_scale) - 1)): Elu, Selu (gamma) and Celu (inner
+    scale 1/alpha)."""
     def compute(prog: Program, dst: TileAccess, s: list[Operand]) -> None:
         neg = scratch(prog, dst, "neg")
-        _elu_negative(prog, neg, s[0], alpha)
+        _elu_negative(prog, neg, s[0], alpha, inner_scale)
         ts(prog, dst, s[0], AluOp.maximum, 0.0)
         tt(prog, dst, dst, neg, AluOp.add)
+        if gamma != 1.0:
+            ts(prog, dst, dst, AluOp.multiply, gamma)
 
-    elementwise(ctx, node, compute)
+    return compute
+
+
+@lowering("Elu", check=floats_only)
+def lower_elu(ctx: LowerCtx, node: Node) -> None:
+    elementwise(ctx, node, _exponential_linear(float(node.attrs.get("alpha", 1.0))))
 
 
 @lowering("Selu", check=floats_only)
 def lower_selu(ctx: LowerCtx, node: Node) -> None:
-    alpha = float(node.attrs.get("alpha", 1.67326319217681884765625))
-    gamma = float(node.attrs.get("gamma", 1.05070102214813232421875))
-
-    def compute(prog: Program, dst: TileAccess, s: list[Operand]) -> None:
-        neg = scratch(prog, dst, "neg")
-        _elu_negative(prog, neg, s[0], alpha)
-        ts(prog, dst, s[0], AluOp.maximum, 0.0)
-        tt(prog, dst, dst, neg, AluOp.add)
-        ts(prog, dst, dst, AluOp.multiply, gamma)
-
-    elementwise(ctx, node, compute)
+    elementwise(ctx, node, _exponential_linear(float(node.attrs.get("alpha", 1.67326319217681884765625)),
+                                               gamma=float(node.attrs.get("gamma", 1.05070102214813232421875))))
 
 
 @lowering("Celu", check=floats_only)
 def lower_celu(ctx: LowerCtx, node: Node) -> None:
     alpha = float(node.attrs.get("alpha", 1.0))
-
-    def compute(prog: Program, dst: TileAccess, s: list[Operand]) -> None:
-        neg = scratch(prog, dst, "neg")
-        _elu_negative(prog, neg, s[0], alpha, inner_scale=1.0 / alpha)
-        ts(prog, dst, s[0], AluOp.maximum, 0.0)
-        tt(prog, dst, dst, neg, AluOp.add)
-
-    elementwise(ctx, node, compute)
+    elementwise(ctx, node, _exponential_linear(alpha, inner_scale=1.0 / alpha))
 
 
 @lowering("ThresholdedRelu", check=floats_only)

@@ -23,10 +23,13 @@ from neuronx_cc_lite.lower.hbm import HbmView
 from neuronx_cc_lite.lower.instr import act, copy, ts, tt
 from neuronx_cc_lite.lower.program import Program, TileAccess
 from neuronx_cc_lite.lower.registry import lowering
-from neuronx_cc_lite.lower.rows import move_to_end, normalize_axes, row_boxes
+from neuronx_cc_lite.lower.reduce import Reduction, reduce_rows
+from neuronx_cc_lite.lower.rows import free_chunks, move_to_end, normalize_axes, row_boxes
 
 # body(prog, rows, row length, x tile, y tile, the extra views cut to these rows)
 Body = Callable[[Program, int, int, TileAccess, TileAccess, list[HbmView]], None]
+# streamed(prog, rows, row length, x rows view, y rows view, extra views cut to these rows, elements per piece)
+Streamed = Callable[[Program, int, int, HbmView, HbmView, list[HbmView], int], None]
 
 
 def _normalized_axes(node: Node, g: Graph) -> tuple[int, ...]:
@@ -46,37 +49,49 @@ def _normalized_axes(node: Node, g: Graph) -> tuple[int, ...]:
 
 
 def _check(node: Node, g: Graph) -> str | None:
-    shape = g.tensors[node.inputs[0]].shape
-    if 0 in shape:
+    if 0 in g.tensors[node.inputs[0]].shape:
         return f"{node.op} of an empty tensor is not supported"
-    length = math.prod(shape[a] for a in _normalized_axes(node, g))
-    if length > ROW_LIMIT:
-        return f"{node.op} over {length} elements per row (at most {ROW_LIMIT} fit one tile)"
     return floats_only(node, g)
 
 
-ROW_LIMIT = 4096  # elements per row: with the few fp32 row tiles a normalisation keeps live, well within SBUF
-
-
-def per_row(ctx: LowerCtx, node: Node, axes: tuple[int, ...], extra: list[HbmView], body: Body) -> None:
-    """Load each group of rows of the input, let `body` fill the output tile, store it. `extra` views have the
-    row axes first, like the input once its normalised axes are moved to the end."""
+def per_row(ctx: LowerCtx, node: Node, axes: tuple[int, ...], extra: list[HbmView], body: Body,
+            streamed: Streamed | None = None) -> None:
+    """For each group of rows: when a row fits a tile, load it once, let `body` fill the output tile and store
+    it; when it does not, hand the row views to `streamed`, which reads them piece by piece. `extra` views have
+    the row axes first, like the input once its normalised axes are moved to the end."""
     prog = ctx.program
     x = ctx.view(node.inputs[0])
     length = math.prod(x.shape[a] for a in axes)
-    if length > tile_free_max(ctx):
-        raise CompileError("NCC_UNSUPPORTED", f"{length} elements per row do not fit a tile", node.name, node.op)
+    budget = tile_free_max(ctx)
+    if length > budget and streamed is None:
+        raise CompileError("NCC_UNSUPPORTED", f"{length} elements per row do not fit a tile ({budget})",
+                           node.name, node.op)
     out = ctx.output(node.outputs[0])
     rank = len(x.shape) - len(axes)
     views = [move_to_end(x, axes), move_to_end(out, axes), *extra]
     for cut in row_boxes(views, rank, prog.target.partitions):
         row, dst = cut[0], cut[1]
         p = row.shape[0]
+        if length > budget:
+            assert streamed is not None
+            streamed(prog, p, length, row, dst, cut[2:], budget)
+            continue
         xt = prog.sbuf(p, length, row.dtype, f"{node.name}/x")
         prog.dma(xt.ap(), row)
         yt = prog.sbuf(p, length, dst.dtype, f"{node.name}/y")
         body(prog, p, length, xt.ap(), yt.ap(), cut[2:])
         prog.dma(dst, yt.ap())
+
+
+def _pieces(views: list[HbmView], budget: int) -> list[tuple[HbmView, ...]]:
+    """The views of one row group, cut alike into pieces of at most `budget` elements per row."""
+    return list(zip(*[[piece for _, piece in free_chunks(v, budget)] for v in views]))
+
+
+def _load(prog: Program, view: HbmView, name: str) -> TileAccess:
+    t = prog.sbuf(view.shape[0], math.prod(view.shape[1:]), view.dtype, name)
+    prog.dma(t.ap(), view)
+    return t.ap()
 
 
 def _column(prog: Program, p: int, name: str) -> TileAccess:
@@ -115,7 +130,22 @@ def lower_softmax(ctx: LowerCtx, node: Node) -> None:
         else:
             ts(prog, y, e, AluOp.divide, total)
 
-    per_row(ctx, node, _normalized_axes(node, ctx.graph), [], body)
+    def streamed(prog: Program, p: int, n: int, row: HbmView, dst: HbmView, _: list[HbmView], budget: int) -> None:
+        """A row longer than a tile: log-sum-exp over its pieces (two passes), then each piece of the output
+        as x - lse (log) or exp(x - lse)."""
+        lse = reduce_rows(prog, row, p, n, Reduction(AluOp.add, shift_by_max=True, after=ActFunc.log), node.name,
+                          budget).ap()
+        ts(prog, lse, lse, AluOp.multiply, -1.0)
+        for piece, out in _pieces([row, dst], budget):
+            x = _load(prog, piece, f"{node.name}/x")
+            y = prog.sbuf(p, x.tile.free, out.dtype, f"{node.name}/y").ap()
+            if log:
+                ts(prog, y, x, AluOp.add, lse)
+            else:
+                act(prog, y, x, ActFunc.exp, bias=lse)
+            prog.dma(out, y)
+
+    per_row(ctx, node, _normalized_axes(node, ctx.graph), [], body, streamed)
 
 
 @lowering("Hardmax", check=_check)
@@ -155,6 +185,35 @@ def normalize_rows(prog: Program, p: int, n: int, x: TileAccess, y: TileAccess, 
     return neg_mean, rstd
 
 
+def normalize_streamed(prog: Program, p: int, n: int, row: HbmView, dst: HbmView, affine: list[HbmView],
+                       budget: int, eps: float, subtract_mean: bool, name: str) -> tuple[TileAccess, TileAccess]:
+    """normalize_rows for rows longer than a tile, piece by piece: the mean, then the sum of squared deviations,
+    then each output piece (x - mean) * rstd, scaled and shifted by the pieces of `affine`."""
+    neg_mean = _column(prog, p, "-mean")
+    if subtract_mean:
+        mean = reduce_rows(prog, row, p, n, Reduction(AluOp.add, mean=True), name, budget).ap()
+        ts(prog, neg_mean, mean, AluOp.multiply, -1.0)
+    else:
+        prog.emit("memset", Engine.DVE, dst=neg_mean, value=0.0)
+    rstd, part = _column(prog, p, "rstd"), _column(prog, p, "part")
+    for k, (piece,) in enumerate(_pieces([row], budget)):
+        x = _load(prog, piece, f"{name}/x")
+        squares = _row_tile(prog, p, x.tile.free, "squares")
+        act(prog, squares, x, ActFunc.square, bias=neg_mean, reduce=rstd if k == 0 else part)
+        if k:
+            tt(prog, rstd, rstd, part, AluOp.add)
+    ts(prog, rstd, rstd, AluOp.multiply, 1.0 / n, AluOp.add, eps)
+    act(prog, rstd, rstd, ActFunc.rsqrt)
+    for piece, out, *scale_shift in _pieces([row, dst, *affine], budget):
+        x = _load(prog, piece, f"{name}/x")
+        y = prog.sbuf(p, x.tile.free, out.dtype, f"{name}/y").ap()
+        ts(prog, y, x, AluOp.add, neg_mean, AluOp.multiply, rstd)
+        for view, op in zip(scale_shift, (AluOp.multiply, AluOp.add)):
+            tt(prog, y, y, _load(prog, view, f"{name}/affine"), op)
+        prog.dma(out, y)
+    return neg_mean, rstd
+
+
 def _apply_affine(prog: Program, p: int, n: int, y: TileAccess, views: list[HbmView], ops: list[AluOp]) -> None:
     for view, op in zip(views, ops):
         t = prog.sbuf(p, n, view.dtype, "affine")
@@ -180,15 +239,24 @@ def lower_layer_norm(ctx: LowerCtx, node: Node) -> None:
     stats = [(i, ctx.output(node.outputs[i]).reshape((*kept, 1)))
              for i in (1, 2) if not rms and len(node.outputs) > i and node.outputs[i]]
 
-    def body(prog: Program, p: int, n: int, x: TileAccess, y: TileAccess, extra: list[HbmView]) -> None:
-        neg_mean, rstd = normalize_rows(prog, p, n, x, y, eps, subtract_mean=not rms)
-        _apply_affine(prog, p, n, y, extra[:len(affine)], [AluOp.multiply, AluOp.add])
-        for (i, _), view in zip(stats, extra[len(affine):]):
+    def store_stats(prog: Program, neg_mean: TileAccess, rstd: TileAccess, views: list[HbmView]) -> None:
+        for (i, _), view in zip(stats, views):
             if i == 1:
                 ts(prog, neg_mean, neg_mean, AluOp.multiply, -1.0)
             prog.dma(view, neg_mean if i == 1 else rstd)
 
-    per_row(ctx, node, axes, affine + [v for _, v in stats], body)
+    def body(prog: Program, p: int, n: int, x: TileAccess, y: TileAccess, extra: list[HbmView]) -> None:
+        neg_mean, rstd = normalize_rows(prog, p, n, x, y, eps, subtract_mean=not rms)
+        _apply_affine(prog, p, n, y, extra[:len(affine)], [AluOp.multiply, AluOp.add])
+        store_stats(prog, neg_mean, rstd, extra[len(affine):])
+
+    def streamed(prog: Program, p: int, n: int, row: HbmView, dst: HbmView, extra: list[HbmView],
+                 budget: int) -> None:
+        neg_mean, rstd = normalize_streamed(prog, p, n, row, dst, extra[:len(affine)], budget, eps, not rms,
+                                            node.name)
+        store_stats(prog, neg_mean, rstd, extra[len(affine):])
+
+    per_row(ctx, node, axes, affine + [v for _, v in stats], body, streamed)
 
 
 @lowering("InstanceNormalization", check=_check)
@@ -205,7 +273,11 @@ def lower_instance_norm(ctx: LowerCtx, node: Node) -> None:
         normalize_rows(prog, p, n, x, y, eps)
         _apply_affine(prog, p, n, y, extra, [AluOp.multiply, AluOp.add])
 
-    per_row(ctx, node, axes, affine, body)
+    def streamed(prog: Program, p: int, n: int, row: HbmView, dst: HbmView, extra: list[HbmView],
+                 budget: int) -> None:
+        normalize_streamed(prog, p, n, row, dst, extra, budget, eps, True, node.name)
+
+    per_row(ctx, node, axes, affine, body, streamed)
 
 
 @lowering("MeanVarianceNormalization", check=_check)
@@ -213,7 +285,10 @@ def lower_mvn(ctx: LowerCtx, node: Node) -> None:
     def body(prog: Program, p: int, n: int, x: TileAccess, y: TileAccess, _: list[HbmView]) -> None:
         normalize_rows(prog, p, n, x, y, 1e-9)
 
-    per_row(ctx, node, _normalized_axes(node, ctx.graph), [], body)
+    def streamed(prog: Program, p: int, n: int, row: HbmView, dst: HbmView, _: list[HbmView], budget: int) -> None:
+        normalize_streamed(prog, p, n, row, dst, [], budget, 1e-9, True, node.name)
+
+    per_row(ctx, node, _normalized_axes(node, ctx.graph), [], body, streamed)
 
 
 def _check_lp(node: Node, g: Graph) -> str | None:

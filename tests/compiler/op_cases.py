@@ -128,6 +128,11 @@ CASES: list[Case] = [
     *[Case(op, [Input((2, 130, 33))], {"axis": a}, name=f"{op}_axis{a}") for op in ("Softmax", "LogSoftmax")
       for a in (-1, 1)],
     Case("Softmax", [Input((4, 3, 5))], {"axis": 1}, opset=11, name="Softmax_opset11"),
+    Case("Softmax", [Input((3, 9000))], name="Softmax_long_rows"),
+    Case("LogSoftmax", [Input((3, 9000))], name="LogSoftmax_long_rows"),
+    Case("LayerNormalization", [Input((3, 9000)), Input((9000,)), Input((9000,))], outputs=3,
+         name="LayerNorm_long_rows"),
+    Case("RMSNormalization", [Input((2, 5000)), Input((5000,))], opset=23, name="RMSNorm_long_rows"),
     Case("Hardmax", [const(np.array([[1, 3, 3, 0], [2, 2, 1, 5]], F))]),
     Case("LayerNormalization", [Input((2, 130, 48)), Input((48,)), Input((48,))], {"epsilon": 1e-5}),
     Case("LayerNormalization", [Input((2, 5, 6)), Input((5, 6))], {"axis": 1}, outputs=3, name="LayerNorm_stats"),
