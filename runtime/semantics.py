@@ -223,21 +223,29 @@ def dma_gather(instr: Instruction, v: Views) -> Issue:
 
 
 def nc_matmul(instr: Instruction, v: Views) -> Issue:
-    """The products are summed in float64 and rounded once to PSUM's fp32: a systolic array computes every
-    output column the same way, so equal columns give equal bits, which a BLAS sgemm (whose summation order
-    depends on the matrix shape) would not promise."""
-    stationary, moving = snapshot(v["stationary"], np.float64), snapshot(v["moving"], np.float64)
+    """A systolic array computes every output column the same way, so equal columns give equal bits. numpy's
+    sgemm does too, but its matrix-vector kernels (one row or one column) sum in an order that depends on the
+    position: those shapes are summed in float64 and rounded once."""
+    s_view, m_view = v["stationary"], v["moving"]
+    vector = _flat_size(s_view) == 1 or _flat_size(m_view) == 1
+    wide = np.float64 if vector else F32
+    stationary, moving = snapshot(s_view, wide), snapshot(m_view, wide)
     accumulate = instr.args["accumulate"]
-    old = read_f32(v["dst"])
+    old = snapshot(v["dst"], wide)
     store = write_to(v["dst"])
 
     def issue() -> Commit:
         product = stationary().T @ moving()
         if accumulate:
             product += old()
-        return lambda: store(product.astype(F32))
+        return lambda: store(product.astype(F32, copy=False))
 
     return issue
+
+
+def _flat_size(view: np.ndarray) -> int:
+    """Elements per partition."""
+    return int(np.prod(view.shape[1:], dtype=np.int64))
 
 
 def nc_transpose(instr: Instruction, v: Views) -> Issue:

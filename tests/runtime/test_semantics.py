@@ -7,6 +7,8 @@ import math
 import ml_dtypes
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from isa.dtypes import DType
 from isa.functions import ActFunc, AluOp
@@ -14,7 +16,7 @@ from isa.instructions import OPS, make
 from runtime.semantics import ACTIVATIONS, ALU, HANDLERS
 from tests.runtime.helpers import hbm, model, psum, sbuf
 
-X, Y, OUT = 0, 65536, 131072  # HBM offsets
+X, Y, OUT = 0, 262144, 524288  # HBM offsets
 
 
 def test_every_opcode_has_a_handler_and_every_function_and_operator_semantics():
@@ -170,3 +172,22 @@ def test_float_to_int_rounds_and_saturates():
 
     values = np.array([2.5, 3.5, -2.5, 1e10, -1e10, np.nan], dtype=np.float32)
     np.testing.assert_array_equal(convert(values, np.dtype(np.int8)), [2, 4, -2, 127, -128, 0])
+
+
+@settings(max_examples=40, deadline=None)
+@given(m=st.integers(1, 128), k=st.integers(1, 128), n=st.integers(1, 512), data=st.data())
+def test_matmul_gives_equal_columns_equal_bits(m, k, n, data):
+    """As on the PE array, every output column is computed alike: a moving tile of equal columns gives an
+    output of equal columns, whatever the shape."""
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
+    a = (rng.standard_normal((k, m)) * 1e3).astype(np.float32)
+    b = np.repeat(rng.standard_normal((k, 1)).astype(np.float32), n, axis=1)
+    runs = model({
+        "DMA0": [make("dma_copy", dst=sbuf(k, m), src=hbm(X, k, m), signal=5),
+                 make("dma_copy", dst=sbuf(k, n, 1024), src=hbm(Y, k, n), signal=5),
+                 make("dma_copy", dst=hbm(OUT, m, n), src=sbuf(m, n, 4096), waits=((1, 1),))],
+        "PE": [make("nc_matmul", dst=psum(m, n), stationary=sbuf(k, m), moving=sbuf(k, n, 1024), accumulate=False,
+                    waits=((5, 2),), signal=0)],
+        "ACT": [make("tensor_copy", dst=sbuf(m, n, 4096), src=psum(m, n), waits=((0, 1),), signal=1)],
+    }, {"a": (X, (k, m)), "b": (Y, (k, n))}, {"y": (OUT, (m, n))}).run({"a": a, "b": b})["y"]
+    assert all(len(np.unique(row)) == 1 for row in runs)
