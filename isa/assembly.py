@@ -19,6 +19,7 @@ node it came from. Directives carry JSON so that any tensor name survives the tr
 from __future__ import annotations
 
 import base64
+import binascii
 import json
 
 from isa.bundle import Bundle, Segment, Stream, TensorInfo
@@ -106,7 +107,10 @@ def assemble(text: str, weights_from: Bundle | None = None) -> Bundle:
         if data_lines is not None:
             if line == ".end":
                 assert pending is not None
-                blob = base64.b64decode("".join(data_lines), validate=True)
+                try:
+                    blob = base64.b64decode("".join(data_lines), validate=True)
+                except binascii.Error as e:
+                    raise ParseError(f"line {pending[2]}: the .data block is not base64: {e}") from None
                 if len(blob) != pending[1]:
                     raise ParseError(f"line {pending[2]}: .data says {pending[1]} bytes, found {len(blob)}")
                 weights.append(Segment(pending[0], blob))

@@ -45,4 +45,8 @@ class ChipMemory:
                 raise AccessError(f"{o.mem.name} access partitions {o.start_partition}+{o.num_partitions}, "
                                   f"bytes [{first}, {last}] outside {rows} x {row_bytes}")
             base, offset, pstride = array.reshape(-1), o.start_partition * row_bytes + o.offset, row_bytes
-        return np.ndarray(o.shape, dtype=o.dtype.np, buffer=base, offset=offset, strides=(pstride, *free_strides))
+        try:
+            return np.ndarray(o.shape, dtype=o.dtype.np, buffer=base, offset=offset,
+                              strides=(pstride, *free_strides))
+        except (ValueError, TypeError) as e:  # a shape numpy cannot represent, or one past the buffer
+            raise AccessError(f"{o.mem.name} access of shape {list(o.shape)} at byte {o.offset}: {e}") from None

@@ -23,7 +23,7 @@ from isa.operand import Engine, Operand, stream_engine
 from isa.target import TARGETS, Target
 from isa.validate import problems
 from runtime.costs import duration_ns
-from runtime.errors import InputError, LoadError
+from runtime.errors import AccessError, InputError, LoadError
 from runtime.memory import UNWRITTEN, ChipMemory
 from runtime.semantics import HANDLERS, convert
 from runtime.simulator import Op, RunStats, Simulator, StreamState
@@ -73,10 +73,14 @@ class Model:
         found = problems(instr, engine, self.target, self.bundle.hbm_size)
         if found:
             raise LoadError(f"invalid instruction at {where}: {'; '.join(found)}")
-        views = {name: self.memory.view(value, core) if isinstance(value, Operand) else value
-                 for name, value in instr.args.items()}
-        if instr.spec.implicit_reads:
-            views.update({name: self.memory.view(o, core) for name, o in instr.spec.implicit_reads(instr).items()})
+        try:
+            views = {name: self.memory.view(value, core) if isinstance(value, Operand) else value
+                     for name, value in instr.args.items()}
+            if instr.spec.implicit_reads:
+                views.update({name: self.memory.view(o, core)
+                              for name, o in instr.spec.implicit_reads(instr).items()})
+        except AccessError as e:
+            raise LoadError(f"invalid instruction at {where}: {e.args[0]}") from None
         if instr.op not in HANDLERS:
             raise LoadError(f"{where}: this runtime has no semantics for {instr.op}")
         return Op(HANDLERS[instr.op](instr, views), instr.waits, instr.signal,
