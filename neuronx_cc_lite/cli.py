@@ -116,8 +116,18 @@ def cmd_run(args: argparse.Namespace) -> int:
             inputs[name] = np.load(path, allow_pickle=False)
         except (OSError, ValueError) as e:
             raise UsageError(f"cannot read input {name} from {path}: {e}") from None
-    outputs = model.run(inputs, policy=args.policy, seed=args.seed)
+    if args.profile and args.policy != "clock":
+        raise UsageError("--profile needs simulated time: use it with --policy clock")
+    outputs = model.run(inputs, policy=args.policy, seed=args.seed, trace=bool(args.profile))
     stats = model.last_run
+    if args.profile:
+        import json
+
+        from runtime.profile import chrome_trace, utilization_table
+
+        trace = chrome_trace(model.simulator, stats)
+        _write_atomic(args.profile, lambda f: f.write(json.dumps(trace).encode()))
+        _say(args, utilization_table(stats))
     if args.outputs:
         _write_atomic(args.outputs, lambda f: np.savez(f, **outputs))
     else:
@@ -303,6 +313,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--policy", choices=("clock", "random"), default="clock",
                    help="how engines interleave: simulated time (default) or seeded random order")
     p.add_argument("--seed", type=int, default=0, help="seed of the random policy")
+    p.add_argument("--profile", metavar="TRACE.json",
+                   help="write a Chrome/Perfetto trace of every instruction and print how busy each engine was")
     p.set_defaults(run=cmd_run)
 
     p = sub.add_parser("disasm", help="print the instruction listing of a bundle")

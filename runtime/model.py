@@ -84,7 +84,7 @@ class Model:
         if instr.op not in HANDLERS:
             raise LoadError(f"{where}: this runtime has no semantics for {instr.op}")
         return Op(HANDLERS[instr.op](instr, views), instr.waits, instr.signal,
-                  duration_ns(instr, engine, self.target), where)
+                  duration_ns(instr, engine, self.target), instr.op, node)
 
     def _hbm_view(self, info: bundle_format.TensorInfo) -> np.ndarray:
         dtype = DType[info.device_dtype].np

@@ -31,7 +31,8 @@ class Op:
     waits: tuple[tuple[int, int], ...]
     signal: int | None
     duration: float  # ns
-    text: str  # mnemonic and source node, for error messages
+    mnemonic: str
+    node: str  # the ONNX node it came from, "" when unknown
 
 
 @dataclass(slots=True)
@@ -155,5 +156,6 @@ class Simulator:
             op = s.ops[s.pc]
             waits = ", ".join(f"s{sem}>={value} (is {sems[s.core][sem]})" for sem, value in op.waits
                               if sems[s.core][sem] < value)
-            lines.append(f"core {s.core} {s.name} #{s.pc} {op.text} waits for {waits}")
+            node = f" (node {op.node})" if op.node else ""
+            lines.append(f"core {s.core} {s.name} #{s.pc} {op.mnemonic}{node} waits for {waits}")
         raise DeadlockError("every engine is blocked: " + "; ".join(lines))

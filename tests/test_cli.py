@@ -135,3 +135,21 @@ def test_analyze_names_every_unsupported_node(tmp, capsys):
     assert "unsupported: bad_two (Det)" in out
     assert _cli("compile", f"{tmp}/m.onnx", "-o", f"{tmp}/m.neff") == 1
     assert "bad_one" in capsys.readouterr().err and not os.path.exists(f"{tmp}/m.neff")
+
+
+def test_run_profile_writes_a_chrome_trace(tmp, capsys):
+    import json
+
+    neff = f"{tmp}/m.neff"
+    _cli("compile", MODEL, "-o", neff)
+    np.savez(f"{tmp}/in.npz", x=np.ones((3, 100), np.float32))
+    assert main(["run", neff, "--inputs", f"{tmp}/in.npz", "--outputs", f"{tmp}/o.npz",
+                 "--profile", f"{tmp}/trace.json"]) == 0
+    with open(f"{tmp}/trace.json") as f:
+        trace = json.load(f)
+    events = trace["traceEvents"]
+    assert {e["tid"] for e in events} >= {"PE", "ACT"}
+    assert all(e["ph"] == "X" and e["dur"] > 0 for e in events)
+    assert any(e["name"] == "nc_matmul" and e["args"]["node"] == "/l0/MatMul" for e in events)
+    assert max(e["ts"] + e["dur"] for e in events) == pytest.approx(trace["otherData"]["elapsed_us"])
+    assert "busy" in capsys.readouterr().err
