@@ -10,14 +10,13 @@
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from common import save
+
 OPSET = 17
-HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def _model(name: str, nodes: list, inputs: list, outputs: list, weights: dict[str, np.ndarray]) -> onnx.ModelProto:
@@ -95,10 +94,7 @@ def build() -> dict[str, onnx.ModelProto]:
 
 
 def main() -> None:
-    for name, model in build().items():
-        path = os.path.join(HERE, f"{name}.onnx")
-        onnx.save(model, path)
-        print(f"wrote {path} ({os.path.getsize(path)} bytes)")
+    save(build())
 
 
 if __name__ == "__main__":

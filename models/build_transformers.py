@@ -35,14 +35,13 @@ nn.Linear weight (and as GPT-2's Conv1D keeps it). Node and tensor names follow 
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from common import save
+
 LEGACY_OPSET, MODERN_OPSET = 13, 20
-HERE = os.path.dirname(os.path.abspath(__file__))
 FLOAT32_MIN = float(np.finfo(np.float32).min)
 
 BATCH, SEQ, VOCAB, MAX_POS = 2, 16, 100, 32                 # BERT
@@ -293,10 +292,7 @@ def build() -> dict[str, onnx.ModelProto]:
 
 
 def main() -> None:
-    for name, model in build().items():
-        path = os.path.join(HERE, f"{name}.onnx")
-        onnx.save(model, path)
-        print(f"wrote {path} ({os.path.getsize(path)} bytes)")
+    save(build())
 
 
 if __name__ == "__main__":

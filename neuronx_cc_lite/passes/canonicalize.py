@@ -72,6 +72,18 @@ def _times_half_x(m: _Matcher, x: str, gate: str) -> tuple[Node, list[Node]] | N
     return None
 
 
+def _gelu_tail(m: _Matcher, x: str, function: Node) -> tuple[Node, list[Node]] | None:
+    """0.5 * x * (1 + function(...)): the Add of 1, the multiplications, and the final node."""
+    plus = m.user(function.outputs[0], "Add")
+    if plus is None or not m.is_const(_other(plus, function.outputs[0]) or "", 1.0):
+        return None
+    tail = _times_half_x(m, x, plus.outputs[0])
+    if tail is None:
+        return None
+    final, muls = tail
+    return final, [plus, *muls, final]
+
+
 def _gelu_erf(m: _Matcher, erf: Node) -> tuple[Node, list[Node]] | None:
     scaled = erf.inputs[0]
     div, mul = m.node(scaled, "Div"), m.node(scaled, "Mul")
@@ -84,14 +96,11 @@ def _gelu_erf(m: _Matcher, erf: Node) -> tuple[Node, list[Node]] | None:
         first = mul
     else:
         return None
-    plus = m.user(erf.outputs[0], "Add")
-    if plus is None or not m.is_const(_other(plus, erf.outputs[0]) or "", 1.0):
-        return None
-    tail = _times_half_x(m, x, plus.outputs[0])
+    tail = _gelu_tail(m, x, erf)
     if tail is None:
         return None
-    final, muls = tail
-    return Node("Gelu", final.name, [x], list(final.outputs)), [first, erf, plus, *muls, final]
+    final, rest = tail
+    return Node("Gelu", final.name, [x], list(final.outputs)), [first, erf, *rest]
 
 
 def _gelu_tanh(m: _Matcher, tanh: Node) -> tuple[Node, list[Node]] | None:
@@ -112,15 +121,12 @@ def _gelu_tanh(m: _Matcher, tanh: Node) -> tuple[Node, list[Node]] | None:
         cube = m.node(cube_name, "Pow")
         if cube is None or cube.inputs[0] != x or not m.is_const(cube.inputs[1], 3.0):
             continue
-        plus = m.user(tanh.outputs[0], "Add")
-        if plus is None or not m.is_const(_other(plus, tanh.outputs[0]) or "", 1.0):
-            return None
-        tail = _times_half_x(m, x, plus.outputs[0])
+        tail = _gelu_tail(m, x, tanh)
         if tail is None:
             return None
-        final, muls = tail
+        final, rest = tail
         return (Node("Gelu", final.name, [x], list(final.outputs), {"approximate": "tanh"}),
-                [cube, cubic_term, s, k, tanh, plus, *muls, final])
+                [cube, cubic_term, s, k, tanh, *rest])
     return None
 
 

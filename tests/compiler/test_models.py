@@ -35,7 +35,9 @@ def test_committed_models_are_what_the_script_builds():
     """Each models/build_*.py script's build() gives, byte for byte, the .onnx files committed next to it, and
     every committed model comes from exactly one script."""
     import importlib.util
+    import sys
 
+    sys.path.insert(0, MODELS_DIR)  # the scripts import their shared helper as the folder's own module
     built: dict[str, str] = {}
     for script in sorted(glob.glob(os.path.join(MODELS_DIR, "build_*.py"))):
         stem = os.path.splitext(os.path.basename(script))[0]
