@@ -118,7 +118,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             raise UsageError(f"cannot read input {name} from {path}: {e}") from None
     if args.profile and args.policy != "clock":
         raise UsageError("--profile needs simulated time: use it with --policy clock")
-    outputs = model.run(inputs, policy=args.policy, seed=args.seed, trace=bool(args.profile))
+    outputs = model.run(inputs, policy=args.policy, seed=args.seed, trace=bool(args.profile),
+                        check_races=args.check_races)
     stats = model.last_run
     if args.profile:
         import json
@@ -313,6 +314,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--policy", choices=("clock", "random"), default="clock",
                    help="how engines interleave: simulated time (default) or seeded random order")
     p.add_argument("--seed", type=int, default=0, help="seed of the random policy")
+    p.add_argument("--check-races", action="store_true",
+                   help="fail on two accesses to the same bytes, one a write, that no semaphore orders (slower)")
     p.add_argument("--profile", metavar="TRACE.json",
                    help="write a Chrome/Perfetto trace of every instruction and print how busy each engine was")
     p.set_defaults(run=cmd_run)

@@ -5,5 +5,7 @@ It depends on numpy, ml_dtypes and the bundle contract in `isa/` only: never on 
 
 from runtime.errors import AccessError, DeadlockError, InputError, LoadError, NeuronRuntimeError
 from runtime.model import Model, load
+from runtime.races import RaceError
 
-__all__ = ["load", "Model", "NeuronRuntimeError", "LoadError", "InputError", "AccessError", "DeadlockError"]
+__all__ = ["load", "Model", "NeuronRuntimeError", "LoadError", "InputError", "AccessError", "DeadlockError",
+           "RaceError"]

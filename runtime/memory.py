@@ -50,3 +50,17 @@ class ChipMemory:
                               strides=(pstride, *free_strides))
         except (ValueError, TypeError) as e:  # a shape numpy cannot represent, or one past the buffer
             raise AccessError(f"{o.mem.name} access of shape {list(o.shape)} at byte {o.offset}: {e}") from None
+
+    def footprint(self, o: Operand, core: int) -> tuple[tuple[str, int], np.ndarray]:
+        """Where each element of `o` starts: (memory key, flat byte indices), for the race checker."""
+        size = o.dtype.size
+        grids = np.ix_(*(np.arange(n, dtype=np.int64) for n in o.shape))
+        if o.mem is Mem.HBM:
+            key, base, pstride = ("HBM", 0), o.offset, o.partition_stride * size
+        else:
+            row_bytes = (self.sbuf if o.mem is Mem.SBUF else self.psum)[core].shape[1]
+            key, base, pstride = (o.mem.name, core), o.start_partition * row_bytes + o.offset, row_bytes
+        flat = base + grids[0] * pstride
+        for grid, (_, stride) in zip(grids[1:], o.dims):
+            flat = flat + grid * (stride * size)
+        return key, np.ravel(flat)

@@ -25,6 +25,7 @@ from isa.validate import problems
 from runtime.costs import duration_ns
 from runtime.errors import AccessError, InputError, LoadError
 from runtime.memory import UNWRITTEN, ChipMemory
+from runtime.races import Access, RaceChecker
 from runtime.semantics import HANDLERS, convert
 from runtime.simulator import Op, RunStats, Simulator, StreamState
 
@@ -86,14 +87,27 @@ class Model:
         return Op(HANDLERS[instr.op](instr, views), instr.waits, instr.signal,
                   duration_ns(instr, engine, self.target), instr.op, node)
 
+    def _race_checker(self) -> RaceChecker:
+        accesses = []
+        for state in self.simulator.streams:
+            stream = self.bundle.cores[state.core][state.name]
+            per_instr = []
+            for instr in stream.instructions:
+                per_instr.append([Access(*self.memory.footprint(o, state.core), writes)
+                                  for operands, writes in ((instr.reads(), False), (instr.writes(), True))
+                                  for o in operands])
+            accesses.append(per_instr)
+        return RaceChecker(self.simulator.streams, accesses, self.target.semaphores, len(self.bundle.cores))
+
     def _hbm_view(self, info: bundle_format.TensorInfo) -> np.ndarray:
         dtype = DType[info.device_dtype].np
         count = int(np.prod(info.shape, dtype=np.int64))
         return np.ndarray((count,), dtype=dtype, buffer=self.memory.hbm, offset=info.hbm_offset).reshape(info.shape)
 
     def run(self, inputs: Mapping[str, np.ndarray], policy: str = "clock", seed: int = 0,
-            trace: bool = False) -> dict[str, np.ndarray]:
-        """Run once. `policy` is "clock" (simulated time) or "random" (seeded random interleaving)."""
+            trace: bool = False, check_races: bool = False) -> dict[str, np.ndarray]:
+        """Run once. `policy` is "clock" (simulated time) or "random" (seeded random interleaving);
+        `check_races` raises RaceError at the first two accesses no semaphore orders (slower)."""
         arrays = self._check_inputs(inputs)
         mem = self.memory
         mem.hbm.fill(UNWRITTEN)
@@ -103,8 +117,9 @@ class Model:
         for info, array in zip(self.inputs, arrays):
             view = self._hbm_view(info)
             view[...] = convert(array, view.dtype)
+        checker = self._race_checker() if check_races else None
         with np.errstate(all="ignore"):
-            self.last_run = self.simulator.run(policy, seed, trace)
+            self.last_run = self.simulator.run(policy, seed, trace, checker)
         return {info.name: self._hbm_view(info).astype(np.dtype(info.dtype)) for info in self.outputs}
 
     def _check_inputs(self, inputs: Mapping[str, np.ndarray]) -> list[np.ndarray]:

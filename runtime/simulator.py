@@ -20,6 +20,7 @@ import random
 from dataclasses import dataclass, field
 
 from runtime.errors import DeadlockError
+from runtime.races import RaceChecker
 from runtime.semantics import Commit, Issue
 
 
@@ -74,17 +75,19 @@ class Simulator:
                 return sem, value
         return None
 
-    def run(self, policy: str = "clock", seed: int = 0, trace: bool = False) -> RunStats:
+    def run(self, policy: str = "clock", seed: int = 0, trace: bool = False,
+            checker: RaceChecker | None = None) -> RunStats:
+        """Run every stream to its end. A `checker` sees every instruction start and complete."""
         for s in self.streams:
             s.pc, s.busy = 0, False
         sems = [[0] * self.num_sems for _ in range(self.cores)]
         if policy == "clock":
-            return self._run_clock(sems, trace)
+            return self._run_clock(sems, trace, checker)
         if policy == "random":
-            return self._run_random(sems, random.Random(seed))
+            return self._run_random(sems, random.Random(seed), checker)
         raise ValueError(f"unknown scheduling policy {policy!r}")
 
-    def _run_clock(self, sems: list[list[int]], trace: bool) -> RunStats:
+    def _run_clock(self, sems: list[list[int]], trace: bool, checker: RaceChecker | None) -> RunStats:
         stats = RunStats()
         in_flight: list[tuple[float, int, StreamState, Commit, float]] = []
         blocked: dict[tuple[int, int], list[StreamState]] = {}
@@ -99,6 +102,8 @@ class Simulator:
                     blocked.setdefault((s.core, unmet[0]), []).append(s)
                     continue
                 op = s.ops[s.pc]
+                if checker is not None:
+                    checker.issue(s, s.pc)
                 commit = op.issue()
                 s.busy = True
                 heapq.heappush(in_flight, (now + op.duration, seq, s, commit, now))
@@ -108,6 +113,8 @@ class Simulator:
             now, _, s, commit, start = heapq.heappop(in_flight)
             commit()
             op = s.ops[s.pc]
+            if checker is not None:
+                checker.complete(s, s.pc)
             if trace:
                 stats.trace.append(TraceEvent(s.core, s.name, s.pc, start, now))
             s.pc += 1
@@ -121,7 +128,7 @@ class Simulator:
         stats.elapsed_ns = now
         return stats
 
-    def _run_random(self, sems: list[list[int]], rng: random.Random) -> RunStats:
+    def _run_random(self, sems: list[list[int]], rng: random.Random, checker: RaceChecker | None) -> RunStats:
         stats = RunStats()
         in_flight: list[tuple[StreamState, Commit]] = []
         while True:
@@ -134,11 +141,15 @@ class Simulator:
             if pick < len(ready):
                 s = ready[pick]
                 s.busy = True
+                if checker is not None:
+                    checker.issue(s, s.pc)
                 in_flight.append((s, s.ops[s.pc].issue()))
                 continue
             s, commit = in_flight.pop(pick - len(ready))
             commit()
             op = s.ops[s.pc]
+            if checker is not None:
+                checker.complete(s, s.pc)
             s.pc += 1
             s.busy = False
             stats.instructions += 1

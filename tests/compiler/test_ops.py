@@ -14,7 +14,7 @@ from tests.conftest import assert_close, compile_to_model
 def test_op_matches_onnxruntime(tmp, case):
     model, feeds = case.model()
     expected = onnxruntime_outputs(model, feeds)
-    ours = compile_to_model(model, tmp).run(feeds)
+    ours = compile_to_model(model, tmp).run(feeds, check_races=True)  # every hand-off ordered by a semaphore
     assert_close(ours, expected, rtol=1e-5)
 
 

@@ -41,6 +41,23 @@ def test_without_waits_the_answer_is_wrong(tmp, model, policy, seed):
     assert wrong, "stripping every semaphore wait changed nothing: ordering came from somewhere else"
 
 
+@pytest.mark.parametrize("path", sorted(p for p in os.listdir(MODELS_DIR) if p.endswith(".onnx")))
+def test_compiled_models_have_no_race(tmp, path):
+    """Every pair of accesses to the same bytes from two engines, one a write, is ordered by semaphores."""
+    b = compile_model(onnx.load(os.path.join(MODELS_DIR, path)))
+    bundle_format.write(b, os.path.join(tmp, "m.neff"))
+    model = runtime.load(os.path.join(tmp, "m.neff"))
+    model.run(seeded_inputs(b.inputs), check_races=True)
+
+
+def test_the_race_checker_sees_stripped_waits(tmp):
+    b = compile_model(gemm_model(129, 300, 513, trans_b=True))
+    _strip_waits(b)
+    bundle_format.write(b, os.path.join(tmp, "m.neff"))
+    with pytest.raises(runtime.RaceError, match="with no semaphore ordering the two"):
+        runtime.load(os.path.join(tmp, "m.neff")).run(seeded_inputs(b.inputs), check_races=True)
+
+
 def test_every_cross_engine_wait_is_needed_somewhere(tmp):
     """Not a vacuous pass: the compiled bundle has waits on several engines."""
     b = compile_model(gemm_model(129, 300, 513, trans_b=True))
