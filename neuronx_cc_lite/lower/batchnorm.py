@@ -21,7 +21,7 @@ from isa.target import Target
 from neuronx_cc_lite.ir import Graph, Node
 from neuronx_cc_lite.lower.context import LowerCtx
 from neuronx_cc_lite.lower.hbm import HbmView
-from neuronx_cc_lite.lower.patterns import constant_view, contiguous
+from neuronx_cc_lite.lower.patterns import contiguous
 from neuronx_cc_lite.lower.program import Program, TileAccess
 from neuronx_cc_lite.lower.registry import lowering
 
@@ -90,8 +90,8 @@ def lower_batchnorm(ctx: LowerCtx, node: Node) -> None:
     constants = [ctx.graph.tensors[n] for n in names]
     table = None
     if all(t.is_constant for t in constants):
-        table = constant_view(prog, f"{node.name}/scale_shift",
-                              np.stack(scale_shift([t.value for t in constants], epsilon), axis=1))
+        table = ctx.view(ctx.constant(f"{node.name}/scale_shift", np.stack(
+            scale_shift([t.value for t in constants], epsilon), axis=1).astype(np.float32)))
     budget = tile_budget(prog.target)
     per_image = min(size, budget)
     images = max(1, min(batch, budget // size)) if size <= budget else 1

@@ -23,6 +23,7 @@ from neuronx_cc_lite.lower.context import LowerCtx
 from neuronx_cc_lite.lower.elementwise import tile_free_max
 from neuronx_cc_lite.lower.hbm import HbmView, coalesce
 from neuronx_cc_lite.lower.instr import ts, tt
+from neuronx_cc_lite.lower.patterns import contiguous
 from neuronx_cc_lite.lower.program import HbmAccess
 from neuronx_cc_lite.lower.registry import lowering
 from neuronx_cc_lite.lower.rows import free_chunks
@@ -107,16 +108,9 @@ def lower_gather(ctx: LowerCtx, node: Node) -> None:
         index_view = ctx.view(ctx.constant(f"{node.name}/indices", flat.astype(np.int32)))
     else:
         index_view = ctx.view(node.inputs[1])
-        index_view = index_view.reshape((n,)) or _contiguous(ctx, node, index_view)
+        index_view = contiguous(ctx.program, index_view, node.name).reshape((n,))
     gather_rows(ctx, table.box((0,) * rank, (1, *table.shape[1:])), index_view, out_rows, size,
                 table.strides[0], fix_negative=constant is None)
-
-
-def _contiguous(ctx: LowerCtx, node: Node, view: HbmView) -> HbmView:
-    tensor = ctx.program.hbm_tensor(f"{node.name}/indices", view.size * view.dtype.size, "scratch")
-    copy = HbmView.whole(tensor, view.dtype, view.shape)
-    ctx.program.dma(copy, view)
-    return copy.reshape((view.size,))  # type: ignore[return-value]
 
 
 def _element_offsets(node: Node, g: Graph, data: HbmView) -> np.ndarray:

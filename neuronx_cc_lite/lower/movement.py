@@ -9,22 +9,15 @@ partition column and each partition receives the row it names.
 
 from __future__ import annotations
 
-import math
 
 import numpy as np
 
-from isa.dtypes import DType
-from isa.functions import AluOp
-from isa.operand import Engine
-from neuronx_cc_lite.errors import CompileError
 from neuronx_cc_lite.ir import Graph, Node
 from neuronx_cc_lite.lower.context import LowerCtx
 from neuronx_cc_lite.lower.elementwise import elementwise, tile_free_max
-from neuronx_cc_lite.lower.hbm import HbmView, coalesce
-from neuronx_cc_lite.lower.instr import fill, select, tt, ts
-from neuronx_cc_lite.lower.program import HbmAccess
+from neuronx_cc_lite.lower.hbm import HbmView
+from neuronx_cc_lite.lower.instr import fill, select
 from neuronx_cc_lite.lower.registry import lowering
-from neuronx_cc_lite.lower.rows import normalize_axes, row_boxes
 from neuronx_cc_lite.lower.tiling import boxes, free_size
 
 

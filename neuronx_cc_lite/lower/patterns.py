@@ -1,9 +1,8 @@
-"""DMA access patterns beyond `Program.dma`: into strided tile regions, HBM to HBM across partitions, and index
-maps cut into pieces that access patterns can walk; and compile-time constants placed in HBM.
+"""DMA access patterns beyond `Program.dma`: into strided tile regions, and index maps cut into pieces that access
+patterns can walk.
 
 A padded window tile is filled by a memset and one DMA into its interior (`dma_tile`); Pad and nearest Resize
-are HBM-to-HBM copies whose source walks an index map (`pieces`) with zero strides where it repeats an element,
-rows spread over the partitions of each dma_copy (`copy_rows`).
+are HBM-to-HBM copies whose source walks an index map (`pieces`) with zero strides where it repeats an element.
 """
 
 from __future__ import annotations
@@ -12,9 +11,7 @@ import itertools
 from dataclasses import dataclass
 from typing import Sequence
 
-import numpy as np
 
-from isa.dtypes import DType
 from isa.operand import MAX_FREE_DIMS, Engine
 from neuronx_cc_lite.lower.hbm import HbmView, coalesce
 from neuronx_cc_lite.lower.program import HbmAccess, Program, Tile, TileAccess
@@ -45,31 +42,6 @@ def dma_tile(prog: Program, tile: Tile, view: HbmView, strides: tuple[int, ...],
         prog.emit("dma_copy", Engine.DMA, dst=region, src=hbm)
 
 
-def copy_rows(prog: Program, dst: HbmView, src: HbmView) -> None:
-    """HBM to HBM between views of one shape. The axes both views walk alike are merged first; the outermost
-    left is spread over up to pmax partitions per dma_copy, so that one instruction moves pmax rows of a
-    four-dimensional pattern."""
-    assert dst.shape == src.shape, (dst.shape, src.shape)
-    if dst.size == 0:
-        return
-    shape, (d_strides, s_strides) = coalesce([dst, src])
-    if len(shape) < 2:  # one row
-        shape, d_strides, s_strides = (1, *(shape or (1,))), (0, *(d_strides or (1,))), (0, *(s_strides or (1,)))
-    free, d_free, s_free = shape[1:], d_strides[1:], s_strides[1:]
-    outer, indices = _split_outer(free)
-    pmax = prog.target.partitions
-    for r0 in range(0, shape[0], pmax):
-        rows = min(pmax, shape[0] - r0)
-        for index in indices:
-            d_off = dst.offset + r0 * d_strides[0] + sum(i * st for i, st in zip(index, d_free))
-            s_off = src.offset + r0 * s_strides[0] + sum(i * st for i, st in zip(index, s_free))
-            prog.emit("dma_copy", Engine.DMA,
-                      dst=HbmAccess(dst.tensor, dst.dtype, rows, d_strides[0], d_off,
-                                    tuple(zip(free[outer:], d_free[outer:]))),
-                      src=HbmAccess(src.tensor, src.dtype, rows, s_strides[0], s_off,
-                                    tuple(zip(free[outer:], s_free[outer:]))))
-
-
 def contiguous(prog: Program, view: HbmView, name: str) -> HbmView:
     """`view` itself when its elements lie in row-major order, else a copy of it in a scratch tensor (so that it
     can be reshaped)."""
@@ -79,13 +51,6 @@ def contiguous(prog: Program, view: HbmView, name: str) -> HbmView:
     copy = HbmView.whole(tensor, view.dtype, view.shape)
     prog.dma(copy, view)
     return copy
-
-
-def constant_view(prog: Program, name: str, value: np.ndarray) -> HbmView:
-    """A constant the lowering computed (divisors, interpolation matrices), in HBM as fp32."""
-    data = np.ascontiguousarray(value, dtype=np.float32)
-    tensor = prog.hbm_tensor(name, data.nbytes, "weight", data.tobytes())
-    return HbmView.whole(tensor, DType.fp32, data.shape)
 
 
 @dataclass(frozen=True)
@@ -153,7 +118,7 @@ def piece_view(view: HbmView, axis: int, piece: Piece, source: bool) -> HbmView:
 
 def copy_pieces(prog: Program, out: HbmView, x: HbmView, per_axis: list[list[Piece]], fill: HbmView | None,
                 fills_only: bool = False) -> None:
-    """out[o] = x[index(o)] through one index map per axis, cut into pieces: one copy_rows per combination of
+    """out[o] = x[index(o)] through one index map per axis, cut into pieces: one HBM-to-HBM copy per combination of
     pieces, reading `fill` (a one-element view, broadcast) where any axis of the combination is a fill. With
     `fills_only`, only the fills are written."""
     for combo in itertools.product(*per_axis):
@@ -168,4 +133,4 @@ def copy_pieces(prog: Program, out: HbmView, x: HbmView, per_axis: list[list[Pie
         if filled:
             assert fill is not None, "an index map with fills needs a fill value"
             src = fill.broadcast_to(dst.shape)
-        copy_rows(prog, dst, src)
+        prog.dma(dst, src)

@@ -23,7 +23,7 @@ from neuronx_cc_lite.errors import CompileError
 from neuronx_cc_lite.ir import Graph, Node
 from neuronx_cc_lite.lower.context import LowerCtx
 from neuronx_cc_lite.lower.hbm import HbmView
-from neuronx_cc_lite.lower.patterns import constant_view, contiguous
+from neuronx_cc_lite.lower.patterns import contiguous
 from neuronx_cc_lite.lower.program import Program, Tile
 from neuronx_cc_lite.lower.registry import lowering
 from neuronx_cc_lite.lower.windows import Axis, Block, blocks, load_windows, window_axes
@@ -106,7 +106,7 @@ def _lower_pool(ctx: LowerCtx, node: Node, op: AluOp, fill: float) -> None:
         for c in counts:
             grid = np.multiply.outer(grid, c.astype(np.float32))
         divisors = float(grid.flat[0]) if np.all(grid == grid.flat[0]) else \
-            constant_view(prog, f"{node.name}/divisors", grid)
+            ctx.view(ctx.constant(f"{node.name}/divisors", grid))
     for r0 in range(0, xr.shape[0], prog.target.partitions):
         p = min(prog.target.partitions, xr.shape[0] - r0)
         src = xr.slice(0, r0, r0 + p).reshape((p, 1, *xr.shape[1:]))

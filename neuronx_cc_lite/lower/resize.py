@@ -34,7 +34,7 @@ from neuronx_cc_lite.errors import CompileError
 from neuronx_cc_lite.ir import Graph, Node
 from neuronx_cc_lite.lower.context import LowerCtx
 from neuronx_cc_lite.lower.hbm import HbmView
-from neuronx_cc_lite.lower.patterns import constant_view, contiguous, copy_pieces, pieces
+from neuronx_cc_lite.lower.patterns import contiguous, copy_pieces, pieces
 from neuronx_cc_lite.lower.program import Program, Tile
 from neuronx_cc_lite.lower.registry import lowering
 
@@ -232,7 +232,7 @@ def _plan_or_fail(node: Node, g: Graph) -> ResizePlan:
 
 
 def _extrapolation(ctx: LowerCtx, node: Node, plan: ResizePlan) -> HbmView:
-    return constant_view(ctx.program, f"{node.name}/extrapolation", np.array(plan.extrapolation))
+    return ctx.view(ctx.constant(f"{node.name}/extrapolation", np.array(plan.extrapolation, np.float32)))
 
 
 def _lower_nearest(ctx: LowerCtx, node: Node, plan: ResizePlan) -> None:
@@ -278,7 +278,7 @@ def _lower_matrices(ctx: LowerCtx, node: Node, mh: np.ndarray | None, mw: np.nda
             prog.dma(loaded[key].ap(), view.box((r0, c0), (rn, cn)))
         return loaded[key]
 
-    mw_t = constant_view(prog, f"{name}/Mw^T", mw.T) if mw is not None else None
+    mw_t = ctx.view(ctx.constant(f"{name}/Mw^T", mw.T.astype(np.float32))) if mw is not None else None
 
     def along_w(r0: int, rn: int, c0: int, cn: int) -> Tile:
         """Rows r0.. of the images resized along w, output columns c0.., as a tile [rn, cn]."""
@@ -300,7 +300,7 @@ def _lower_matrices(ctx: LowerCtx, node: Node, mh: np.ndarray | None, mw: np.nda
     # The rows of several images at once when they fit a tile: A = blockdiag(Mh^T, ...) mixes each image's own.
     per_tile = max(1, min(pmax // h, pmax // oh, images)) if h <= pmax and oh <= pmax else 1
     a = np.kron(np.eye(per_tile), mh.T)
-    a_view = constant_view(prog, f"{name}/A", a)
+    a_view = ctx.view(ctx.constant(f"{name}/A", a.astype(np.float32)))
     for i0, (c0, cn) in itertools.product(range(0, images, per_tile), _spans(ow, fmax)):
         count = min(per_tile, images - i0)
         ys = [(k0, kt, along_w(i0 * h + k0, kt, c0, cn)) for k0, kt in _spans(count * h, pmax)]

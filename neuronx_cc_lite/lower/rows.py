@@ -12,6 +12,7 @@ import math
 from typing import Iterator
 
 from neuronx_cc_lite.lower.hbm import HbmView, coalesce
+from neuronx_cc_lite.lower.tiling import chunk_sizes
 
 
 def move_to_end(view: HbmView, axes: tuple[int, ...]) -> HbmView:
@@ -45,12 +46,7 @@ def free_chunks(view: HbmView, budget: int) -> Iterator[tuple[int, HbmView]]:
     """Cut the free part of a (rows, *free) view into pieces of at most `budget` elements per row, innermost axes
     whole first. Yields (element offset of the piece in the row, piece view of shape (rows, *piece free))."""
     free = view.shape[1:]
-    chunks = []
-    for n in reversed(free):
-        c = min(n, max(1, budget))
-        chunks.append(c)
-        budget //= c
-    chunks.reverse()
+    chunks = chunk_sizes(free, budget)
     inner = [math.prod(free[k + 1:]) for k in range(len(free))]
     for starts in itertools.product(*(range(0, n, c) for n, c in zip(free, chunks))):
         sizes = tuple(min(c, n - s) for n, c, s in zip(free, chunks, starts))

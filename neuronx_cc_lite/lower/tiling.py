@@ -34,20 +34,23 @@ def _spaces(views: list[HbmView], pmax: int) -> list[tuple[tuple[int, ...], list
     return spaces
 
 
+def chunk_sizes(free: tuple[int, ...], budget: int) -> list[int]:
+    """How much of each free axis one piece takes, innermost axes whole first, at most `budget` elements."""
+    chunks = []
+    for n in reversed(free):
+        c = min(n, max(1, budget))
+        chunks.append(c)
+        budget //= c
+    return chunks[::-1]
+
+
 def boxes(views: list[HbmView], pmax: int, free_max: int) -> Iterator[list[HbmView]]:
     """Yield, box by box, the views cut to that box: each of shape (partitions, *free)."""
     assert all(v.shape == views[0].shape for v in views), [v.shape for v in views]
     if views[0].size == 0:
         return
     for shape, strides, offsets in _spaces(views, pmax):
-        chunks = [min(shape[0], pmax)]
-        budget = free_max
-        free_chunks = []
-        for n in reversed(shape[1:]):
-            c = min(n, max(1, budget))
-            free_chunks.append(c)
-            budget //= c
-        chunks += reversed(free_chunks)
+        chunks = [min(shape[0], pmax), *chunk_sizes(shape[1:], free_max)]
         for starts in itertools.product(*(range(0, n, c) for n, c in zip(shape, chunks))):
             sizes = tuple(min(c, n - s) for n, c, s in zip(shape, chunks, starts))
             yield [HbmView(v.tensor, v.dtype, sizes, st, off + sum(a * b for a, b in zip(starts, st)))

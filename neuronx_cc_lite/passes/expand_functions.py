@@ -19,6 +19,7 @@ from neuronx_cc_lite.errors import CompileError
 from neuronx_cc_lite.frontend import attr_value
 from neuronx_cc_lite.ir import Graph, Node, Tensor
 from neuronx_cc_lite.lower.registry import LOWERINGS
+from neuronx_cc_lite.passes.fold_constants import infer_node, to_onnx_node
 
 MAX_ROUNDS = 8  # function bodies nest a few levels at most; the bound stops a body that expands into itself
 
@@ -32,8 +33,6 @@ def _body(node: Node, g: Graph) -> tuple[onnx.FunctionProto, onnx.defs.OpSchema]
         schema = onnx.defs.get_schema(node.op, g.opset_of(node), node.domain or "")
     except onnx.defs.SchemaError:
         return None
-    from neuronx_cc_lite.passes.fold_constants import to_onnx_node
-
     proto = onnx.FunctionProto()
     versions = [v for v in schema.function_opset_versions if v <= g.opset_of(node)]
     if versions:
@@ -114,8 +113,6 @@ def run(g: Graph) -> Graph:
 def _settle_types(g: Graph) -> None:
     """Types of the new internal values, node by node, so that a later round can expand context-dependent
     bodies (which need their input types)."""
-    from neuronx_cc_lite.passes.fold_constants import infer_node
-
     for node in g.nodes:
         if any(o and g.tensors[o].shape is None for o in node.outputs) and all(
                 g.tensors[i].shape is not None for i in node.inputs if i):
