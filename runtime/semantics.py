@@ -224,14 +224,11 @@ def dma_gather(instr: Instruction, v: Views) -> Issue:
 
 def nc_matmul(instr: Instruction, v: Views) -> Issue:
     """A systolic array computes every output column the same way, so equal columns give equal bits. numpy's
-    sgemm does too, but its matrix-vector kernels (one row or one column) sum in an order that depends on the
-    position: those shapes are summed in float64 and rounded once."""
-    s_view, m_view = v["stationary"], v["moving"]
-    vector = _flat_size(s_view) == 1 or _flat_size(m_view) == 1
-    wide = np.float64 if vector else F32
-    stationary, moving = snapshot(s_view, wide), snapshot(m_view, wide)
+    sgemm does not promise that (its kernels treat the edge columns of a block apart), so products are summed in
+    float64, where the order no longer shows, and rounded once to fp32."""
+    stationary, moving = snapshot(v["stationary"], np.float64), snapshot(v["moving"], np.float64)
     accumulate = instr.args["accumulate"]
-    old = snapshot(v["dst"], wide)
+    old = snapshot(v["dst"], np.float64)
     store = write_to(v["dst"])
 
     def issue() -> Commit:
@@ -241,11 +238,6 @@ def nc_matmul(instr: Instruction, v: Views) -> Issue:
         return lambda: store(product.astype(F32, copy=False))
 
     return issue
-
-
-def _flat_size(view: np.ndarray) -> int:
-    """Elements per partition."""
-    return int(np.prod(view.shape[1:], dtype=np.int64))
 
 
 def nc_transpose(instr: Instruction, v: Views) -> Issue:
