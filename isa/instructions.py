@@ -12,6 +12,7 @@ Adding an instruction: one `OpSpec` row here, one hook if it has shape rules, on
 from __future__ import annotations
 
 import enum
+import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
@@ -241,15 +242,23 @@ def _free(instr: Instruction, name: str = "dst") -> int:
     return instr.args[name].free_size
 
 
+def _pe_rate(dtype: Any, target: Any) -> float:
+    """TensorE passes per cycle relative to bf16: fp32 takes four passes, fp8 may run faster (trn2)."""
+    if dtype.name == "fp32":
+        return 0.25
+    return target.pe_fp8_speedup if dtype.name.startswith("fp8") else 1
+
+
 def _matmul_cycles(instr: Instruction, target: Any) -> int:
+    """Back-to-back matmuls issue every max(N, 64) cycles; the next stationary loads in the background."""
     m, n = instr.args["stationary"].free_size, instr.args["moving"].free_size
-    fp32 = instr.args["moving"].dtype.name == "fp32"
-    return max(min(target.min_ii_cycles, m), n) * (4 if fp32 else 1)
+    return math.ceil(max(min(target.min_ii_cycles, m), n) / _pe_rate(instr.args["moving"].dtype, target))
 
 
 def _transpose_cycles(instr: Instruction, target: Any) -> int:
+    """A transpose is a matmul of the tile (stationary) against the identity (moving, P columns)."""
     s = instr.args["src"]
-    return max(s.num_partitions, min(target.min_ii_cycles, s.free_size))
+    return math.ceil(max(s.num_partitions, min(target.min_ii_cycles, s.free_size)) / _pe_rate(s.dtype, target))
 
 
 def _tensor_tensor_cycles(instr: Instruction, target: Any) -> int:

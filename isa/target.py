@@ -1,7 +1,8 @@
 """One configuration per target chip. Every size, clock and bandwidth the compiler, the validator and the
-runtime's cost model use comes from here; the numbers are those of ../shared/CHIP.md (AWS Neuron docs:
-nki/arch/trainium_inferentia2_arch, trainium2_arch, the nki.isa reference and the NKI performance guide).
-Where the docs give two values, the one chosen is named in a comment.
+cost model (isa/costs.py) use comes from here; the numbers are those of ../shared/CHIP.md (AWS Neuron docs:
+nki/arch/trainium_inferentia2_arch, trainium2_arch, the nki.isa reference, the NKI performance guide and the NKI
+DMA bandwidth guide). Where the docs give two values, the one chosen is named in a comment; the one figure no
+document gives (the cost of one contiguous piece of a DMA) is marked as this model's choice.
 """
 
 from __future__ import annotations
@@ -30,11 +31,17 @@ class Target:
     dve_ghz: float
     pool_ghz: float
     min_ii_cycles: int  # MIN_II: the shortest initiation interval of ACT/DVE/POOL instructions
-    access_start_cycles: int  # fixed cost of starting an SBUF/PSUM access
-    # DMA.
-    dma_queues: int  # one queue per DMA engine is modelled
+    access_start_cycles: int  # fixed cost of starting an SBUF/PSUM access (ACT/DVE/POOL)
+    # Elements per partition per cycle of VectorE, for 2-byte types and for the others.
+    dve_lanes_16bit: int
+    dve_lanes: int
+    # TensorE speed of fp8 operands relative to bf16 (fp32 runs at a quarter of it on every target).
+    pe_fp8_speedup: int
+    # DMA: one queue per DMA engine, running one transfer at a time.
+    dma_queues: int
     dma_queue_gbps: float  # GB/s of one DMA engine
-    dma_launch_ns: float
+    dma_launch_ns: float  # fixed cost of every transfer: descriptor setup and semaphore-to-start latency
+    dma_piece_ns: float  # fixed cost of every contiguous piece of a transfer (this model's choice, see TRN1)
     # Synchronisation: hardware semaphores per core. CHIP.md gives no figure; 32 is this model's choice.
     semaphores: int
 
@@ -46,6 +53,17 @@ class Target:
     def psum_bank_fmax(self) -> int:
         """fp32 elements of one PSUM bank per partition (512 on every target so far)."""
         return self.psum_bank_bytes // 4
+
+    @property
+    def core_dma_gbps(self) -> float:
+        """The most one core's DMA engines can move per second, in GB/s: all queues at once, within HBM's."""
+        return min(self.dma_queues * self.dma_queue_gbps, self.hbm_gbps)
+
+    def pe_tflops(self, dtype_name: str) -> float:
+        """TensorE peak for operands of this type: 128 x 128 multiply-adds per cycle."""
+        per_cycle = 2 * self.partitions * self.gemm_stationary_fmax
+        rate = 0.25 if dtype_name == "fp32" else self.pe_fp8_speedup if dtype_name.startswith("fp8") else 1
+        return per_cycle * self.pe_ghz * rate / 1000
 
     def allowed_start_partitions(self, count: int) -> tuple[int, ...]:
         """Where a compute-engine access of `count` partitions may start: engines see the partitions in
@@ -79,9 +97,17 @@ TRN1 = Target(
     pool_ghz=1.4,
     min_ii_cycles=64,
     access_start_cycles=60,
+    dve_lanes_16bit=1,  # 128 elements per cycle: one per partition
+    dve_lanes=1,
+    pe_fp8_speedup=1,  # 92 TFLOPS for bf16, fp16, tf32 and fp8 alike
     dma_queues=16,
-    dma_queue_gbps=27.0,  # the per-engine figure; the other table's 272 GB/s per core is the sum of ~10
-    dma_launch_ns=1300.0,
+    # The per-engine figure (the NKI DMA overview says 27.2 GB/s); the bandwidth guide's table gives 17 B/ns.
+    dma_queue_gbps=27.0,
+    dma_launch_ns=1300.0,  # "~1300 ns cross-engine" (NKI DMA bandwidth guide)
+    # No document gives a per-piece figure; the bandwidth guide says pieces of >= 4 KiB per partition sustain an
+    # engine's peak and small ones leave it mostly idle. 16 ns (the time of ~430 bytes) gives 4 KiB pieces 90% of
+    # the engine's rate, 512-byte pieces 54% and the 2-4 byte pieces of an element-strided transpose under 1%.
+    dma_piece_ns=16.0,
     semaphores=32,
 )
 
@@ -106,9 +132,13 @@ TRN2 = Target(
     pool_ghz=1.2,
     min_ii_cycles=64,
     access_start_cycles=60,
+    dve_lanes_16bit=4,  # 512 elements per cycle for bf16/fp16
+    dve_lanes=2,  # 256 otherwise
+    pe_fp8_speedup=2,  # 158 TFLOPS fp8 against 79 bf16
     dma_queues=16,
     dma_queue_gbps=23.0,  # CHIP.md's 23 B/ns, read like trn1's 17 B/ns table as a per-engine rate
     dma_launch_ns=1300.0,
+    dma_piece_ns=16.0,  # as TRN1
     semaphores=32,
 )
 

@@ -16,13 +16,13 @@ from typing import Mapping
 import numpy as np
 
 from isa import bundle as bundle_format
+from isa.costs import dma_cost, duration_ns, ports
 from isa.dtypes import DType
 from isa.errors import IsaError
 from isa.instructions import Instruction
 from isa.operand import Engine, Operand, stream_engine
 from isa.target import TARGETS, Target
 from isa.validate import problems
-from runtime.costs import duration_ns
 from runtime.errors import AccessError, InputError, LoadError
 from runtime.memory import UNWRITTEN, ChipMemory
 from runtime.races import Access, RaceChecker
@@ -44,7 +44,8 @@ class Model:
                 ops = [self._load_op(instr, engine, core, name, i, node)
                        for i, (instr, node) in enumerate(zip(stream.instructions, stream.nodes))]
                 streams.append(StreamState(core, name, ops))
-        self.simulator = Simulator(streams, self.target.semaphores, len(b.cores))
+        self.simulator = Simulator(streams, self.target.semaphores, len(b.cores), self.target.dma_queue_gbps,
+                                   self.target.hbm_gbps)
 
     @property
     def inputs(self) -> list[bundle_format.TensorInfo]:
@@ -84,8 +85,10 @@ class Model:
             raise LoadError(f"invalid instruction at {where}: {e.args[0]}") from None
         if instr.op not in HANDLERS:
             raise LoadError(f"{where}: this runtime has no semantics for {instr.op}")
+        timed_by_dma = instr.spec.cycles is None
         return Op(HANDLERS[instr.op](instr, views), instr.waits, instr.signal,
-                  duration_ns(instr, engine, self.target), instr.op, node)
+                  duration_ns(instr, engine, self.target), instr.op, node,
+                  dma_cost(instr, self.target) if timed_by_dma else None, ports(instr, engine))
 
     def _race_checker(self) -> RaceChecker:
         accesses = []

@@ -1,12 +1,16 @@
 """The engines of every core, running their instruction streams concurrently.
 
-Each stream (an engine, or a DMA queue) is an in-order sequencer: it starts its next instruction when it is idle
-and every semaphore the instruction waits on has reached its value; the instruction reads its inputs when it
-starts and writes its results, then increments its semaphore, when it completes. Nothing else orders the streams.
+Each stream (an engine, or a DMA queue) is an in-order sequencer: it starts its next instruction when it is idle,
+every semaphore the instruction waits on has reached its value and the shared ports it needs are free; the
+instruction reads its inputs when it starts and writes its results, then increments its semaphore, when it
+completes. Nothing else orders the streams.
 
 Two policies pick what happens next:
-- "clock" (default): simulated time. An instruction occupies its engine for its cost (runtime/costs.py); events
-  happen in time order, so the elapsed time is the simulated latency of the program.
+- "clock" (default): simulated time, by the cost model of isa/costs.py. A compute instruction occupies its engine
+  (and its shared ports) for its cost. A DMA transfer first spends its fixed cost (launch, pieces), then moves its
+  bytes at its engine's rate; while the transfers of the chip together ask HBM for more than hbm_gbps, every one of
+  them that touches HBM slows down in proportion. Events happen in time order, so the elapsed time is the
+  simulated latency of the program.
 - "random": a seeded random choice among every stream that may start and every instruction that may complete.
   Programs that are correctly synchronised give the same answer under every choice; a missing semaphore shows.
 When every unfinished stream is blocked and nothing is in flight, the run stops with a deadlock error naming each
@@ -19,6 +23,7 @@ import heapq
 import random
 from dataclasses import dataclass, field
 
+from isa.costs import DmaCost, Port
 from runtime.errors import DeadlockError
 from runtime.races import RaceChecker
 from runtime.semantics import Commit, Issue
@@ -31,9 +36,11 @@ class Op:
     issue: Issue
     waits: tuple[tuple[int, int], ...]
     signal: int | None
-    duration: float  # ns
+    duration: float  # ns: a compute instruction's cost; a DMA's when HBM has bandwidth to spare
     mnemonic: str
     node: str  # the ONNX node it came from, "" when unknown
+    dma: DmaCost | None = None
+    ports: tuple[Port, ...] = ()
 
 
 @dataclass(slots=True)
@@ -61,11 +68,28 @@ class RunStats:
     trace: list[TraceEvent] = field(default_factory=list)
 
 
+@dataclass(slots=True)
+class _Transfer:
+    """A DMA in flight under the clock policy: its fixed cost left, then its bytes left."""
+
+    stream: StreamState
+    commit: Commit
+    start: float
+    fixed_left: float
+    bytes_left: float
+    hbm_per_byte: float  # HBM bytes drawn per byte the engine moves
+    rate: float = 0.0  # bytes per ns while moving bytes
+
+
+
 class Simulator:
-    def __init__(self, streams: list[StreamState], semaphores_per_core: int, cores: int) -> None:
+    def __init__(self, streams: list[StreamState], semaphores_per_core: int, cores: int, queue_gbps: float,
+                 hbm_gbps: float) -> None:
         self.streams = streams
         self.num_sems = semaphores_per_core
         self.cores = cores
+        self.queue_gbps = queue_gbps  # bytes per ns of one DMA engine
+        self.hbm_gbps = hbm_gbps  # bytes per ns of the chip's HBM, shared by every transfer
 
     def _blocking_wait(self, sems: list[list[int]], s: StreamState) -> tuple[int, int] | None:
         """The first unmet wait of the stream's next instruction, or None when it may start."""
@@ -89,8 +113,11 @@ class Simulator:
 
     def _run_clock(self, sems: list[list[int]], trace: bool, checker: RaceChecker | None) -> RunStats:
         stats = RunStats()
-        in_flight: list[tuple[float, int, StreamState, Commit, float]] = []
+        computing: list[tuple[float, int, StreamState, Commit, float]] = []  # (end, seq, ...) heap
+        transfers: list[_Transfer] = []
+        holders: dict[tuple[int, Port], StreamState] = {}
         blocked: dict[tuple[int, int], list[StreamState]] = {}
+        waiting_port: dict[tuple[int, Port], list[StreamState]] = {}
         candidates = [s for s in self.streams if s.ops]
         now, seq = 0.0, 0
         while True:
@@ -102,15 +129,30 @@ class Simulator:
                     blocked.setdefault((s.core, unmet[0]), []).append(s)
                     continue
                 op = s.ops[s.pc]
+                taken = next((p for p in op.ports if (s.core, p) in holders), None)
+                if taken is not None:
+                    waiting_port.setdefault((s.core, taken), []).append(s)
+                    continue
                 if checker is not None:
                     checker.issue(s, s.pc)
                 commit = op.issue()
                 s.busy = True
-                heapq.heappush(in_flight, (now + op.duration, seq, s, commit, now))
-                seq += 1
-            if not in_flight:
+                if op.dma is not None:
+                    cost = op.dma
+                    transfers.append(_Transfer(s, commit, now, cost.fixed_ns, float(cost.bytes),
+                                               cost.hbm_bytes / cost.bytes if cost.bytes else 0.0))
+                else:
+                    for p in op.ports:
+                        holders[s.core, p] = s
+                    heapq.heappush(computing, (now + op.duration, seq, s, commit, now))
+                    seq += 1
+            if not computing and not transfers:
                 break
-            now, _, s, commit, start = heapq.heappop(in_flight)
+            now, done = self._next_event(now, computing, transfers)
+            if done is None:  # a transfer ended its fixed part: the shares of HBM change, nothing completes
+                candidates = []
+                continue
+            s, commit, start = done
             commit()
             op = s.ops[s.pc]
             if checker is not None:
@@ -121,12 +163,49 @@ class Simulator:
             s.busy = False
             stats.instructions += 1
             candidates = [s]
+            for p in op.ports:
+                del holders[s.core, p]
+                candidates.extend(waiting_port.pop((s.core, p), ()))
             if op.signal is not None:
                 sems[s.core][op.signal] += 1
                 candidates.extend(blocked.pop((s.core, op.signal), ()))
         self._check_finished(sems)
         stats.elapsed_ns = now
         return stats
+
+    def _next_event(self, now: float, computing: list, transfers: list[_Transfer]
+                    ) -> tuple[float, tuple[StreamState, Commit, float] | None]:
+        """Advance the clock to the next event: an instruction that completes, returned as (stream, commit,
+        start) and taken off its list, or a transfer that ends its fixed part (None)."""
+        self._share_hbm(transfers)
+        step, first, done = float("inf"), None, None
+        for t in transfers:
+            left = t.fixed_left if t.fixed_left > 0 else t.bytes_left / t.rate
+            if left < step:
+                step, first = left, t
+        if computing and computing[0][0] - now <= step:
+            end, _, s, commit, start = heapq.heappop(computing)
+            step, first, done = end - now, None, (s, commit, start)
+        moving = first is not None and first.fixed_left <= 0
+        for t in transfers:
+            if t.fixed_left > 0:
+                t.fixed_left = max(0.0, t.fixed_left - step)
+            else:
+                t.bytes_left -= t.rate * step
+        if first is None:
+            return now + step, done
+        if not moving:
+            return now + step, None
+        transfers.remove(first)
+        return now + step, (first.stream, first.commit, first.start)
+
+    def _share_hbm(self, transfers: list[_Transfer]) -> None:
+        """Every transfer moving bytes runs at its engine's rate, unless those touching HBM together ask for more
+        than HBM gives: then they share it in proportion."""
+        demand = sum(self.queue_gbps * t.hbm_per_byte for t in transfers if t.fixed_left <= 0)
+        scale = min(1.0, self.hbm_gbps / demand) if demand > 0 else 1.0
+        for t in transfers:
+            t.rate = self.queue_gbps * (scale if t.hbm_per_byte > 0 else 1.0)
 
     def _run_random(self, sems: list[list[int]], rng: random.Random, checker: RaceChecker | None) -> RunStats:
         stats = RunStats()

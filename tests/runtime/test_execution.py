@@ -13,7 +13,7 @@ from isa.functions import ActFunc
 from isa.instructions import make
 import runtime
 from tests.conftest import ROOT
-from tests.runtime.helpers import hbm, model, sbuf
+from tests.runtime.helpers import hbm, model, psum, sbuf
 
 X, OUT = 0, 4096
 
@@ -60,10 +60,31 @@ def test_deadlock_names_the_waiting_instructions():
 def test_simulated_time_overlaps_independent_engines():
     one = model({"DVE": [make("memset", dst=sbuf(128, 4096), value=0.0)]}, {}, {})
     two = model({"DVE": [make("memset", dst=sbuf(128, 4096), value=0.0)],
-                 "POOL": [make("memset", dst=sbuf(128, 4096, 65536), value=0.0)]}, {}, {})
+                 "ACT": [make("tensor_copy", dst=sbuf(128, 4096, 65536), src=sbuf(128, 4096, 32768))]}, {}, {})
     one.run({})
     two.run({})
     assert two.last_run.elapsed_ns < 1.5 * one.last_run.elapsed_ns
+
+
+def test_vector_and_gpsimd_take_turns_on_sbuf():
+    """VectorE and GpSimdE share SBUF's port: their instructions run one after the other."""
+    def memsets(engines: tuple[str, ...]) -> float:
+        m = model({e: [make("memset", dst=sbuf(128, 4096, 65536 * k), value=0.0)] for k, e in enumerate(engines)},
+                  {}, {})
+        m.run({})
+        return m.last_run.elapsed_ns
+
+    assert memsets(("DVE", "POOL")) >= 0.99 * (memsets(("DVE",)) + memsets(("POOL",)))
+
+
+def test_vector_and_scalar_take_turns_on_psum():
+    def copies(engines: tuple[str, ...]) -> float:
+        m = model({e: [make("tensor_copy", dst=sbuf(128, 512, 4096 * k), src=psum(128, 512, 2048 * k))]
+                   for k, e in enumerate(engines)}, {}, {})
+        m.run({})
+        return m.last_run.elapsed_ns
+
+    assert copies(("DVE", "ACT")) >= 0.99 * (copies(("DVE",)) + copies(("ACT",)))
 
 
 def test_invalid_instruction_is_refused_at_load():
@@ -90,3 +111,21 @@ def test_runtime_imports_neither_onnx_nor_the_compiler():
             "('onnx', 'neuronx_cc_lite', 'lark', 'onnxruntime')]; print(bad); sys.exit(1 if bad else 0)")
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_dma_transfers_share_the_chips_hbm_bandwidth():
+    """Sixteen HBM-to-HBM copies ask HBM for 2 x 16 x 27 GB/s, more than its 820: they slow down to share it."""
+    rows, cols = 32, 128  # 16 KiB per copy
+    size = rows * cols * 4
+    streams = {f"DMA{q}": [make("dma_copy", dst=hbm(16 * size + q * size, rows, cols), src=hbm(q * size, rows, cols))]
+               for q in range(16)}
+    m = model(streams, {}, {})
+    m.run({})
+    target = m.target
+    hbm_bytes = 16 * 2 * size
+    fixed = target.dma_launch_ns + target.dma_piece_ns
+    assert m.last_run.elapsed_ns >= fixed + hbm_bytes / target.hbm_gbps - 1e-6
+    assert m.last_run.elapsed_ns == pytest.approx(fixed + hbm_bytes / target.hbm_gbps)
+    alone = model({"DMA0": streams["DMA0"]}, {}, {})
+    alone.run({})
+    assert alone.last_run.elapsed_ns == pytest.approx(fixed + size / target.dma_queue_gbps)
