@@ -2,9 +2,10 @@
 `assemble(disassemble(b))` giving a bundle of identical bytes.
 
     ; comments start with a semicolon
-    .bundle {"compiler": "...", "flags": {...}, "hbm_size": 8192, "target": "trn1"}
+    .bundle {"compiler": "...", "flags": {...}, "hbm_size": 8192, "stats": {...}, "target": "trn1"}
     .input {"device_dtype": "fp32", "dtype": "float32", "hbm_offset": 0, "name": "x", "shape": [1, 784]}
     .output {...}
+    .tensor {"hbm_offset": 4096, "kind": "weight", "name": "fc1.weight", "size": 16384}
     .core 0
     .stream PE
          0  nc_matmul dst=... accumulate=false wait[s5>=1] inc[s0]      ; /fc1/Gemm
@@ -22,7 +23,7 @@ import base64
 import binascii
 import json
 
-from isa.bundle import Bundle, Segment, Stream, TensorInfo
+from isa.bundle import Bundle, HbmTensorInfo, Segment, Stream, TensorInfo
 from isa.listing import ParseError, format_instruction, parse_instruction
 
 _LINE = 76
@@ -37,10 +38,11 @@ def disassemble(bundle: Bundle, data: bool = True, cores: set[int] | None = None
              "elements); wait[sK>=V] holds an instruction until semaphore K reaches V; inc[sK] adds one to K "
              "when it completes"]
     header = {"target": bundle.target, "hbm_size": bundle.hbm_size, "compiler": bundle.compiler,
-              "flags": bundle.flags}
+              "flags": bundle.flags, "stats": bundle.stats}
     lines.append(".bundle " + json.dumps(header, sort_keys=True))
     lines += [".input " + json.dumps(t.to_json(), sort_keys=True) for t in bundle.inputs]
     lines += [".output " + json.dumps(t.to_json(), sort_keys=True) for t in bundle.outputs]
+    lines += [".tensor " + json.dumps(t.to_json(), sort_keys=True) for t in bundle.hbm_tensors]
     for c, core in enumerate(bundle.cores):
         if cores is not None and c not in cores:
             continue
@@ -81,6 +83,7 @@ def assemble(text: str, weights_from: Bundle | None = None) -> Bundle:
     header: dict | None = None
     inputs: list[TensorInfo] = []
     outputs: list[TensorInfo] = []
+    tensors: list[HbmTensorInfo] = []
     cores: list[dict[str, Stream]] = []
     weights: list[Segment] = []
     stream: Stream | None = None
@@ -142,6 +145,11 @@ def assemble(text: str, weights_from: Bundle | None = None) -> Bundle:
             except (KeyError, TypeError, ValueError) as e:
                 raise ParseError(f"line {lineno}: bad tensor description: {e}") from None
             (inputs if word == ".input" else outputs).append(info)
+        elif word == ".tensor":
+            try:
+                tensors.append(HbmTensorInfo.from_json(_json(rest, lineno)))
+            except (KeyError, TypeError, ValueError) as e:
+                raise ParseError(f"line {lineno}: bad tensor description: {e}") from None
         elif word == ".core":
             if rest.strip() != str(len(cores)):
                 raise ParseError(f"line {lineno}: expected .core {len(cores)}")
@@ -172,6 +180,7 @@ def assemble(text: str, weights_from: Bundle | None = None) -> Bundle:
         raise ParseError("no .bundle directive")
     try:
         return Bundle(str(header["target"]), int(header["hbm_size"]), inputs, outputs, cores, weights,
-                      str(header.get("compiler", "")), dict(header.get("flags", {})))
+                      str(header.get("compiler", "")), dict(header.get("flags", {})), dict(header.get("stats", {})),
+                      tensors)
     except (KeyError, TypeError, ValueError) as e:
         raise ParseError(f".bundle directive: {e}") from None

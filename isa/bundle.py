@@ -5,7 +5,9 @@ payload size (u64), sha256 of the payload (32 bytes), target name (16 bytes, NUL
 
 Archive (stored, fixed timestamps, sorted names, so that equal bundles are equal bytes):
 - manifest.json: target, HBM size, inputs and outputs (name, shape, dtype, device dtype, HBM offset), the weight
-  segments (HBM offset and size), per core the streams in order with their files, compiler version and flags;
+  segments (HBM offset and size), per core the streams in order with their files, compiler version and flags,
+  and what the compiler knows that only the profiler reads: the model's FLOPs, bytes spilled, and the name, kind
+  and place of every HBM tensor;
 - core<N>/<STREAM>.bin: the encoded instruction stream of one engine or DMA queue;
 - weights.bin: the weight segments, back to back, copied into HBM at load;
 - debug.json: for each stream, the ONNX node each instruction came from.
@@ -64,6 +66,23 @@ class Segment:
     data: bytes
 
 
+@dataclass(frozen=True)
+class HbmTensorInfo:
+    """Where a tensor of the compiled program lives in HBM (for the profiler: which tensor a DMA reads)."""
+
+    name: str
+    kind: str  # input, output, weight, scratch (between operators) or spill
+    hbm_offset: int
+    size: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "kind": self.kind, "hbm_offset": self.hbm_offset, "size": self.size}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> HbmTensorInfo:
+        return cls(str(d["name"]), str(d["kind"]), int(d["hbm_offset"]), int(d["size"]))
+
+
 @dataclass
 class Stream:
     instructions: list[Instruction]
@@ -80,6 +99,8 @@ class Bundle:
     weights: list[Segment] = field(default_factory=list)
     compiler: str = ""
     flags: dict[str, Any] = field(default_factory=dict)
+    stats: dict[str, Any] = field(default_factory=dict)  # model_flops, spill_bytes, ...
+    hbm_tensors: list[HbmTensorInfo] = field(default_factory=list)
 
 
 def _stream_path(core: int, name: str) -> str:
@@ -97,6 +118,8 @@ def to_bytes(bundle: Bundle) -> bytes:
                   for c, streams in enumerate(bundle.cores)],
         "compiler": bundle.compiler,
         "flags": bundle.flags,
+        "stats": bundle.stats,
+        "hbm_tensors": [t.to_json() for t in bundle.hbm_tensors],
     }
     debug = [{name: s.nodes for name, s in streams.items()} for streams in bundle.cores]
     files = {
@@ -200,6 +223,8 @@ def from_bytes(data: bytes) -> Bundle:
                 weights=segments,
                 compiler=str(manifest["compiler"]),
                 flags=dict(manifest["flags"]),
+                stats=dict(manifest.get("stats", {})),
+                hbm_tensors=[HbmTensorInfo.from_json(t) for t in manifest.get("hbm_tensors", [])],
             )
     except IsaError:
         raise

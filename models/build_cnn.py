@@ -88,9 +88,9 @@ def _batch_norm(g: _Graph, rng: np.random.Generator, scope: str, param: str, x: 
 
 
 def _basic_block(g: _Graph, rng: np.random.Generator, layer: str, x: str, c_in: int, c_out: int,
-                 stride: int) -> str:
+                 stride: int, index: int = 0) -> str:
     """torchvision BasicBlock: conv1-bn1-relu-conv2-bn2, + identity (or downsample.0/1 projection), relu."""
-    scope, param = f"/{layer}/{layer}.0", f"{layer}.0"
+    scope, param = f"/{layer}/{layer}.{index}", f"{layer}.{index}"
     h = _conv(g, rng, f"{scope}/conv1", f"{param}.conv1", x, c_in, c_out, 3, stride)
     h = _batch_norm(g, rng, f"{scope}/bn1", f"{param}.bn1", h, c_out)
     h = g.node(f"{scope}/relu", "Relu", [h])
@@ -124,6 +124,30 @@ def resnet_small(seed: int = 10) -> onnx.ModelProto:
     g.node("/fc", "Gemm", [h, w, b], outputs=["logits"], alpha=1.0, beta=1.0, transB=1)
     return _model("resnet_small", g, [helper.make_tensor_value_info("image", TensorProto.FLOAT, [1, 3, 32, 32])],
                   [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 10])])
+
+
+def resnet18(seed: int = 12, image: int = 224) -> onnx.ModelProto:
+    """torchvision's resnet18 (BasicBlock, [2, 2, 2, 2], 1000 classes) on a [1,3,image,image] input: for the
+    benchmarks, not written to models/ (45 MB of weights)."""
+    rng = np.random.default_rng(seed)
+    g = _Graph()
+    h = _conv(g, rng, "/conv1", "conv1", "image", 3, 64, 7, 2)
+    h = g.node("/relu", "Relu", [_batch_norm(g, rng, "/bn1", "bn1", h, 64)])
+    h = g.node("/maxpool", "MaxPool", [h], ceil_mode=0, dilations=[1, 1], kernel_shape=[3, 3], pads=[1, 1, 1, 1],
+               strides=[2, 2])
+    c_in = 64
+    for layer, c_out in enumerate((64, 128, 256, 512), start=1):
+        for index in range(2):
+            stride = 2 if index == 0 and layer > 1 else 1
+            h = _basic_block(g, rng, f"layer{layer}", h, c_in, c_out, stride, index)
+            c_in = c_out
+    h = g.node("", "Flatten", [g.node("/avgpool", "GlobalAveragePool", [h])], axis=1)
+    bound = 1 / np.sqrt(512)
+    w = g.weight("fc.weight", rng.uniform(-bound, bound, (1000, 512)).astype(np.float32))
+    b = g.weight("fc.bias", rng.uniform(-bound, bound, 1000).astype(np.float32))
+    g.node("/fc", "Gemm", [h, w, b], outputs=["logits"], alpha=1.0, beta=1.0, transB=1)
+    return _model("resnet18", g, [helper.make_tensor_value_info("image", TensorProto.FLOAT, [1, 3, image, image])],
+                  [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 1000])])
 
 
 def cnn_ops(seed: int = 11) -> onnx.ModelProto:

@@ -35,6 +35,8 @@ nn.Linear weight (and as GPT-2's Conv1D keeps it). Node and tensor names follow 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
@@ -44,9 +46,27 @@ from common import save
 LEGACY_OPSET, MODERN_OPSET = 13, 20
 FLOAT32_MIN = float(np.finfo(np.float32).min)
 
-BATCH, SEQ, VOCAB, MAX_POS = 2, 16, 100, 32                 # BERT
-HIDDEN, HEADS, HEAD_DIM, FFN = 64, 4, 16, 128
-GPT_SEQ, GPT_MAX_POS, GPT_FFN = 32, 64, 256                  # GPT (batch 1)
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """The sizes of a model; the defaults are those of the models in models/ (GPT: batch 1, its own seq/ffn)."""
+
+    batch: int = 2
+    seq: int = 16
+    vocab: int = 100
+    max_pos: int = 32
+    hidden: int = 64
+    heads: int = 4
+    ffn: int = 128
+    layers: int = 2
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden // self.heads
+
+
+GPT_SIZES = Sizes(batch=1, seq=32, max_pos=64, ffn=256, layers=1)
 
 
 class _Graph:
@@ -54,8 +74,8 @@ class _Graph:
     "<node name>_output_<i>" unless given. Small constants are Constant nodes in the legacy form and
     initializers (named as the Constant's output would be) in the modern one."""
 
-    def __init__(self, legacy: bool, rng: np.random.Generator) -> None:
-        self.legacy, self.rng = legacy, rng
+    def __init__(self, legacy: bool, rng: np.random.Generator, sizes: Sizes) -> None:
+        self.legacy, self.rng, self.sizes = legacy, rng, sizes
         self.nodes: list[onnx.NodeProto] = []
         self.weights: dict[str, np.ndarray] = {}
         self._seen: dict[str, int] = {}
@@ -126,8 +146,9 @@ def _conv1d(g: _Graph, scope: str, param: str, x: str, fan_in: int, fan_out: int
 
 
 def _layer_norm(g: _Graph, scope: str, param: str, x: str, eps: float, outputs: list[str] | None = None) -> str:
-    gamma = g.weight(f"{param}.weight", (1 + 0.1 * g.rng.standard_normal(HIDDEN)).astype(np.float32))
-    beta = g.normal(f"{param}.bias", (HIDDEN,), 0.05)
+    hidden = g.sizes.hidden
+    gamma = g.weight(f"{param}.weight", (1 + 0.1 * g.rng.standard_normal(hidden)).astype(np.float32))
+    beta = g.normal(f"{param}.bias", (hidden,), 0.05)
     if not g.legacy:
         return g.node(scope, "LayerNormalization", [x, gamma, beta], outputs=outputs, axis=-1, epsilon=eps)
     mean = g.node(scope, "ReduceMean", [x], axes=[-1], keepdims=1)
@@ -139,23 +160,26 @@ def _layer_norm(g: _Graph, scope: str, param: str, x: str, eps: float, outputs: 
     return g.node(scope, "Add", [y, beta], outputs=outputs)
 
 
-def _split_heads(g: _Graph, scope: str, x: str, batch: int, seq: int) -> str:
+def _split_heads(g: _Graph, scope: str, x: str) -> str:
     """[B,S,64] -> view [B,S,4,16] -> permute(0,2,1,3): [B,4,S,16]."""
+    z = g.sizes
     if g.legacy:
-        shape = g.node(scope, "Concat", [g.dim(scope, x, 0), g.dim(scope, x, 1), g.const(scope, [HEADS]),
-                                         g.const(scope, [HEAD_DIM])], axis=0)
+        shape = g.node(scope, "Concat", [g.dim(scope, x, 0), g.dim(scope, x, 1), g.const(scope, [z.heads]),
+                                         g.const(scope, [z.head_dim])], axis=0)
     else:
-        shape = g.const(scope, [batch, seq, HEADS, HEAD_DIM])
+        shape = g.const(scope, [z.batch, z.seq, z.heads, z.head_dim])
     return g.node(scope, "Transpose", [g.node(scope, "Reshape", [x, shape])], perm=[0, 2, 1, 3])
 
 
-def _merge_heads(g: _Graph, scope: str, x: str, batch: int, seq: int) -> str:
+def _merge_heads(g: _Graph, scope: str, x: str) -> str:
     """[B,4,S,16] -> permute(0,2,1,3) -> view [B,S,64]."""
+    z = g.sizes
     x = g.node(scope, "Transpose", [x], perm=[0, 2, 1, 3])
     if g.legacy:
-        shape = g.node(scope, "Concat", [g.dim(scope, x, 0), g.dim(scope, x, 1), g.const(scope, [HIDDEN])], axis=0)
+        shape = g.node(scope, "Concat", [g.dim(scope, x, 0), g.dim(scope, x, 1), g.const(scope, [z.hidden])],
+                       axis=0)
     else:
-        shape = g.const(scope, [batch, seq, HIDDEN])
+        shape = g.const(scope, [z.batch, z.seq, z.hidden])
     return g.node(scope, "Reshape", [x, shape])
 
 
@@ -178,21 +202,23 @@ def _gpt_gelu(g: _Graph, scope: str, x: str) -> str:
     return g.node(scope, "Mul", [half, g.node(scope, "Add", [t, g.const(scope, 1.0, np.float32)])])
 
 
-def bert(legacy: bool, seed: int = 20) -> onnx.ModelProto:
-    g = _Graph(legacy, np.random.default_rng(seed))
+def bert(legacy: bool, seed: int = 20, sizes: Sizes = Sizes()) -> onnx.ModelProto:
+    g = _Graph(legacy, np.random.default_rng(seed), sizes)
+    z = sizes
+    hidden, ffn = z.hidden, z.ffn
     eps = 1e-12
     # embeddings: word + token type 0 + position, LayerNorm
     e = "/embeddings"
     h = g.node(f"{e}/word_embeddings", "Gather",
-               [g.normal("embeddings.word_embeddings.weight", (VOCAB, HIDDEN), 0.02), "input_ids"], axis=0)
-    h = g.node(e, "Add", [h, g.normal("embeddings.token_type_embeddings.row0", (HIDDEN,), 0.02)])
-    table = g.normal("embeddings.position_embeddings.weight", (MAX_POS, HIDDEN), 0.02)
+               [g.normal("embeddings.word_embeddings.weight", (z.vocab, hidden), 0.02), "input_ids"], axis=0)
+    h = g.node(e, "Add", [h, g.normal("embeddings.token_type_embeddings.row0", (hidden,), 0.02)])
+    table = g.normal("embeddings.position_embeddings.weight", (z.max_pos, hidden), 0.02)
     if legacy:
-        ids = g.weight("embeddings.position_ids", np.arange(MAX_POS, dtype=np.int64)[None])
+        ids = g.weight("embeddings.position_ids", np.arange(z.max_pos, dtype=np.int64)[None])
         ids = g.node(e, "Slice", [ids, g.const(e, [0]), g.dim(e, "input_ids", 1), g.const(e, [1]), g.const(e, [1])])
         pos = g.node(f"{e}/position_embeddings", "Gather", [table, ids], axis=0)          # [1,S,64]
     else:
-        pos = g.node(f"{e}/position_embeddings", "Slice", [table, g.const(e, [0]), g.const(e, [SEQ]),
+        pos = g.node(f"{e}/position_embeddings", "Slice", [table, g.const(e, [0]), g.const(e, [z.seq]),
                                                            g.const(e, [0])])              # [S,64]
     h = g.node(e, "Add", [h, pos])
     h = _layer_norm(g, f"{e}/LayerNorm", "embeddings.LayerNorm", h, eps)
@@ -202,45 +228,45 @@ def bert(legacy: bool, seed: int = 20) -> onnx.ModelProto:
     m = g.node("", "Cast", [m], to=TensorProto.FLOAT)
     m = g.node("", "Sub", [g.const("", 1.0, np.float32), m])
     mask = g.node("", "Mul", [m, g.const("", -10000.0 if legacy else FLOAT32_MIN, np.float32)])
-    for i in range(2):
+    for i in range(z.layers):
         s, p = f"/encoder/layer.{i}", f"encoder.layer.{i}"
         a = f"{s}/attention/self"
-        q = _split_heads(g, a, _linear(g, f"{a}/query", f"{p}.attention.self.query", h, HIDDEN, HIDDEN), BATCH, SEQ)
-        k = _split_heads(g, a, _linear(g, f"{a}/key", f"{p}.attention.self.key", h, HIDDEN, HIDDEN), BATCH, SEQ)
-        v = _split_heads(g, a, _linear(g, f"{a}/value", f"{p}.attention.self.value", h, HIDDEN, HIDDEN), BATCH, SEQ)
+        q = _split_heads(g, a, _linear(g, f"{a}/query", f"{p}.attention.self.query", h, hidden, hidden))
+        k = _split_heads(g, a, _linear(g, f"{a}/key", f"{p}.attention.self.key", h, hidden, hidden))
+        v = _split_heads(g, a, _linear(g, f"{a}/value", f"{p}.attention.self.value", h, hidden, hidden))
         scores = g.node(a, "MatMul", [q, g.node(a, "Transpose", [k], perm=[0, 1, 3, 2])])
-        scores = g.node(a, "Div", [scores, g.const(a, np.sqrt(HEAD_DIM), np.float32)])
+        scores = g.node(a, "Div", [scores, g.const(a, np.sqrt(z.head_dim), np.float32)])
         probs = g.node(a, "Softmax", [g.node(a, "Add", [scores, mask])], axis=-1)
-        ctx = _merge_heads(g, a, g.node(a, "MatMul", [probs, v]), BATCH, SEQ)
+        ctx = _merge_heads(g, a, g.node(a, "MatMul", [probs, v]))
         o = f"{s}/attention/output"
-        y = _linear(g, f"{o}/dense", f"{p}.attention.output.dense", ctx, HIDDEN, HIDDEN)
+        y = _linear(g, f"{o}/dense", f"{p}.attention.output.dense", ctx, hidden, hidden)
         h = _layer_norm(g, f"{o}/LayerNorm", f"{p}.attention.output.LayerNorm", g.node(o, "Add", [y, h]), eps)
-        y = _linear(g, f"{s}/intermediate/dense", f"{p}.intermediate.dense", h, HIDDEN, FFN)
+        y = _linear(g, f"{s}/intermediate/dense", f"{p}.intermediate.dense", h, hidden, ffn)
         y = _bert_gelu(g, f"{s}/intermediate/intermediate_act_fn", y)
-        y = _linear(g, f"{s}/output/dense", f"{p}.output.dense", y, FFN, HIDDEN)
+        y = _linear(g, f"{s}/output/dense", f"{p}.output.dense", y, ffn, hidden)
         h = _layer_norm(g, f"{s}/output/LayerNorm", f"{p}.output.LayerNorm", g.node(f"{s}/output", "Add", [y, h]),
-                        eps, outputs=["last_hidden_state"] if i == 1 else None)
+                        eps, outputs=["last_hidden_state"] if i == z.layers - 1 else None)
     # pooler: tanh(dense(hidden[:, 0]))
     first = g.node("/pooler", "Gather", [h, g.const("/pooler", 0)], axis=1)
-    w = g.normal("pooler.dense.weight", (HIDDEN, HIDDEN), 1 / np.sqrt(HIDDEN))
-    b = g.normal("pooler.dense.bias", (HIDDEN,), 0.02)
+    w = g.normal("pooler.dense.weight", (hidden, hidden), 1 / np.sqrt(hidden))
+    b = g.normal("pooler.dense.bias", (hidden,), 0.02)
     y = g.node("/pooler/dense", "Gemm", [first, w, b], alpha=1.0, beta=1.0, transB=1)
     g.node("/pooler/activation", "Tanh", [y], outputs=["pooler_output"])
     info = helper.make_tensor_value_info
     return _model(f"bert_{'legacy' if legacy else 'modern'}", g,
-                  [info("input_ids", TensorProto.INT64, [BATCH, SEQ]),
-                   info("attention_mask", TensorProto.INT64, [BATCH, SEQ])],
-                  [info("last_hidden_state", TensorProto.FLOAT, [BATCH, SEQ, HIDDEN]),
-                   info("pooler_output", TensorProto.FLOAT, [BATCH, HIDDEN])])
+                  [info("input_ids", TensorProto.INT64, [z.batch, z.seq]),
+                   info("attention_mask", TensorProto.INT64, [z.batch, z.seq])],
+                  [info("last_hidden_state", TensorProto.FLOAT, [z.batch, z.seq, hidden]),
+                   info("pooler_output", TensorProto.FLOAT, [z.batch, hidden])])
 
 
 def _causal_mask(g: _Graph, scope: str, q: str, k: str) -> str:
     """A bool mask, True where a query may attend to a key, broadcastable to the [B,4,S,S] scores."""
     if not g.legacy:
-        ones = g.node(scope, "ConstantOfShape", [g.const(scope, [GPT_SEQ, GPT_SEQ])],
+        ones = g.node(scope, "ConstantOfShape", [g.const(scope, [g.sizes.seq, g.sizes.seq])],
                       value=numpy_helper.from_array(np.array([True])))
         return g.node(scope, "Trilu", [ones], upper=0)
-    bias = g.weight("h.0.attn.bias", np.tril(np.ones((GPT_MAX_POS, GPT_MAX_POS), dtype=bool))[None, None])
+    bias = g.weight("h.0.attn.bias", np.tril(np.ones((g.sizes.max_pos, g.sizes.max_pos), dtype=bool))[None, None])
     q_len = g.node(scope, "Gather", [g.node(scope, "Shape", [q]), g.const(scope, 2)], axis=0)
     k_len = g.node(scope, "Gather", [g.node(scope, "Shape", [k]), g.const(scope, 2)], axis=0)
     start = g.node(scope, "Unsqueeze", [g.node(scope, "Sub", [k_len, q_len]), g.const(scope, [0])])
@@ -249,37 +275,39 @@ def _causal_mask(g: _Graph, scope: str, q: str, k: str) -> str:
     return g.node(scope, "Slice", [rows, g.const(scope, [0]), end, g.const(scope, [3]), g.const(scope, [1])])
 
 
-def gpt(legacy: bool, seed: int = 30) -> onnx.ModelProto:
-    g = _Graph(legacy, np.random.default_rng(seed))
+def gpt(legacy: bool, seed: int = 30, sizes: Sizes = GPT_SIZES) -> onnx.ModelProto:
+    g = _Graph(legacy, np.random.default_rng(seed), sizes)
+    z = sizes
+    hidden = z.hidden
     eps = 1e-5
     s, a = "/h.0", "/h.0/attn"
     x = _layer_norm(g, f"{s}/ln_1", "h.0.ln_1", "hidden", eps)
-    qkv = _conv1d(g, f"{a}/c_attn", "h.0.attn.c_attn", x, HIDDEN, 3 * HIDDEN)
+    qkv = _conv1d(g, f"{a}/c_attn", "h.0.attn.c_attn", x, hidden, 3 * hidden)
     if legacy:
-        q, k, v = g.node(a, "Split", [qkv, g.const(a, [HIDDEN] * 3)], n_out=3, axis=2)
+        q, k, v = g.node(a, "Split", [qkv, g.const(a, [hidden] * 3)], n_out=3, axis=2)
     else:
         q, k, v = g.node(a, "Split", [qkv], n_out=3, axis=2, num_outputs=3)
-    q, k, v = (_split_heads(g, a, t, 1, GPT_SEQ) for t in (q, k, v))
+    q, k, v = (_split_heads(g, a, t) for t in (q, k, v))
     scores = g.node(a, "MatMul", [q, g.node(a, "Transpose", [k], perm=[0, 1, 3, 2])])
     if legacy:  # attn_weights / torch.full([], value.size(-1) ** 0.5)
         d = g.node(a, "Gather", [g.node(a, "Shape", [v]), g.const(a, 3)], axis=0)
         d = g.node(a, "Pow", [g.node(a, "Cast", [d], to=TensorProto.FLOAT), g.const(a, 0.5, np.float32)])
     else:
-        d = g.const(a, np.sqrt(HEAD_DIM), np.float32)
+        d = g.const(a, np.sqrt(z.head_dim), np.float32)
     scores = g.node(a, "Div", [scores, d])
     scores = g.node(a, "Where", [_causal_mask(g, a, q, k), scores, g.const(a, FLOAT32_MIN, np.float32)])
     probs = g.node(a, "Softmax", [scores], axis=-1)
-    ctx = _merge_heads(g, a, g.node(a, "MatMul", [probs, v]), 1, GPT_SEQ)
-    h = g.node(s, "Add", [_conv1d(g, f"{a}/c_proj", "h.0.attn.c_proj", ctx, HIDDEN, HIDDEN), "hidden"])
+    ctx = _merge_heads(g, a, g.node(a, "MatMul", [probs, v]))
+    h = g.node(s, "Add", [_conv1d(g, f"{a}/c_proj", "h.0.attn.c_proj", ctx, hidden, hidden), "hidden"])
     y = _layer_norm(g, f"{s}/ln_2", "h.0.ln_2", h, eps)
-    y = _conv1d(g, f"{s}/mlp/c_fc", "h.0.mlp.c_fc", y, HIDDEN, GPT_FFN)
+    y = _conv1d(g, f"{s}/mlp/c_fc", "h.0.mlp.c_fc", y, hidden, z.ffn)
     y = _gpt_gelu(g, f"{s}/mlp/act", y)
-    y = _conv1d(g, f"{s}/mlp/c_proj", "h.0.mlp.c_proj", y, GPT_FFN, HIDDEN)
+    y = _conv1d(g, f"{s}/mlp/c_proj", "h.0.mlp.c_proj", y, z.ffn, hidden)
     g.node(s, "Add", [y, h], outputs=["out"])
     info = helper.make_tensor_value_info
     return _model(f"gpt_{'legacy' if legacy else 'modern'}", g,
-                  [info("hidden", TensorProto.FLOAT, [1, GPT_SEQ, HIDDEN])],
-                  [info("out", TensorProto.FLOAT, [1, GPT_SEQ, HIDDEN])])
+                  [info("hidden", TensorProto.FLOAT, [z.batch, z.seq, hidden])],
+                  [info("out", TensorProto.FLOAT, [z.batch, z.seq, hidden])])
 
 
 def build() -> dict[str, onnx.ModelProto]:

@@ -1,6 +1,8 @@
 """The compiler driver: ONNX model -> bundle.
 
-    frontend -> passes (verified after each) -> lower -> allocate -> lay out HBM -> emit + synchronise -> package
+    frontend -> passes (verified after each) -> lower -> schedule -> allocate -> lay out HBM
+             -> emit + synchronise -> package
+with the tile program verified after lowering and after scheduling.
 """
 
 from __future__ import annotations
@@ -12,15 +14,19 @@ from typing import Any, Callable
 import numpy as np
 import onnx
 
-from isa.bundle import Bundle, Segment, TensorInfo
+from isa.bundle import Bundle, HbmTensorInfo, Segment, TensorInfo
 from isa.target import get_target
 from neuronx_cc_lite import __version__
 from neuronx_cc_lite.codegen.allocate import allocate, layout_hbm
 from neuronx_cc_lite.codegen.emit import emit
+from neuronx_cc_lite.codegen.schedule import assign_queues_in_order, schedule
+from neuronx_cc_lite.codegen.verify import verify_order, verify_program
 from neuronx_cc_lite.errors import CompileError, UnsupportedError
+from neuronx_cc_lite.flops import model_flops
 from neuronx_cc_lite.frontend import import_model, load_model
 from neuronx_cc_lite.ir import Graph
 from neuronx_cc_lite.lower import lower_graph, unsupported_nodes
+from neuronx_cc_lite.lower.program import Program
 from neuronx_cc_lite.passes import run_pipeline
 from neuronx_cc_lite.passes.verify import verify
 from neuronx_cc_lite.precision import MODES, TYPES
@@ -34,17 +40,22 @@ class Options:
     stop_after: str | None = None
     auto_cast: str = "none"  # see precision.py
     auto_cast_type: str = "bf16"
+    optimize: int = 2  # -O1: lowering order, fast compiles; -O2: list scheduling
+
 
     def flags(self) -> dict[str, Any]:
         """What the bundle records of how it was made."""
         return {"target": self.target, "auto_cast": self.auto_cast, "auto_cast_type": self.auto_cast_type,
-                "input_shapes": {k: list(v) for k, v in sorted(self.input_shapes.items())}}
+                "input_shapes": {k: list(v) for k, v in sorted(self.input_shapes.items())},
+                "optimize": self.optimize}
 
     def check(self) -> None:
         if self.auto_cast not in MODES:
             raise CompileError("NCC_OPTION", f"--auto-cast must be one of {', '.join(MODES)}")
         if self.auto_cast_type not in TYPES:
             raise CompileError("NCC_OPTION", f"--auto-cast-type must be one of {', '.join(TYPES)}")
+        if self.optimize not in (1, 2):
+            raise CompileError("NCC_OPTION", "the optimisation level must be 1 or 2")
 
 
 def prepare(model: str | os.PathLike[str] | onnx.ModelProto, options: Options,
@@ -65,7 +76,8 @@ def compile_graph(graph: Graph, options: Options) -> Bundle:
     cast = TYPES[options.auto_cast_type] if options.auto_cast != "none" else None
     program, ctx = lower_graph(graph, target, matmul_dtype=cast,
                                internal_dtype=cast if options.auto_cast == "all" else None)
-    allocate(program)
+    verify_program(program, "lowering")
+    schedule_and_allocate(program, options.optimize)
     hbm_size = layout_hbm(program)
     streams = emit(program, hbm_size)
 
@@ -83,7 +95,36 @@ def compile_graph(graph: Graph, options: Options) -> Bundle:
         weights=[Segment(h.offset, h.data) for h in program.hbm if h.kind == "weight"],
         compiler=f"neuronx-cc-lite {__version__}",
         flags=options.flags(),
+        stats={"model_flops": model_flops(graph)},
+        hbm_tensors=[HbmTensorInfo(h.name, h.kind, h.offset, h.nbytes) for h in program.hbm],
     )
+
+
+# Fractions of SBUF the scheduler may fill, tried in turn while the allocator cannot place what it scheduled (the
+# scheduler counts bytes, the allocator must also find gaps); the lowering order always fits, as it keeps only the
+# tiles of one operator live.
+SBUF_FRACTIONS = (0.9, 0.7, 0.5)
+
+
+def schedule_and_allocate(program: Program, optimize: int) -> None:
+    lowered = list(program.instrs)
+    engines = [p.engine for p in lowered]
+    if optimize >= 2:
+        for fraction in SBUF_FRACTIONS:
+            preds = schedule(program, fraction)
+            verify_order(lowered, program.instrs, preds, "schedule")
+            verify_program(program, "schedule")
+            try:
+                allocate(program)
+                return
+            except CompileError as e:
+                if e.code not in ("NCC_SBUF_FULL", "NCC_PSUM_FULL"):
+                    raise
+            program.instrs = list(lowered)
+            for p, e in zip(lowered, engines):
+                p.engine = e
+    assign_queues_in_order(program)
+    allocate(program)
 
 
 def compile_model(model: str | os.PathLike[str] | onnx.ModelProto, options: Options | None = None,

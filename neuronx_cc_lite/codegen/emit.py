@@ -8,7 +8,7 @@ from isa.operand import Engine, stream_names
 from isa.validate import problems
 from neuronx_cc_lite.codegen.sync import synchronize
 from neuronx_cc_lite.errors import CompileError
-from neuronx_cc_lite.lower.program import HbmAccess, Program, TileAccess
+from neuronx_cc_lite.lower.program import Program
 
 
 def emit(program: Program, hbm_size: int) -> dict[str, Stream]:
@@ -20,8 +20,7 @@ def emit(program: Program, hbm_size: int) -> dict[str, Stream]:
     index_of = {name: i for i, name in enumerate(names)}
     items: list[tuple[int, Instruction]] = []
     for p in program.instrs:
-        args = {k: v.resolve() if isinstance(v, (TileAccess, HbmAccess)) else v for k, v in p.args.items()}
-        instr = Instruction(p.op, args)
+        instr = p.instruction()
         found = problems(instr, p.engine, target, hbm_size)
         if found:
             raise CompileError("NCC_INTERNAL", f"the compiler emitted an invalid {p.op}: {'; '.join(found)}",

@@ -12,10 +12,10 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterator
 
 from isa.dtypes import DType
-from isa.instructions import OPS
+from isa.instructions import OPS, Instruction
 from isa.operand import MAX_FREE_DIMS, Engine, Mem, Operand
 from isa.target import Target
 from neuronx_cc_lite.lower.hbm import HbmTensor, HbmView, coalesce
@@ -55,11 +55,18 @@ class TileAccess:
     offset: int  # elements
     dims: tuple[tuple[int, int], ...]
 
+    @property
+    def space(self) -> Tile:
+        return self.tile
+
     def resolve(self) -> Operand:
+        assert self.tile.offset is not None, f"tile {self.tile.name} was never placed"
+        return self.placed_at(self.tile.offset)
+
+    def placed_at(self, base: int) -> Operand:
+        """The operand as if the tile started at byte `base` of each partition (0: relative to the tile)."""
         t = self.tile
-        assert t.offset is not None, f"tile {t.name} was never placed"
-        return Operand(t.mem, t.dtype, self.first, self.partitions, t.offset + self.offset * t.dtype.size,
-                       self.dims)
+        return Operand(t.mem, t.dtype, self.first, self.partitions, base + self.offset * t.dtype.size, self.dims)
 
 
 @dataclass(frozen=True)
@@ -71,19 +78,49 @@ class HbmAccess:
     offset: int  # elements
     dims: tuple[tuple[int, int], ...]
 
+    @property
+    def space(self) -> HbmTensor:
+        return self.tensor
+
     def resolve(self) -> Operand:
         assert self.tensor.offset is not None, f"HBM tensor {self.tensor.name} was never placed"
-        return Operand(Mem.HBM, self.dtype, 0, self.partitions, self.tensor.offset + self.offset * self.dtype.size,
-                       self.dims, self.partition_stride)
+        return self.placed_at(self.tensor.offset)
+
+    def placed_at(self, base: int) -> Operand:
+        return Operand(Mem.HBM, self.dtype, 0, self.partitions, base + self.offset * self.dtype.size, self.dims,
+                       self.partition_stride)
+
+
+VirtualOperand = TileAccess | HbmAccess
 
 
 @dataclass
 class PendingInstr:
     op: str
     engine: Engine
-    queue: int  # DMA queue, for dma_copy
+    queue: int  # DMA queue, for dma_copy: chosen by the scheduler
     args: dict[str, Any]
     node: str
+
+    def instruction(self, placed: bool = True) -> Instruction:
+        """The instruction with physical operands, or (placed=False) with every tile and HBM tensor taken to
+        start at 0: enough for its cost and its footprint inside each tile or tensor."""
+        return Instruction(self.op, {k: (v.resolve() if placed else v.placed_at(0))
+                                     if isinstance(v, (TileAccess, HbmAccess)) else v for k, v in self.args.items()})
+
+    def accesses(self) -> Iterator[tuple[VirtualOperand, bool]]:
+        """Every virtual operand, with whether the instruction writes it (implicit reads of a gather's table
+        included)."""
+        spec = OPS[self.op]
+        for f in spec.fields:
+            value = self.args[f.name]
+            if isinstance(value, (TileAccess, HbmAccess)):
+                yield value, f.writes
+        if spec.implicit_reads is not None:
+            src = self.args["src"]
+            for o in spec.implicit_reads(self.instruction(placed=False)).values():
+                yield HbmAccess(src.tensor, o.dtype, o.num_partitions, o.partition_stride,
+                                o.offset // o.dtype.size, o.dims), False
 
 
 class Program:
@@ -94,7 +131,6 @@ class Program:
         self.tiles: list[Tile] = []
         self.hbm: list[HbmTensor] = []
         self.node = ""  # the ONNX node being lowered, recorded on every instruction
-        self._next_queue = itertools.cycle(range(target.dma_queues))
 
     def operand_dtype(self, dtype: DType) -> DType:
         """The type a matmul operand of type `dtype` is held in on chip: the auto-cast type for fp32."""
@@ -125,8 +161,7 @@ class Program:
         spec = OPS[mnemonic]
         values = {f.name: args.pop(f.name, None) for f in spec.fields}
         assert not args, f"{mnemonic} has no field(s) {sorted(args)}"
-        queue = next(self._next_queue) if engine is Engine.DMA else 0
-        self.instrs.append(PendingInstr(mnemonic, engine, queue, values, self.node))
+        self.instrs.append(PendingInstr(mnemonic, engine, 0, values, self.node))
 
     def dma(self, dst: TileAccess | HbmView, src: TileAccess | HbmView) -> None:
         """Copy between a view of HBM and a dense tile region, or between two HBM views of one shape.

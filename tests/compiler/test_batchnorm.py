@@ -46,10 +46,13 @@ def test_batchnorm_with_runtime_statistics(tmp, shape):
 
 
 def test_batchnorm_engines():
-    """A multiply-add per tile on DVE; run-time statistics take their reciprocal square root on ACT."""
+    """A multiply-add per tile (on whichever engine the scheduler gives it); run-time statistics take their
+    reciprocal square root on ACT."""
     engines = streams(batchnorm([2, 3, 7, 9]))
-    assert set(engines["DVE"]) == {"tensor_scalar"} and "ACT" not in engines and "PE" not in engines
-    assert streams(batchnorm([2, 3, 7, 9], runtime=True))["ACT"] == ["activation"]
+    compute = {op for name, ops in engines.items() if name != "DMA" for op in ops}
+    assert compute == {"tensor_scalar"} and "PE" not in engines
+    runtime_stats = streams(batchnorm([2, 3, 7, 9], runtime=True))
+    assert [op for op in runtime_stats["ACT"] if op == "activation"] == ["activation"]
 
 
 def test_training_mode_is_refused():

@@ -43,6 +43,7 @@ def test_committed_models_are_what_the_script_builds():
         stem = os.path.splitext(os.path.basename(script))[0]
         spec = importlib.util.spec_from_file_location(f"models_{stem}", script)
         module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module  # dataclasses look their module up while the script runs
         spec.loader.exec_module(module)
         for name, model in module.build().items():
             assert name not in built, f"{name} is built by {built.get(name)} and {stem}"
