@@ -153,3 +153,75 @@ def test_run_profile_writes_a_chrome_trace(tmp, capsys):
     assert any(e["name"] == "nc_matmul" and e["args"]["node"] == "/l0/MatMul" for e in events)
     assert max(e["ts"] + e["dur"] for e in events) == pytest.approx(trace["otherData"]["elapsed_us"])
     assert "busy" in capsys.readouterr().err
+
+
+def _if_and_loop_model() -> onnx.ModelProto:
+    """x -> If (its branches give x different shapes, so its output shape is open) -> Gather; and a Loop over x."""
+    from onnx import TensorProto, helper
+
+    from tests.conftest import make_model
+
+    f32 = TensorProto.FLOAT
+    branch = lambda name, node: helper.make_graph(  # noqa: E731
+        [node], name, [], [helper.make_tensor_value_info(node.output[0], f32, ["rows", "columns"])])
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["again"], ["again_out"]), helper.make_node("Add", ["sum", "x"], ["sum_out"])],
+        "body", [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+                 helper.make_tensor_value_info("again", TensorProto.BOOL, []),
+                 helper.make_tensor_value_info("sum", f32, [2, 3])],
+        [helper.make_tensor_value_info("again_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("sum_out", f32, [2, 3])])
+    nodes = [helper.make_node("ReduceSum", ["x"], ["total"], keepdims=0),
+             helper.make_node("Greater", ["total", "zero"], ["positive"]),
+             helper.make_node("If", ["positive"], ["z"], name="the_if",
+                              then_branch=branch("then", helper.make_node("Relu", ["x"], ["kept"])),
+                              else_branch=branch("else", helper.make_node("Flatten", ["x"], ["flat"], axis=0))),
+             helper.make_node("Gather", ["z", "first"], ["picked"], name="pick", axis=0),
+             helper.make_node("Loop", ["trips", "", "x"], ["summed"], name="the_loop", body=body)]
+    return make_model(nodes, {"x": ([2, 3], f32)}, {"picked": (["n", "m"], f32), "summed": ([2, 3], f32)},
+                      {"zero": np.array(0, np.float32), "first": np.array([0], np.int64),
+                       "trips": np.array(3, np.int64)})
+
+
+def test_analyze_reports_subgraph_ops_and_what_they_leave_dynamic(tmp, capsys):
+    """If and Loop are reported like any unsupported op (no internal error); a node whose shape the If leaves open
+    is told why, and nobody is told to pin input shapes that are static already."""
+    onnx.save(_if_and_loop_model(), f"{tmp}/m.onnx")
+    assert _cli("analyze", f"{tmp}/m.onnx") == 1
+    captured = capsys.readouterr()
+    assert captured.err == ""
+    out = captured.out
+    assert "2 of 5 nodes supported (40.0%)" in out
+    assert "unsupported: the_if (If): operator If is not supported" in out
+    assert "unsupported: the_loop (Loop): operator Loop is not supported" in out
+    assert "unsupported: pick (Gather): the shape of 'z' is not static after constant folding: it comes out of the " \
+           "subgraph of If node 'the_if'" in out
+    assert "pin" not in out and "--input-shape" not in out
+
+    assert _cli("compile", f"{tmp}/m.onnx", "-o", f"{tmp}/m.neff") == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("neuronx-cc-lite: error: NCC_SHAPE_DYNAMIC: node 'the_if' (If)")
+    assert "pin" not in err and "--input-shape" not in err and not os.path.exists(f"{tmp}/m.neff")
+
+
+@pytest.mark.slow
+def test_analyze_never_fails_internally_on_the_onnx_node_tests(tmp, capsys):
+    """Over every ONNX node test: a report (exit 0 or 1) or one coded line, never an internal error."""
+    import warnings
+
+    from onnx.backend.test.loader import load_model_tests
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the test-case generators warn about the overflows they test
+        cases = load_model_tests(kind="node")
+    assert len(cases) > 1000
+    bad = []
+    for case in cases:
+        model = case.model or onnx.load(os.path.join(case.model_dir, "model.onnx"))
+        onnx.save(model, f"{tmp}/m.onnx")
+        code = _cli("analyze", f"{tmp}/m.onnx")
+        err = capsys.readouterr().err
+        coded = err == "" or (err.count("\n") == 1 and err.startswith("neuronx-cc-lite: error: NCC_"))
+        if code not in (0, 1) or not coded or "NCC_INTERNAL" in err or "NCC_VERIFY" in err:
+            bad.append(f"{case.name}: exit {code}: {err.strip()}")
+    assert not bad, "\n".join(bad)

@@ -24,10 +24,13 @@ class Pass:
 
 
 PIPELINE: list[Pass] = [
+    Pass("fold-constants", fold_constants.run,
+         "shape arithmetic and constant subgraphs are compile-time work; they also settle computed shapes, and a "
+         "function op over constants (a Range over static shapes) becomes a value, not a body"),
     Pass("expand-functions", expand_functions.run,
          "ops ONNX defines as functions of simpler ops need no lowering of their own"),
-    Pass("fold-constants", fold_constants.run,
-         "shape arithmetic and constant subgraphs are compile-time work; they also settle computed shapes"),
+    Pass("fold-function-bodies", fold_constants.run,
+         "the bodies just expanded hold shape arithmetic of their own (Attention's Shape, Gather and Range)"),
     Pass("canonicalize", canonicalize.run,
          "older exporters spell LayerNorm and GELU as chains of small ops: one op each lowers far better"),
     Pass("fold-batchnorm", fold_batchnorm.run,

@@ -6,6 +6,10 @@ ONNX's schema gives (taking the body for the model's opset, and the context-depe
 depends on the input types), renaming the body's internal values under the node's name and substituting the
 attributes it refers to. Expanded nodes keep the opset their body was written for. Expansion repeats until every
 node has a lowering or no function.
+
+A body that holds a subgraph (Range's Loop, AffineGrid's If) is not expanded: the device runs no subgraph op, so
+the node stays as it is, for the fold after this pass to evaluate once its inputs are known (a Range over computed
+shapes), or for lowering to name as unsupported.
 """
 
 from __future__ import annotations
@@ -15,7 +19,6 @@ from typing import Any
 import onnx
 from onnx import helper
 
-from neuronx_cc_lite.errors import CompileError
 from neuronx_cc_lite.frontend import attr_value
 from neuronx_cc_lite.ir import Graph, Node, Tensor
 from neuronx_cc_lite.lower.registry import LOWERINGS
@@ -29,6 +32,14 @@ def _value_type(t: Tensor) -> onnx.TypeProto:
 
 
 def _body(node: Node, g: Graph) -> tuple[onnx.FunctionProto, onnx.defs.OpSchema] | None:
+    found = _function(node, g)
+    if found is None or any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+                            for inner in found[0].node for a in inner.attribute):
+        return None
+    return found
+
+
+def _function(node: Node, g: Graph) -> tuple[onnx.FunctionProto, onnx.defs.OpSchema] | None:
     try:
         schema = onnx.defs.get_schema(node.op, g.opset_of(node), node.domain or "")
     except onnx.defs.SchemaError:
@@ -78,9 +89,6 @@ def _expand(node: Node, g: Graph, body: onnx.FunctionProto, schema: onnx.defs.Op
                 if a.ref_attr_name in node.attrs:
                     attrs[a.name] = node.attrs[a.ref_attr_name]
                 continue
-            if a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS):
-                raise CompileError("NCC_UNSUPPORTED", f"the function body of {node.op} has a subgraph", node.name,
-                                   node.op)
             attrs[a.name] = attr_value(a)
         name = f"{prefix}{inner.name or inner.op_type + '_' + str(index)}"
         expanded.append(Node(inner.op_type, name, [rename(i) for i in inner.input],
@@ -88,7 +96,7 @@ def _expand(node: Node, g: Graph, body: onnx.FunctionProto, schema: onnx.defs.Op
     for n in expanded:
         for out in n.outputs:
             if out and out not in g.tensors:
-                g.tensors[out] = Tensor(out, None, None)  # type: ignore[arg-type]  # settled by fold-constants
+                g.tensors[out] = Tensor(out, None, None)  # type: ignore[arg-type]  # settled by fold-function-bodies
     return expanded
 
 

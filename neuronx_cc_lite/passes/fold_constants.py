@@ -1,12 +1,17 @@
-"""Fold constants and shape arithmetic: every node whose inputs are all known at compile time is evaluated here,
-with onnx's reference implementation, and replaced by its value; Shape and Size of a tensor whose shape is static
-become constants too. Shapes that ONNX inference left open (a Reshape whose target shape was computed) are then
-inferred again node by node, now that their inputs are constants.
+"""Fold constants and shape arithmetic: every node whose inputs are all known at compile time is evaluated here
+and replaced by its value; Shape and Size of a tensor whose shape is static become constants too. Shapes that ONNX
+inference left open (a Reshape whose target shape was computed) are then inferred again node by node, now that
+their inputs are constants.
+
+A node is evaluated as a one-node model by onnxruntime (the project's reference), or by onnx.reference where
+onnxruntime lacks the op or its opset (a result whose type or shape disagrees with shape inference counts as a
+failure). Folding is an optimisation, never a gate: a node that neither evaluates, or whose result would be too
+large, stays in the graph for the device, and lowering says whether it can run there.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import onnx
@@ -15,6 +20,7 @@ from onnx.reference import ReferenceEvaluator
 
 from neuronx_cc_lite.errors import CompileError
 from neuronx_cc_lite.ir import Graph, Node, Tensor
+from neuronx_cc_lite.reference import onnxruntime_session
 
 # Folding a node whose result is larger than this would grow the bundle for nothing: it runs on the device.
 MAX_FOLDED_ELEMENTS = 1 << 22
@@ -38,15 +44,46 @@ def _value_info(t: Tensor) -> onnx.ValueInfoProto:
     return helper.make_tensor_value_info(t.name, helper.np_dtype_to_tensor_dtype(t.dtype), t.shape)
 
 
-def evaluate(node: Node, g: Graph, opset: int) -> list[np.ndarray]:
-    """Run one node on its constant inputs with onnx.reference."""
-    consts = [g.tensors[i] for i in node.inputs if i]
-    model = helper.make_model(
-        helper.make_graph([to_onnx_node(node)], "fold", [],
-                          [helper.make_tensor_value_info(o, 0, None) for o in node.outputs if o],
-                          [numpy_helper.from_array(t.value, t.name) for t in consts]),
-        opset_imports=[helper.make_opsetid(node.domain or "", opset)])
+def _one_node_model(node: Node, g: Graph) -> onnx.ModelProto:
+    consts = {i: g.tensors[i] for i in node.inputs if i}  # a node may read one constant twice
+    outputs = [onnx.ValueInfoProto(name=o) for o in node.outputs if o]  # typed by the evaluator
+    graph = helper.make_graph([to_onnx_node(node)], "fold", [], outputs,
+                              [numpy_helper.from_array(t.value, t.name) for t in consts.values()])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid(node.domain or "", g.opset_of(node))])
+
+
+def _with_onnxruntime(model: onnx.ModelProto) -> list[Any]:
+    return onnxruntime_session(model, threads=1).run(None, {})
+
+
+def _with_reference(model: onnx.ModelProto) -> list[Any]:
     return ReferenceEvaluator(model).run(None, {})
+
+
+# In order of trust: onnxruntime is the reference the project checks against; onnx.reference covers what it lacks.
+EVALUATORS: tuple[Callable[[onnx.ModelProto], list[Any]], ...] = (_with_onnxruntime, _with_reference)
+
+
+def evaluate(node: Node, g: Graph) -> list[np.ndarray] | None:
+    """The node's outputs (the non-empty ones, in order) computed from its constant inputs, or None when no
+    evaluator computes them with the types and shapes that shape inference expects."""
+    model = _one_node_model(node, g)
+    expected = [g.tensors[o] for o in node.outputs if o]
+    for run in EVALUATORS:
+        try:
+            values = run(model)
+        except Exception:  # noqa: BLE001 - each library raises its own types for an op or opset it lacks
+            continue
+        if len(values) == len(expected) and all(_agrees(v, t) for v, t in zip(values, expected)):
+            return [np.asarray(v) for v in values]
+    return None
+
+
+def _agrees(value: Any, t: Tensor) -> bool:
+    if not isinstance(value, (np.ndarray, np.generic)):  # a sequence or an optional: not a tensor constant
+        return False
+    value = np.asarray(value)
+    return (t.dtype is None or value.dtype == t.dtype) and (t.shape is None or value.shape == tuple(t.shape))
 
 
 def infer_node(node: Node, g: Graph) -> None:
@@ -89,23 +126,35 @@ def _fold_shape(node: Node, g: Graph) -> list[np.ndarray]:
     return [np.array(shape[start:end], dtype=np.int64)]
 
 
+def _fold(node: Node, g: Graph) -> list[np.ndarray] | None:
+    """The values of a foldable node's outputs, or None when it is better left to the device."""
+    if node.op in ("Shape", "Size"):
+        return _fold_shape(node, g)
+    if any(g.tensors[o].shape is None for o in node.outputs if o):
+        try:
+            infer_node(node, g)  # the size check below needs the output shapes; inference sees constant inputs
+        except CompileError:
+            pass  # the evaluation may still succeed; the size check then falls to its result
+    if any(_too_large(g.tensors[o].shape) for o in node.outputs if o):
+        return None
+    values = evaluate(node, g)
+    if values is None or any(_too_large(v.shape) for v in values):
+        return None
+    return values
+
+
+def _too_large(shape: tuple[int, ...] | None) -> bool:
+    return shape is not None and int(np.prod(shape, dtype=np.int64)) > MAX_FOLDED_ELEMENTS
+
+
 def run(g: Graph) -> Graph:
     kept = []
     for node in g.nodes:
-        if _foldable(node, g):
-            if node.op in ("Shape", "Size"):
-                values = _fold_shape(node, g)
-            else:
-                try:
-                    values = evaluate(node, g, g.opset_of(node))
-                except Exception as e:
-                    raise CompileError("NCC_FOLD", f"cannot evaluate at compile time: {e}", node.name,
-                                       node.op) from None
-            if all(np.asarray(v).size <= MAX_FOLDED_ELEMENTS for v in values):
-                for name, value in zip(node.outputs, values):
-                    value = np.asarray(value)
-                    g.tensors[name] = Tensor(name, tuple(value.shape), value.dtype, value)
-                continue
+        values = _fold(node, g) if _foldable(node, g) else None
+        if values is not None:
+            for name, value in zip([o for o in node.outputs if o], values):
+                g.tensors[name] = Tensor(name, tuple(value.shape), value.dtype, value)
+            continue
         if any(g.tensors[o].shape is None for o in node.outputs if o):
             if all(g.tensors[i].shape is not None for i in node.inputs if i):
                 infer_node(node, g)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import onnx
+
 from neuronx_cc_lite.errors import CompileError
-from neuronx_cc_lite.ir import Graph
+from neuronx_cc_lite.ir import Graph, Node
 
 
 def verify(g: Graph, after: str, require_static: bool = False) -> None:
@@ -25,11 +27,45 @@ def verify(g: Graph, after: str, require_static: bool = False) -> None:
                 fail(f"redefines {name!r}", node.name)
             if name not in g.tensors:
                 fail(f"output {name!r} has no tensor", node.name)
-            t = g.tensors[name]
-            if require_static and (t.shape is None or t.dtype is None):
-                raise CompileError("NCC_SHAPE_DYNAMIC", f"the shape of {name!r} is not static after constant "
-                                   "folding; pin the model's input shapes with --input-shape", node.name, node.op)
             defined.add(name)
+        reason = not_static(node, g) if require_static else None
+        if reason:
+            raise CompileError("NCC_SHAPE_DYNAMIC", reason, node.name, node.op)
     for name in g.outputs:
         if name not in defined:
             fail(f"graph output {name!r} is never defined")
+
+
+def not_static(node: Node, g: Graph) -> str | None:
+    """None when every tensor the node reads or writes has a static shape and a type, else why one has not.
+
+    The frontend insists on static input shapes, so a shape still open here was decided by some node from values
+    known only at run time, or came out of a subgraph that shape inference cannot see through: the reason names
+    that node, the first one upstream whose own inputs are all static."""
+    name = next((n for n in (*node.inputs, *node.outputs) if n and not _is_static(g, n)), None)
+    if name is None:
+        return None
+    producers = g.producers()
+    origin = producers[name] if name in producers else node
+    while True:
+        upstream = next((i for i in origin.inputs if i and not _is_static(g, i) and i in producers), None)
+        if upstream is None:
+            break
+        origin = producers[upstream]
+    if _has_subgraph(origin):
+        cause = f"it comes out of the subgraph of {origin.op} node {origin.name!r}, which shape inference cannot " \
+                "see through"
+    else:
+        cause = f"{origin.op} node {origin.name!r} computes it from values known only at run time"
+    return f"the shape of {name!r} is not static after constant folding: {cause} (every model input's shape is " \
+        "static already)"
+
+
+def _has_subgraph(node: Node) -> bool:
+    values = [x for v in node.attrs.values() for x in (v if isinstance(v, tuple) else (v,))]
+    return any(isinstance(x, onnx.GraphProto) for x in values)
+
+
+def _is_static(g: Graph, name: str) -> bool:
+    t = g.tensors[name]
+    return t.shape is not None and t.dtype is not None
