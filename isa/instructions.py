@@ -210,6 +210,13 @@ def _check_tensor_scalar(instr: Instruction, target: Any) -> Iterator[str]:
         yield "op1 and scalar1 come together"
 
 
+def _check_scalar_tensor_tensor(instr: Instruction, target: Any) -> Iterator[str]:
+    yield from _same_elements(instr, ("src", "b"))
+    yield from _per_partition_scalars(instr, ("scalar",))
+    if instr.args["src"].mem == Mem.PSUM and instr.args["b"].mem == Mem.PSUM:
+        yield "the two inputs cannot both be in PSUM"
+
+
 def _check_copy(instr: Instruction, target: Any) -> Iterator[str]:
     yield from _same_elements(instr, ("src",))
 
@@ -262,7 +269,8 @@ def _transpose_cycles(instr: Instruction, target: Any) -> int:
 
 
 def _tensor_tensor_cycles(instr: Instruction, target: Any) -> int:
-    a = instr.args["a"]
+    """Two inputs: one pass, or two when the first is fp32 in SBUF (CHIP.md: N or 2N)."""
+    a = instr.args["a"] if "a" in instr.args else instr.args["src"]
     return _free(instr) * (2 if a.dtype.name == "fp32" and a.mem == Mem.SBUF else 1)
 
 
@@ -314,6 +322,12 @@ _ROWS = (
             Field("reverse1", Kind.BOOL)),
            _streaming, _check_tensor_scalar,
            "dst = (src op0 scalar0) op1 scalar1; a reverse flag swaps the two sides of its operator"),
+    OpSpec("scalar_tensor_tensor", 0x36, frozenset({Engine.DVE, Engine.POOL}),
+           (dst(*_ON_CHIP), src("src", *_ON_CHIP), Field("op0", Kind.ENUM, AluOp),
+            Field("scalar", Kind.SCALAR, mems=frozenset(_ON_CHIP)), Field("op1", Kind.ENUM, AluOp),
+            src("b", *_ON_CHIP)),
+           _tensor_tensor_cycles, _check_scalar_tensor_tensor,
+           "dst = (src op0 scalar) op1 b: a scaled or shifted tensor combined with another in one pass"),
     OpSpec("tensor_copy", 0x32, _DVE_ACT_POOL,
            (dst(*_ON_CHIP), src("src", *_ON_CHIP)),
            _streaming, _check_copy,

@@ -1,8 +1,8 @@
 """The compiler driver: ONNX model -> bundle.
 
-    frontend -> passes (verified after each) -> lower -> schedule -> allocate -> lay out HBM
+    frontend -> passes (verified after each) -> lower -> keep on chip -> schedule -> allocate -> lay out HBM
              -> emit + synchronise -> package
-with the tile program verified after lowering and after scheduling.
+with the tile program verified after each stage that changes it.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from isa.target import get_target
 from neuronx_cc_lite import __version__
 from neuronx_cc_lite.codegen.allocate import allocate, layout_hbm
 from neuronx_cc_lite.codegen.emit import emit
+from neuronx_cc_lite.codegen.on_chip import Report, keep_on_chip
 from neuronx_cc_lite.codegen.schedule import assign_queues_in_order, schedule
 from neuronx_cc_lite.codegen.verify import verify_order, verify_program
 from neuronx_cc_lite.errors import CompileError, UnsupportedError
@@ -77,6 +78,10 @@ def compile_graph(graph: Graph, options: Options) -> Bundle:
     program, ctx = lower_graph(graph, target, matmul_dtype=cast,
                                internal_dtype=cast if options.auto_cast == "all" else None)
     verify_program(program, "lowering")
+    on_chip = Report()
+    if options.optimize >= 2:
+        on_chip = keep_on_chip(program)
+        verify_program(program, "keep-on-chip")
     schedule_and_allocate(program, options.optimize)
     hbm_size = layout_hbm(program)
     streams = emit(program, hbm_size)
@@ -95,7 +100,8 @@ def compile_graph(graph: Graph, options: Options) -> Bundle:
         weights=[Segment(h.offset, h.data) for h in program.hbm if h.kind == "weight"],
         compiler=f"neuronx-cc-lite {__version__}",
         flags=options.flags(),
-        stats={"model_flops": model_flops(graph)},
+        stats={"model_flops": model_flops(graph), "spill_bytes": on_chip.spill_bytes,
+               "kept_on_chip": len(on_chip.kept), "through_hbm": len(on_chip.through_hbm)},
         hbm_tensors=[HbmTensorInfo(h.name, h.kind, h.offset, h.nbytes) for h in program.hbm],
     )
 

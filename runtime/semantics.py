@@ -308,6 +308,18 @@ def tensor_scalar(instr: Instruction, v: Views) -> Issue:
     return issue
 
 
+def scalar_tensor_tensor(instr: Instruction, v: Views) -> Issue:
+    args = instr.args
+    src, b, scalar = read_f32(v["src"]), read_f32(v["b"]), _scalar(v["scalar"])
+    store = write_to(v["dst"], wrap=args["op0"] in BITVEC_OPS or args["op1"] in BITVEC_OPS)
+
+    def issue() -> Commit:
+        result = ALU[args["op1"]](ALU[args["op0"]](src(), scalar()), b())
+        return lambda: store(result)
+
+    return issue
+
+
 def tensor_copy(instr: Instruction, v: Views) -> Issue:
     src, store = read_f32(v["src"]), write_to(v["dst"])
 
@@ -364,6 +376,7 @@ def iota(instr: Instruction, v: Views) -> Issue:
 
 HANDLERS: dict[str, Callable[[Instruction, Views], Issue]] = {
     fn.__name__: fn
-    for fn in (dma_copy, dma_gather, nc_matmul, nc_transpose, activation, tensor_tensor, tensor_scalar, tensor_copy,
+    for fn in (dma_copy, dma_gather, nc_matmul, nc_transpose, activation, tensor_tensor, tensor_scalar,
+               scalar_tensor_tensor, tensor_copy,
                tensor_copy_predicated, tensor_reduce, memset, iota)
 }

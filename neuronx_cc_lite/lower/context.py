@@ -6,6 +6,7 @@ reads them; every other result gets a scratch tensor, unless its op only makes a
 
 from __future__ import annotations
 
+import math
 from typing import Callable
 
 import ml_dtypes
@@ -14,7 +15,7 @@ import numpy as np
 from isa.dtypes import DType
 from neuronx_cc_lite.errors import CompileError
 from neuronx_cc_lite.ir import Graph, Node, Tensor
-from neuronx_cc_lite.lower.hbm import HbmView
+from neuronx_cc_lite.lower.hbm import HbmTensor, HbmView
 from neuronx_cc_lite.lower.program import Program
 
 # ONNX element types the device holds, and the device type each is held in. The engines have no 64-bit types:
@@ -51,11 +52,14 @@ class LowerCtx:
         self.program = program
         self.internal_dtype = internal_dtype  # auto-cast all: how fp32 tensors inside the model are held
         self.views: dict[str, HbmView] = {}
+        self.consumers = graph.consumers()
+        # weights a lowering laid out at compile time (a matmul's K tiles), by key: the tensor and block offsets
+        self.laid_out: dict[str, tuple[HbmTensor, list[int]]] = {}
         self.output_owner: dict[int, str] = {}  # id(HbmTensor) -> the graph output it was made for
         for name in graph.inputs:
             t = graph.tensors[name]
             dtype = self.dtype(name)
-            tensor = program.hbm_tensor(name, t.size * dtype.size, "input")
+            tensor = program.hbm_tensor(name, t.size * dtype.size, "input", dtype)
             self.views[name] = HbmView.whole(tensor, dtype, t.shape)
 
     def dtype(self, name: str) -> DType:
@@ -78,13 +82,13 @@ class LowerCtx:
             t = self.graph.tensors[name]
             assert t.is_constant, f"{name} read before it was computed"
             dtype = self.dtype(name)
-            data = np.ascontiguousarray(self._narrowed(t.value, dtype)).tobytes()
-            tensor = self.program.hbm_tensor(name, len(data), "weight", data)
+            data = np.ascontiguousarray(self.narrowed(t.value, dtype)).tobytes()
+            tensor = self.program.hbm_tensor(name, len(data), "weight", dtype, data)
             self.views[name] = HbmView.whole(tensor, dtype, t.shape)
         return self.views[name]
 
     @staticmethod
-    def _narrowed(value: np.ndarray, dtype: DType) -> np.ndarray:
+    def narrowed(value: np.ndarray, dtype: DType) -> np.ndarray:
         """A float constant in its device type. When auto-cast narrows it, finite values beyond the new type's
         range saturate to its largest value instead of becoming inf or NaN: exporters write "minus infinity" in
         masks as float32's lowest value, which must stay the lowest value of the narrow type."""
@@ -99,17 +103,56 @@ class LowerCtx:
         self.graph.tensors[name] = Tensor(name, tuple(value.shape), value.dtype, value)
         return name
 
-    def output(self, name: str) -> HbmView:
-        """A fresh, contiguous HBM tensor for a result a lowering computes."""
+    def output(self, name: str, partition_axes: tuple[int, int] | None = None,
+               follow_transpose: bool = False) -> HbmView:
+        """A fresh HBM tensor for a result a lowering computes, contiguous unless `follow_transpose` lets it be
+        stored in the order of a Transpose that is its only reader (the heads of attention merged back: the
+        Transpose and the Reshape after it then move nothing). `partition_axes` (first, last): the lowering puts
+        axes first .. last - 1 on partitions (codegen/on_chip.py keeps the tensor on chip in that layout;
+        elementwise consumers tile alike)."""
         t = self.graph.tensors[name]
         dtype = self.dtype(name)
         kind = "output" if name in self.graph.outputs else "scratch"
-        tensor = self.program.hbm_tensor(name, t.size * dtype.size, kind)
+        tensor = self.program.hbm_tensor(name, t.size * dtype.size, kind, dtype)
+        perm = self._sole_transpose(name) if follow_transpose and kind == "scratch" else None
+        order = perm or tuple(range(len(t.shape)))
+        stored = tuple(t.shape[p] for p in order)
+        if partition_axes is not None:
+            placed = sorted(order.index(a) for a in range(*partition_axes))
+            if placed == list(range(placed[0], placed[-1] + 1)) if placed else True:
+                first, last = (placed[0], placed[-1] + 1) if placed else (0, 0)
+                tensor.layout = (math.prod(stored[:first]), math.prod(stored[first:last]),
+                                 math.prod(stored[last:]))
         if kind == "output":
             self.output_owner[id(tensor)] = name
-        view = HbmView.whole(tensor, dtype, t.shape)
+        view = HbmView.whole(tensor, dtype, stored).transpose(tuple(order.index(a) for a in range(len(order))))
         self.views[name] = view
         return view
+
+    def _sole_transpose(self, name: str) -> tuple[int, ...] | None:
+        users = self.consumers.get(name, [])
+        if len(users) == 1 and users[0].op == "Transpose" and name not in self.graph.outputs:
+            perm = users[0].attrs.get("perm")
+            rank = len(self.graph.tensors[name].shape)
+            return tuple(int(p) % rank for p in perm) if perm is not None else tuple(reversed(range(rank)))
+        return None
+
+    def partition_axes(self, name: str) -> tuple[int, int] | None:
+        """The axes of a computed tensor its producer put on partitions, in the tensor's (possibly reshaped) shape:
+        None when unknown or when the tensor is read through a view that is not all of it."""
+        view = self.views.get(name)
+        if view is None or view.tensor.layout is None or view.offset or not view.is_contiguous or \
+                view.size * view.dtype.size != view.tensor.nbytes:
+            return None
+        outer, rows, inner = view.tensor.layout
+        shape = view.shape
+        firsts = [k for k in range(len(shape) + 1) if math.prod(shape[:k]) == outer]
+        lasts = [k for k in range(len(shape) + 1) if math.prod(shape[k:]) == inner]
+        for first in firsts:
+            for last in lasts:
+                if first <= last and math.prod(shape[first:last]) == rows:
+                    return first, last
+        return None
 
     def alias(self, name: str, view: HbmView) -> None:
         """Record that a result is a view of data already in HBM (Reshape, Identity, ...)."""

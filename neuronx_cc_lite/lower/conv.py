@@ -219,7 +219,7 @@ def _constant_weights(ctx: LowerCtx, node: Node, geo: ConvGeometry,
         where[(c0, co0)] = at
         at += block.size
     data = np.concatenate(parts).astype(dtype.np)
-    tensor = ctx.program.hbm_tensor(f"{node.name}/weights", data.nbytes, "weight", data.tobytes())
+    tensor = ctx.program.hbm_tensor(f"{node.name}/weights", data.nbytes, "weight", dtype, data.tobytes())
 
     def load(c0: int, ct: int, co0: int, mt: int) -> Tile:
         tile = ctx.program.sbuf(ct, geo.taps * mt, dtype, f"{node.name}/w")
@@ -256,7 +256,7 @@ def _runtime_weights(ctx: LowerCtx, node: Node, geo: ConvGeometry) -> WeightLoad
 
 def lower_windowed_matmul(ctx: LowerCtx, node: Node, geo: ConvGeometry) -> None:
     prog, target = ctx.program, ctx.program.target
-    x, out = ctx.view(node.inputs[0]), ctx.output(node.outputs[0])
+    x, out = ctx.view(node.inputs[0]), ctx.output(node.outputs[0], (1, 2))  # output channels on partitions
     bias = ctx.view(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else None
     rank, batch, pmax = len(geo.kernel), x.shape[0], target.partitions
     mt_max = geo.output_tile(target)

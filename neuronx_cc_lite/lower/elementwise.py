@@ -20,7 +20,8 @@ from neuronx_cc_lite.lower.context import LowerCtx, device_dtype
 from neuronx_cc_lite.lower.instr import act, ts, tt
 from neuronx_cc_lite.lower.program import Program, TileAccess
 from neuronx_cc_lite.lower.registry import lowering
-from neuronx_cc_lite.lower.tiling import boxes, free_size
+from neuronx_cc_lite.lower.hbm import HbmView
+from neuronx_cc_lite.lower.tiling import RowPieces, boxes, free_size, layout_boxes
 
 Operand = TileAccess | float
 Compute = Callable[[Program, TileAccess, list[Operand]], None]
@@ -43,21 +44,30 @@ def single_value(ctx: LowerCtx, name: str) -> float | None:
 
 def elementwise(ctx: LowerCtx, node: Node, compute: Compute, inputs: list[str] | None = None,
                 immediates: bool = True) -> None:
+    """Tiles follow the partition axes of the first input of the output's shape whose producer said how it laid
+    it out, so that the tiles of one operator are the tiles of the next (and both stay on chip); else the output
+    is cut by `boxes`."""
     prog = ctx.program
-    out = ctx.output(node.outputs[0])
     names = [n for n in node.inputs if n] if inputs is None else inputs
+    shape = ctx.shape(node.outputs[0])
+    axes = next((a for n in names if ctx.shape(n) == shape and (a := ctx.partition_axes(n)) is not None), None)
+    out = ctx.output(node.outputs[0], axes)
     values = [single_value(ctx, n) if immediates else None for n in names]
     if all(v is not None for v in values):
         values[0] = None  # an instruction needs one tile to read
     loaded = [i for i, v in enumerate(values) if v is None]
     views = [ctx.view(names[i]).broadcast_to(out.shape) for i in loaded]
-    for box in boxes([out, *views], prog.target.partitions, tile_free_max(ctx)):
+    pmax, budget = prog.target.partitions, tile_free_max(ctx)
+    cut = layout_boxes([out, *views], axes, pmax, budget) if axes is not None else None
+    for box in cut if cut is not None else boxes([out, *views], pmax, budget):
         o, ins = box[0], box[1:]
+        assert isinstance(o, HbmView)
         p, f = o.shape[0], free_size(o)
         operands: list[Operand] = list(values)  # type: ignore[arg-type]
         for i, view in zip(loaded, ins):
-            t = prog.sbuf(p, f, view.dtype, names[i])
-            prog.dma(t.ap(), view)
+            t = prog.sbuf(p, f, ctx.view(names[i]).dtype, names[i])
+            for first, piece in view.pieces if isinstance(view, RowPieces) else ((0, view),):
+                prog.dma(t.ap(first=first, partitions=piece.shape[0]), piece)
             operands[i] = t.ap()
         result = prog.sbuf(p, f, o.dtype, node.outputs[0])
         compute(prog, result.ap(), operands)

@@ -99,7 +99,7 @@ def lower_gather(ctx: LowerCtx, node: Node) -> None:
             ctx.alias(node.outputs[0], view.split_axis(axis, idx_shape))
             return
     table = data.transpose((axis, *[a for a in range(rank) if a != axis]))
-    out = ctx.output(node.outputs[0])
+    out = ctx.output(node.outputs[0], (0, len(idx_shape)) if axis == 0 else None)  # gathered rows on partitions
     n = math.prod(idx_shape)
     outer, inner = data.shape[:axis], data.shape[axis + 1:]
     out_rows = out.reshape((*outer, n, *inner)).transpose((len(outer), *range(len(outer)),

@@ -18,8 +18,11 @@ class HbmTensor:
     name: str
     nbytes: int
     kind: str  # "input", "output", "weight" or "scratch"
+    dtype: DType
     data: bytes | None = None  # weights
     offset: int | None = None  # bytes, set by the HBM layout
+    # (outer, rows, inner) sizes: how its producer lays it out on partitions (codegen/on_chip.py), if known
+    layout: tuple[int, int, int] | None = None
 
 
 def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:

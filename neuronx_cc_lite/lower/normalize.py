@@ -66,10 +66,13 @@ def per_row(ctx: LowerCtx, node: Node, axes: tuple[int, ...], extra: list[HbmVie
     if length > budget and streamed is None:
         raise CompileError("NCC_UNSUPPORTED", f"{length} elements per row do not fit a tile ({budget})",
                            node.name, node.op)
-    out = ctx.output(node.outputs[0])
     rank = len(x.shape) - len(axes)
+    trailing = tuple(axes) == tuple(range(rank, len(x.shape)))
+    hint = ctx.partition_axes(node.inputs[0])
+    first = hint[0] if hint is not None and hint[1] == rank and trailing else None
+    out = ctx.output(node.outputs[0], (first or 0, rank) if trailing else None)
     views = [move_to_end(x, axes), move_to_end(out, axes), *extra]
-    for cut in row_boxes(views, rank, prog.target.partitions):
+    for cut in row_boxes(views, rank, prog.target.partitions, first):
         row, dst = cut[0], cut[1]
         p = row.shape[0]
         if length > budget:

@@ -78,7 +78,7 @@ def _value(ctx: LowerCtx, node: Node) -> HbmView:
         return HbmView(view.tensor, view.dtype, (), (), view.offset)
     out_dtype = ctx.dtype(node.outputs[0])
     data = np.asarray(node.attrs.get("value", 0.0)).astype(out_dtype.np).tobytes()
-    tensor = ctx.program.hbm_tensor(f"{node.name}/value", len(data), "weight", data)
+    tensor = ctx.program.hbm_tensor(f"{node.name}/value", len(data), "weight", out_dtype, data)
     return HbmView(tensor, out_dtype, (), ())
 
 

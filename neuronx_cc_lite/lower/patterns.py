@@ -47,7 +47,7 @@ def contiguous(prog: Program, view: HbmView, name: str) -> HbmView:
     can be reshaped)."""
     if view.is_contiguous:
         return view
-    tensor = prog.hbm_tensor(f"{name}/contiguous", view.size * view.dtype.size, "scratch")
+    tensor = prog.hbm_tensor(f"{name}/contiguous", view.size * view.dtype.size, "scratch", view.dtype)
     copy = HbmView.whole(tensor, view.dtype, view.shape)
     prog.dma(copy, view)
     return copy

@@ -150,8 +150,8 @@ class Program:
     def psum(self, partitions: int, free: int, name: str) -> Tile:
         return self.tile(Mem.PSUM, partitions, free, DType.fp32, name)
 
-    def hbm_tensor(self, name: str, nbytes: int, kind: str, data: bytes | None = None) -> HbmTensor:
-        t = HbmTensor(name, nbytes, kind, data)
+    def hbm_tensor(self, name: str, nbytes: int, kind: str, dtype: DType, data: bytes | None = None) -> HbmTensor:
+        t = HbmTensor(name, nbytes, kind, dtype, data)
         self.hbm.append(t)
         return t
 

@@ -12,7 +12,7 @@ import math
 from typing import Iterator
 
 from neuronx_cc_lite.lower.hbm import HbmView, coalesce
-from neuronx_cc_lite.lower.tiling import chunk_sizes
+from neuronx_cc_lite.lower.tiling import chunk_sizes, merged_axes as _merged
 
 
 def move_to_end(view: HbmView, axes: tuple[int, ...]) -> HbmView:
@@ -24,13 +24,27 @@ def normalize_axes(axes: tuple[int, ...] | list[int], rank: int) -> tuple[int, .
     return tuple(sorted({a + rank if a < 0 else a for a in axes}))
 
 
-def row_boxes(views: list[HbmView], row_rank: int, pmax: int) -> Iterator[list[HbmView]]:
+def row_boxes(views: list[HbmView], row_rank: int, pmax: int, first: int | None = None
+              ) -> Iterator[list[HbmView]]:
     """The views share their first `row_rank` axes (the rows); what follows in each is its free part. Yields, per
-    group of at most pmax rows, each view cut to shape (rows, *its free part)."""
+    group of at most pmax rows, each view cut to shape (rows, *its free part). With `first`, only row axes
+    first .. row_rank - 1 share partitions (as the input's producer laid them out) and each axis before them is a
+    loop, when every view walks those axes as one; otherwise all row axes are merged."""
     row_shape = views[0].shape[:row_rank]
     assert all(v.shape[:row_rank] == row_shape for v in views), [v.shape for v in views]
     if math.prod(row_shape) == 0:
         return
+    if first is not None:
+        merged = [_merged(row_shape[first:], v.strides[first:row_rank]) for v in views]
+        if all(m is not None for m in merged):
+            rows = math.prod(row_shape[first:])
+            for outer in itertools.product(*(range(n) for n in row_shape[:first])):
+                for p0 in range(0, rows, pmax):
+                    p = min(pmax, rows - p0)
+                    yield [HbmView(v.tensor, v.dtype, (p, *v.shape[row_rank:]), (m[1], *v.strides[row_rank:]),
+                                   v.offset + sum(i * st for i, st in zip(outer, v.strides)) + p0 * m[1])
+                           for v, m in zip(views, merged)]  # type: ignore[index]
+            return
     shape, strides = coalesce([(row_shape, v.strides[:row_rank]) for v in views])
     if not shape:
         shape, strides = (1,), [(0,)] * len(views)

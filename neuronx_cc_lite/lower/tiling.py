@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from dataclasses import dataclass
 from typing import Iterator
 
 from neuronx_cc_lite.lower.hbm import HbmView, coalesce
@@ -59,3 +60,78 @@ def boxes(views: list[HbmView], pmax: int, free_max: int) -> Iterator[list[HbmVi
 
 def free_size(view: HbmView) -> int:
     return math.prod(view.shape[1:])
+
+
+def merged_axes(shape: tuple[int, ...], strides: tuple[int, ...]) -> tuple[int, int] | None:
+    """(size, stride) of axes walked as one, or None when they are not."""
+    kept = [(n, st) for n, st in zip(shape, strides) if n > 1]
+    if not kept:
+        return math.prod(shape), 0
+    size, stride = kept[-1]
+    for n, st in reversed(kept[:-1]):
+        if st != stride * size and not (st == 0 and stride == 0):
+            return None
+        size *= n
+    return size, stride
+
+
+@dataclass(frozen=True)
+class RowPieces:
+    """A box of a view whose rows are not one stride apart (an input broadcast along some of the partition axes):
+    the views that fill it, each (first partition, view of shape (rows, *free))."""
+
+    pieces: tuple[tuple[int, HbmView], ...]
+
+
+def _row_pieces(v: HbmView, axes_shape: tuple[int, ...], axes_strides: tuple[int, ...], r0: int, rt: int,
+                offset: int, free_sizes: tuple[int, ...], free_strides: tuple[int, ...]) -> RowPieces:
+    """Rows r0 .. r0 + rt of the partition axes, cut where the innermost partition axis wraps."""
+    inner = axes_shape[-1]
+    pieces = []
+    r = r0
+    while r < r0 + rt:
+        n = min(inner - r % inner, r0 + rt - r)
+        index, rest = [], r
+        for size in reversed(axes_shape):
+            index.append(rest % size)
+            rest //= size
+        start = offset + sum(i * st for i, st in zip(reversed(index), axes_strides))
+        pieces.append((r - r0, HbmView(v.tensor, v.dtype, (n, *free_sizes), (axes_strides[-1], *free_strides), start)))
+        r += n
+    return RowPieces(tuple(pieces))
+
+
+def layout_boxes(views: list[HbmView], partition_axes: tuple[int, int], pmax: int, free_max: int
+                 ) -> Iterator[list[HbmView | RowPieces]] | None:
+    """Like `boxes`, with the given axes [first, last) of the common shape on partitions (as the producer of the
+    first view laid it out), the axes after them in the free dimension, each axis before them a loop. A view that
+    cannot walk the partition axes as one (a broadcast input) is given as RowPieces; None when the first view
+    cannot (it is the output: contiguous in the layout)."""
+    first, last = partition_axes
+    shape = views[0].shape
+    merged = [merged_axes(shape[first:last], v.strides[first:last]) for v in views]
+    if merged[0] is None or views[0].size == 0 or first == last:
+        return None
+    rows = math.prod(shape[first:last])
+    free = shape[last:]
+
+    def generate() -> Iterator[list[HbmView | RowPieces]]:
+        chunks = chunk_sizes(free, free_max)
+        for outer in itertools.product(*(range(n) for n in shape[:first])):
+            for r0 in range(0, rows, pmax):
+                rt = min(pmax, rows - r0)
+                for starts in itertools.product(*(range(0, n, c) for n, c in zip(free, chunks))):
+                    sizes = tuple(min(c, n - st) for n, c, st in zip(free, chunks, starts))
+                    box: list[HbmView | RowPieces] = []
+                    for v, m in zip(views, merged):
+                        offset = v.offset + sum(i * st for i, st in zip(outer, v.strides[:first])) + \
+                            sum(a * st for a, st in zip(starts, v.strides[last:]))
+                        if m is None:
+                            box.append(_row_pieces(v, shape[first:last], v.strides[first:last], r0, rt, offset,
+                                                   sizes, v.strides[last:]))
+                        else:
+                            box.append(HbmView(v.tensor, v.dtype, (rt, *sizes), (m[1], *v.strides[last:]),
+                                               offset + r0 * m[1]))
+                    yield box
+
+    return generate()

@@ -131,6 +131,14 @@ def test_tensor_scalar_with_reverse(op, reverse):
     np.testing.assert_allclose(y, ALU[op](a, b).astype(np.float32) * 2, rtol=1e-6)
 
 
+def test_scalar_tensor_tensor_scales_then_combines():
+    x = np.random.default_rng(6).standard_normal((4, 8)).astype(np.float32)
+    # (x * 0.5) + x, reading x as both tensor inputs
+    instr = make("scalar_tensor_tensor", dst=sbuf(4, 8, 4096), src=sbuf(4, 8), op0=AluOp.multiply, scalar=0.5,
+                 op1=AluOp.add, b=sbuf(4, 8))
+    np.testing.assert_allclose(_run_unary(instr, "DVE", x), x * np.float32(0.5) + x, rtol=1e-6)
+
+
 def test_tensor_reduce_over_trailing_axes():
     x = np.random.default_rng(6).standard_normal((4, 8)).astype(np.float32)
     src = sbuf(4, 8)

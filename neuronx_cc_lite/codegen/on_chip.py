@@ -1,0 +1,279 @@
+"""Keep the tensors between operators on chip: each scratch tensor that fits gets a home in SBUF, and the DMAs
+that would store it to HBM and load it back become on-chip copies, or nothing at all.
+
+Lowerings still speak of HBM views (a consumer reads "rows 128..255 of tensor X"); this pass decides where the
+tensor lives. A home is one SBUF tile holding the tensor in a layout cut from its shape as [A, B, D] (outer axes,
+partition axes, inner axes):
+
+    element (a, b, d)  ->  partition b % 128,  element ((b // 128) * A + a) * D + d  of that partition
+
+The layout is the one its producer wrote it in (a matmul's rows, a convolution's channels: the lowering records
+it on the tensor), else the one its first store implies. Then every DMA that touches the tensor is mapped through
+the layout: a transfer whose rows land on consecutive partitions and whose free pattern stays inside them becomes
+an access to the home. A transfer that cannot be mapped (a transposing read, a gather) keeps the tensor in HBM.
+
+    tile <-> home, same partitions, tile used whole      the tile becomes that region of the home: no instruction
+    tile <-> home, same partitions, otherwise            a copy on a compute engine (the scheduler picks which)
+    tile <-> home, rows on other partitions              an SBUF-to-SBUF DMA: no HBM traffic
+    home <-> HBM (a graph output, a weight)              the DMA reads or writes the home
+
+SBUF is shared with the operators' own tiles: homes are admitted in program order while their bytes fit a budget;
+when a new one would not fit, the live home whose last use is farthest away is spilled (left in HBM, as before
+this pass). The bytes of spilled tensors are reported.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from isa.operand import Engine, Mem
+from neuronx_cc_lite.lower.hbm import HbmTensor
+from neuronx_cc_lite.lower.program import ALIGN, HbmAccess, PendingInstr, Program, Tile, TileAccess
+
+# Bytes per partition the homes together may take; the rest of SBUF is the operators' working space.
+HOME_FRACTION = 0.5
+
+
+@dataclass(frozen=True)
+class Layout:
+    outer: int  # A
+    rows: int  # B: on partitions, 128 at a time
+    inner: int  # D
+
+    def home_free(self, pmax: int) -> int:
+        """Elements per partition of the home tile."""
+        return -(-self.rows // pmax) * self.outer * self.inner
+
+
+@dataclass
+class Report:
+    kept: list[str] = field(default_factory=list)
+    spilled: list[str] = field(default_factory=list)
+    spill_bytes: int = 0  # bytes of the tensors spilled for lack of room (stored once, loaded back)
+    through_hbm: list[str] = field(default_factory=list)  # tensors some access cannot read on chip
+
+
+def layout_from_split(shape: tuple[int, ...], first: int, last: int) -> Layout:
+    """Axes [first, last) on partitions."""
+    return Layout(math.prod(shape[:first]), math.prod(shape[first:last]), math.prod(shape[last:]))
+
+
+def _inferred_layout(tensor: HbmTensor, size: int, access: HbmAccess) -> Layout | None:
+    """The layout a store implies: its partition stride is D; B covers its rows (whole 128-row blocks of them)."""
+    d = access.partition_stride
+    if d <= 0 or size % d:
+        return None
+    b_and_a = size // d
+    rows = b_and_a
+    # the smallest B (a divisor of B*A) that keeps the store's rows inside one block of 128
+    first_row = (access.offset // d)
+    for candidate in range(access.partitions, b_and_a + 1):
+        if b_and_a % candidate == 0 and (first_row % candidate) + access.partitions <= candidate:
+            rows = candidate
+            break
+    return Layout(b_and_a // rows, rows, d)
+
+
+def home_access(layout: Layout, access: HbmAccess, home: Tile, pmax: int) -> TileAccess | None:
+    """The same elements as `access`, in the home: None when its rows do not land on consecutive partitions or
+    its free pattern leaves them."""
+    a_size, b_size, d_size = layout.outer, layout.rows, layout.inner
+    if access.partitions > 1 and access.partition_stride != d_size:
+        return None
+    e0 = access.offset
+    if e0 >= a_size * b_size * d_size:
+        return None
+    a0, rest = divmod(e0, b_size * d_size)
+    b0, d0 = divmod(rest, d_size)
+    if b0 % pmax + access.partitions > pmax or b0 + access.partitions > b_size:
+        return None
+    dims = []
+    d_reach, a_reach = d0, a0
+    for size, stride in access.dims:
+        if size == 1:
+            dims.append((1, 0))
+            continue
+        a_step, d_step = divmod(stride, b_size * d_size)
+        if d_step >= d_size:  # the step moves to another row: another partition
+            return None
+        d_reach += (size - 1) * d_step
+        a_reach += (size - 1) * a_step
+        dims.append((size, a_step * d_size + d_step))
+    if d_reach >= d_size or a_reach >= a_size:
+        return None
+    offset = ((b0 // pmax) * a_size + a0) * d_size + d0
+    return TileAccess(home, b0 % pmax, access.partitions, offset, tuple(dims))
+
+
+def _dense_whole(a: TileAccess) -> bool:
+    return a.first == 0 and a.partitions == a.tile.partitions and a.offset == 0 and \
+        a.dims in (((a.tile.free, 1),),)
+
+
+def _contiguous_region(a: TileAccess, size: int) -> bool:
+    """Whether the access walks `size` consecutive elements of each partition."""
+    live = [(n, s) for n, s in a.dims if n > 1]
+    return not live or (len(live) == 1 and live[0][1] == 1 and live[0][0] == size)
+
+
+def keep_on_chip(program: Program) -> Report:
+    report = Report()
+    pmax = program.target.partitions
+    instrs = program.instrs
+    touching: dict[HbmTensor, list[int]] = {}
+    for i, p in enumerate(instrs):
+        for access, _ in p.accesses():
+            if isinstance(access, HbmAccess) and access.tensor.kind == "scratch":
+                touching.setdefault(access.tensor, []).append(i)
+    layouts: dict[HbmTensor, Layout] = {}
+    for tensor, where in touching.items():
+        layout = _layout_for(tensor, instrs, where)
+        if layout is None or not _all_map(tensor, layout, instrs, where, pmax):
+            report.through_hbm.append(tensor.name)
+            continue
+        layouts[tensor] = layout
+    admitted = _admit(program, layouts, touching, report)
+    homes = {t: program.sbuf(min(pmax, layouts[t].rows), layouts[t].home_free(pmax), t.dtype, f"{t.name}@home")
+             for t in admitted}
+    written_late = {t for t in admitted if _read_before_written(t, instrs, touching[t])}
+    for tensor in admitted:
+        program.hbm.remove(tensor)
+        report.kept.append(tensor.name)
+    _rewrite(program, homes, layouts, written_late)
+    return report
+
+
+def _read_before_written(tensor: HbmTensor, instrs: list[PendingInstr], where: list[int]) -> bool:
+    """Whether some load of the tensor comes before some store to it: then a load must copy what the home holds
+    at its time, not read the home later."""
+    seen_read = False
+    for i in where:
+        for access, writes in instrs[i].accesses():
+            if isinstance(access, HbmAccess) and access.tensor is tensor:
+                if writes and seen_read:
+                    return True
+                seen_read |= not writes
+    return False
+
+
+def _writers(instrs: list[PendingInstr]) -> dict[Tile, list[int]]:
+    found: dict[Tile, list[int]] = {}
+    for i, p in enumerate(instrs):
+        for access, writes in p.accesses():
+            if writes and isinstance(access, TileAccess):
+                found.setdefault(access.tile, []).append(i)
+    return found
+
+
+def _layout_for(tensor: HbmTensor, instrs: list[PendingInstr], where: list[int]) -> Layout | None:
+    size = tensor.nbytes // tensor.dtype.size
+    if tensor.layout is not None:
+        return Layout(*tensor.layout)
+    for i in where:
+        dst = instrs[i].args.get("dst")
+        if instrs[i].op == "dma_copy" and isinstance(dst, HbmAccess) and dst.tensor is tensor:
+            return _inferred_layout(tensor, size, dst)
+    return None
+
+
+def _all_map(tensor: HbmTensor, layout: Layout, instrs: list[PendingInstr], where: list[int], pmax: int) -> bool:
+    probe = Tile(Mem.SBUF, pmax, layout.home_free(pmax), tensor.dtype, "probe")
+    for i in dict.fromkeys(where):
+        p = instrs[i]
+        if p.op != "dma_copy":
+            return False  # read by an indirect DMA: the table must be in HBM
+        for name in ("dst", "src"):
+            a = p.args[name]
+            if isinstance(a, HbmAccess) and a.tensor is tensor and home_access(layout, a, probe, pmax) is None:
+                return False
+    return True
+
+
+def _admit(program: Program, layouts: dict[HbmTensor, Layout], touching: dict[HbmTensor, list[int]],
+           report: Report) -> list[HbmTensor]:
+    """The tensors that get a home: in order of first use, within the budget, spilling the live home used
+    last when a new one does not fit."""
+    pmax = program.target.partitions
+    budget = int(program.target.sbuf_partition_bytes * HOME_FRACTION)
+
+    def size(t: HbmTensor) -> int:
+        return -(-layouts[t].home_free(pmax) * t.dtype.size // ALIGN) * ALIGN
+
+    spans = {t: (min(touching[t]), max(touching[t])) for t in layouts}
+    live: list[HbmTensor] = []
+    admitted: list[HbmTensor] = []
+    for t in sorted(layouts, key=lambda x: spans[x][0]):
+        start = spans[t][0]
+        live = [x for x in live if spans[x][1] >= start]
+        live.append(t)
+        admitted.append(t)
+        while sum(size(x) for x in live) > budget:
+            victim = max(live, key=lambda x: (spans[x][1], spans[x][0]))
+            live.remove(victim)
+            admitted.remove(victim)
+            report.spilled.append(victim.name)
+            report.spill_bytes += 2 * victim.nbytes
+    return admitted
+
+
+def _rewrite(program: Program, homes: dict[HbmTensor, Tile], layouts: dict[HbmTensor, Layout],
+             written_late: set[HbmTensor]) -> None:
+    pmax, target = program.target.partitions, program.target
+    home_tiles = set(homes.values())
+    rewritten = {homes[t] for t in written_late}
+    writers = _writers(program.instrs)
+    renamed: dict[Tile, TileAccess] = {}  # a tile that became a region of a home
+    kept: list[PendingInstr] = []
+    for i, p in enumerate(program.instrs):
+        if p.op == "dma_copy":
+            dst, src = (_on_chip(p.args[n], homes, layouts, pmax) for n in ("dst", "src"))
+            if isinstance(dst, TileAccess) and isinstance(src, TileAccess):
+                if dst.tile in home_tiles and src.tile not in home_tiles:  # a store: the producer may write home
+                    region = _region(src, dst, renamed)
+                    if region is not None and max(writers[src.tile]) < i:
+                        renamed[src.tile] = region
+                        continue
+                if src.tile in home_tiles and dst.tile not in home_tiles and src.tile not in rewritten:
+                    # a load: the consumer may read the home itself
+                    region = _region(dst, src, renamed)
+                    if region is not None and writers[dst.tile] == [i]:
+                        renamed[dst.tile] = region
+                        continue
+                if dst.first == src.first and all(
+                        a.first in target.allowed_start_partitions(a.partitions) for a in (dst, src)):
+                    kept.append(PendingInstr("tensor_copy", Engine.DVE, 0, {"dst": dst, "src": src}, p.node))
+                    continue
+            p.args = {**p.args, "dst": dst, "src": src}
+        kept.append(p)
+    for p in kept:
+        p.args = {k: _renamed(v, renamed) for k, v in p.args.items()}
+    program.instrs = kept
+
+
+def _on_chip(a: object, homes: dict[HbmTensor, Tile], layouts: dict[HbmTensor, Layout], pmax: int) -> object:
+    if isinstance(a, HbmAccess) and a.tensor in homes:
+        mapped = home_access(layouts[a.tensor], a, homes[a.tensor], pmax)
+        assert mapped is not None, f"{a.tensor.name} was admitted but an access does not map"
+        return mapped
+    return a
+
+
+def _region(tile_side: TileAccess, home_side: TileAccess, renamed: dict[Tile, TileAccess]) -> TileAccess | None:
+    """The region of the home the tile can simply be: the tile is used whole by the transfer, has the home's type,
+    and the region is contiguous in each partition, on the same partitions."""
+    t = tile_side.tile
+    if t in renamed or t.mem is not Mem.SBUF or t.dtype is not home_side.tile.dtype or not _dense_whole(tile_side):
+        return None
+    if home_side.first != 0 or not _contiguous_region(home_side, t.free):
+        return None
+    return TileAccess(home_side.tile, 0, t.partitions, home_side.offset, ((t.free, 1),))
+
+
+def _renamed(v: object, renamed: dict[Tile, TileAccess]) -> object:
+    if isinstance(v, TileAccess) and v.tile in renamed:
+        region = renamed[v.tile]
+        return TileAccess(region.tile, v.first, v.partitions, region.offset + v.offset, v.dims)
+    return v
+
+
