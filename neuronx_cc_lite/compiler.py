@@ -106,29 +106,24 @@ def compile_graph(graph: Graph, options: Options) -> Bundle:
     )
 
 
-# Fractions of SBUF the scheduler may fill, tried in turn while the allocator cannot place what it scheduled (the
-# scheduler counts bytes, the allocator must also find gaps); the lowering order always fits, as it keeps only the
-# tiles of one operator live.
-SBUF_FRACTIONS = (0.9, 0.7, 0.5)
-
-
 def schedule_and_allocate(program: Program, optimize: int) -> None:
+    """-O2: list scheduling, which places every tile as it goes; when it runs out of memory (every ready
+    instruction waiting for room that nothing will free) the lowering order is used instead, as at -O1: it always
+    fits, keeping only the tiles of one operator live at a time."""
     lowered = list(program.instrs)
     engines = [p.engine for p in lowered]
     if optimize >= 2:
-        for fraction in SBUF_FRACTIONS:
-            preds = schedule(program, fraction)
+        try:
+            preds = schedule(program)
             verify_order(lowered, program.instrs, preds, "schedule")
             verify_program(program, "schedule")
-            try:
-                allocate(program)
-                return
-            except CompileError as e:
-                if e.code not in ("NCC_SBUF_FULL", "NCC_PSUM_FULL"):
-                    raise
-            program.instrs = list(lowered)
-            for p, e in zip(lowered, engines):
-                p.engine = e
+            return
+        except CompileError as e:
+            if e.code not in ("NCC_SBUF_FULL", "NCC_PSUM_FULL"):
+                raise
+        program.instrs = list(lowered)
+        for p, e in zip(lowered, engines):
+            p.engine = e
     assign_queues_in_order(program)
     allocate(program)
 

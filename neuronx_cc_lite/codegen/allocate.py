@@ -1,4 +1,5 @@
-"""Place every tile in SBUF or PSUM by liveness.
+"""Place every tile in SBUF or PSUM by liveness: the memory planner's placement, used by the scheduler as it
+orders the program (schedule.py) and, for -O1, here in lowering order.
 
 A tile lives from the first to the last instruction that names it. Walking the program in order, a tile gets its
 place at its first use and gives it back after its last, so memory is reused. Every tile spans partitions
@@ -53,41 +54,60 @@ class _Arena:
         return sum(e - s for s, e in self.used.items())
 
 
+class OnChipMemory:
+    """SBUF and PSUM of one core: tiles placed and freed one at a time."""
+
+    def __init__(self, target) -> None:  # type: ignore[no-untyped-def]
+        self.target = target
+        self.arenas = {Mem.SBUF: _Arena(target.sbuf_partition_bytes, 64),
+                       Mem.PSUM: _Arena(target.psum_partition_bytes, target.psum_bank_bytes)}
+
+    def place(self, tile: Tile) -> bool:
+        """Give the tile a place; False (and nothing placed) when none is free."""
+        if tile.mem is Mem.PSUM and tile.bytes_per_partition > self.target.psum_bank_bytes:
+            raise CompileError("NCC_INTERNAL", f"PSUM tile {tile.name} is larger than a bank")
+        at = self.arenas[tile.mem].place(tile.bytes_per_partition)
+        if at is None:
+            return False
+        tile.offset = at
+        return True
+
+    def free(self, tile: Tile) -> None:
+        assert tile.offset is not None
+        self.arenas[tile.mem].free(tile.offset)
+
+    def full(self, tile: Tile, node: str) -> CompileError:
+        arena = self.arenas[tile.mem]
+        return CompileError(
+            f"NCC_{tile.mem.name}_FULL",
+            f"cannot place tile {tile.name} ({tile.bytes_per_partition} bytes per partition) in {tile.mem.name}: "
+            f"{arena.live_bytes} of {arena.capacity} bytes per partition are live in {len(arena.used)} tiles", node)
+
+
+def tile_uses(program: Program) -> list[list[Tile]]:
+    """The tiles each instruction names, in first-access order."""
+    return [list(dict.fromkeys(a.tile for a, _ in p.accesses() if isinstance(a, TileAccess)))
+            for p in program.instrs]
+
+
 def allocate(program: Program) -> None:
-    t = program.target
-    first: dict[int, int] = {}
-    last: dict[int, int] = {}
-    tiles: dict[int, Tile] = {}
-    for i, instr in enumerate(program.instrs):
-        for value in instr.args.values():
-            if isinstance(value, TileAccess):
-                key = id(value.tile)
-                tiles[key] = value.tile
-                first.setdefault(key, i)
-                last[key] = i
-    arenas = {Mem.SBUF: _Arena(t.sbuf_partition_bytes, 64), Mem.PSUM: _Arena(t.psum_partition_bytes,
-                                                                            t.psum_bank_bytes)}
-    starts: dict[int, list[int]] = {}
-    ends: dict[int, list[int]] = {}
-    for key in tiles:
-        starts.setdefault(first[key], []).append(key)
-        ends.setdefault(last[key], []).append(key)
-    for i, instr in enumerate(program.instrs):
-        for key in starts.get(i, ()):
-            tile = tiles[key]
-            arena = arenas[tile.mem]
-            if tile.mem is Mem.PSUM and tile.bytes_per_partition > t.psum_bank_bytes:
-                raise CompileError("NCC_INTERNAL", f"PSUM tile {tile.name} is larger than a bank", instr.node)
-            at = arena.place(tile.bytes_per_partition)
-            if at is None:
-                raise CompileError(
-                    f"NCC_{tile.mem.name}_FULL",
-                    f"cannot place tile {tile.name} ({tile.bytes_per_partition} bytes per partition) in "
-                    f"{tile.mem.name}: {arena.live_bytes} of {arena.capacity} bytes per partition are live in "
-                    f"{len(arena.used)} tiles", instr.node)
-            tile.offset = at
-        for key in ends.get(i, ()):
-            arenas[tiles[key].mem].free(tiles[key].offset)
+    """Place the tiles walking the program in its order."""
+    uses = tile_uses(program)
+    last: dict[Tile, int] = {}
+    for i, tiles in enumerate(uses):
+        for tile in tiles:
+            last[tile] = i
+    memory = OnChipMemory(program.target)
+    placed: set[Tile] = set()
+    for i, tiles in enumerate(uses):
+        for tile in tiles:
+            if tile not in placed:
+                if not memory.place(tile):
+                    raise memory.full(tile, program.instrs[i].node)
+                placed.add(tile)
+        for tile in tiles:
+            if last[tile] == i:
+                memory.free(tile)
 
 
 def layout_hbm(program: Program) -> int:

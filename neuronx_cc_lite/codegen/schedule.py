@@ -15,10 +15,10 @@ here decide what the hardware does well:
 - DMA queues: transfers into SBUF (loads) and out of it (stores) take separate queues, in proportion to their
   bytes, so that a store waiting for its producer never holds up the loads queued behind it in the same queue;
   within its group a transfer takes the queue free first, so every queue is used.
-- Memory: a tile lives from its first to its last access in the new order. An instruction that would open tiles
-  beyond the SBUF or PSUM budget waits until others close, so running ahead (the loads of the next tiles while
-  this one computes: multiple buffering) stops where memory ends. When nothing else can go, the earliest of the
-  waiting instructions in lowering order goes anyway.
+- Memory: a tile lives from its first to its last access in the new order, and is placed (allocate.py) when
+  its first access is scheduled. An instruction whose tiles find no room waits until others are freed, the
+  earliest in lowering order first, so running ahead (the loads of the next tiles while this one computes:
+  multiple buffering) stops where memory ends.
 - Engines: a copy, a tensor_scalar or a memset on float data may run on any engine whose row allows it and that
   reaches its memories; it takes the one that would finish it first.
 
@@ -34,6 +34,7 @@ from isa.costs import Port, duration_ns, ports
 from isa.instructions import OPS
 from isa.operand import READABLE, WRITABLE, Engine, Mem
 from isa.target import Target
+from neuronx_cc_lite.codegen.allocate import OnChipMemory, tile_uses
 from neuronx_cc_lite.codegen.deps import dependencies
 from neuronx_cc_lite.lower.program import HbmAccess, PendingInstr, Program, Tile, TileAccess
 
@@ -90,37 +91,10 @@ def assign_queues_in_order(program: Program) -> None:
             turn[is_store(p)] += 1
 
 
-@dataclass
-class _Tiles:
-    """Live bytes per partition (SBUF) and banks (PSUM) as the schedule opens and closes tiles."""
-
-    target: Target
-    sbuf_budget: int
-    live_sbuf: int = 0
-    live_banks: int = 0
-
-    def size(self, tile: Tile) -> int:
-        if tile.mem is Mem.PSUM:
-            bank = self.target.psum_bank_bytes
-            return -(-tile.bytes_per_partition // bank)
-        return tile.bytes_per_partition
-
-    def fits(self, opening: list[Tile]) -> bool:
-        sbuf = sum(self.size(t) for t in opening if t.mem is Mem.SBUF)
-        banks = sum(self.size(t) for t in opening if t.mem is Mem.PSUM)
-        return ((not sbuf or self.live_sbuf + sbuf <= self.sbuf_budget) and
-                (not banks or self.live_banks + banks <= self.target.psum_banks))
-
-    def change(self, tile: Tile, sign: int) -> None:
-        if tile.mem is Mem.PSUM:
-            self.live_banks += sign * self.size(tile)
-        else:
-            self.live_sbuf += sign * self.size(tile)
-
-
-def schedule(program: Program, sbuf_fraction: float = 0.9) -> list[list[int]]:
-    """Reorder program.instrs and set every instruction's engine and queue (see the module docstring). Returns
-    the dependencies it kept, as positions in the order before scheduling (for the verifier)."""
+def schedule(program: Program) -> list[list[int]]:
+    """Reorder program.instrs, set every instruction's engine and queue and place every tile (see the module
+    docstring). Returns the dependencies it kept, as positions in the order before scheduling (for the verifier).
+    Raises NCC_SBUF_FULL / NCC_PSUM_FULL when every ready instruction waits for memory that nothing will free."""
     instrs, target = program.instrs, program.target
     n = len(instrs)
     preds = dependencies(instrs)
@@ -135,61 +109,71 @@ def schedule(program: Program, sbuf_fraction: float = 0.9) -> list[list[int]]:
     rank = [0.0] * n
     for i in reversed(range(n)):
         rank[i] = min(cost[i].values()) + max((rank[s] for s in succs[i]), default=0.0)
-    tiles_of = [list(dict.fromkeys(a.tile for a, _ in p.accesses() if isinstance(a, TileAccess))) for p in instrs]
+    tiles_of = tile_uses(program)
     uses: dict[Tile, int] = {}
     for ts in tiles_of:
         for t in ts:
             uses[t] = uses.get(t, 0) + 1
     loads, stores = split_queues(program)
+    group_of = [stores if is_store(p) else loads for p in instrs]
     queue_free = [0.0] * target.dma_queues
     engine_free = {e: 0.0 for e in Engine}
     port_free = {p: 0.0 for p in Port}
-    memory = _Tiles(target, int(target.sbuf_partition_bytes * sbuf_fraction))
+    memory = OnChipMemory(target)
+    placed: set[Tile] = set()
     waiting = [len(ps) for ps in preds]
     ready_at = [0.0] * n
 
-    def queue_group(i: int) -> list[int]:
-        return stores if is_store(instrs[i]) else loads
+    def best(i: int) -> tuple[float, float, Engine]:
+        """(start, finish, engine) of i on the engine that would finish it first."""
+        found = None
+        for e in engines[i]:
+            if e is Engine.DMA:
+                free = min(queue_free[q] for q in group_of[i])
+            else:
+                free = engine_free[e]
+                for p in held[i][e]:
+                    free = max(free, port_free[p])
+            start = max(ready_at[i], free)
+            option = (start, start + cost[i][e], e)
+            if found is None or (option[1], option[2]) < (found[1], found[2]):
+                found = option
+        assert found is not None
+        return found
 
-    def start_on(i: int, e: Engine) -> float:
-        if e is Engine.DMA:
-            free = min(queue_free[q] for q in queue_group(i))
-        else:
-            free = max([engine_free[e]] + [port_free[p] for p in held[i][e]])
-        return max(ready_at[i], free)
-
-    def best(i: int) -> tuple[float, Engine]:
-        """The earliest start of i, on the engine that would finish it first."""
-        options = [(start_on(i, e) + cost[i][e], start_on(i, e), e) for e in engines[i]]
-        _, start, e = min(options, key=lambda o: (o[0], o[2]))
-        return start, e
+    def place(i: int) -> bool:
+        """Place the tiles i opens; on failure place none."""
+        opening = [t for t in tiles_of[i] if t not in placed]
+        done = []
+        for t in opening:
+            if not memory.place(t):
+                for u in done:
+                    memory.free(u)
+                    placed.discard(u)
+                return False
+            placed.add(t)
+            done.append(t)
+        return True
 
     heap: list[tuple[float, float, int]] = [(0.0, -rank[i], i) for i in range(n) if waiting[i] == 0]
     heapq.heapify(heap)
-    blocked: list[int] = []  # ready, but their tiles would not fit yet
-    opened: set[Tile] = set()
+    blocked: list[int] = []  # ready, waiting for memory, in lowering order (a heap)
+    room: set[int] = set()  # ready instructions whose tiles are placed
     order: list[int] = []
-    while heap or blocked:
-        forced = not heap
-        if forced:  # everything ready waits for memory: the earliest in lowering order goes anyway
-            blocked.sort()
-            i = blocked.pop(0)
-            for j in blocked:
-                heapq.heappush(heap, (best(j)[0], -rank[j], j))
-            blocked = []
-        else:
-            key, _, i = heapq.heappop(heap)
-            if best(i)[0] > key + 1e-6:  # its engine got busier since it was queued
-                heapq.heappush(heap, (best(i)[0], -rank[i], i))
-                continue
-        opening = [t for t in tiles_of[i] if t not in opened]
-        if not forced and opening and not memory.fits(opening):
-            blocked.append(i)
+    while heap:
+        key, _, i = heapq.heappop(heap)
+        start, end, e = best(i)
+        if start > key + 1e-6:  # its engine got busier since it was queued
+            heapq.heappush(heap, (start, -rank[i], i))
             continue
-        start, e = best(i)
-        end = start + cost[i][e]
+        if i not in room and not place(i):
+            heapq.heappush(blocked, i)
+            if not heap:
+                raise memory.full(next(t for t in tiles_of[blocked[0]] if t not in placed), instrs[blocked[0]].node)
+            continue
+        room.discard(i)
         if e is Engine.DMA:
-            q = min(queue_group(i), key=lambda k: (queue_free[k], k))
+            q = min(group_of[i], key=lambda k: (queue_free[k], k))
             queue_free[q] = end
             instrs[i].queue = q
         else:
@@ -198,23 +182,22 @@ def schedule(program: Program, sbuf_fraction: float = 0.9) -> list[list[int]]:
                 port_free[p] = end
             instrs[i].engine = e
         order.append(i)
-        for t in opening:
-            opened.add(t)
-            memory.change(t, +1)
-        closed = False
+        freed = False
         for t in tiles_of[i]:
             uses[t] -= 1
             if uses[t] == 0:
-                memory.change(t, -1)
-                closed = True
-        if closed and blocked:
-            for j in blocked:
-                heapq.heappush(heap, (best(j)[0], -rank[j], j))
-            blocked = []
+                memory.free(t)
+                freed = True
+        while freed and blocked and place(blocked[0]):  # the earliest waiting go first
+            j = heapq.heappop(blocked)
+            room.add(j)
+            heapq.heappush(heap, (best(j)[0], -rank[j], j))
         for s in succs[i]:
             waiting[s] -= 1
             ready_at[s] = max(ready_at[s], end)
             if waiting[s] == 0:
                 heapq.heappush(heap, (best(s)[0], -rank[s], s))
+    if blocked:
+        raise memory.full(next(t for t in tiles_of[blocked[0]] if t not in placed), instrs[blocked[0]].node)
     program.instrs = [instrs[i] for i in order]
     return preds
