@@ -15,12 +15,15 @@ import numpy as np
 import onnx
 
 from isa.bundle import Bundle, HbmTensorInfo, Segment, TensorInfo
+from isa.dtypes import DType
 from isa.target import get_target
 from neuronx_cc_lite import __version__
 from neuronx_cc_lite.codegen.allocate import allocate, layout_hbm
+from neuronx_cc_lite.codegen.broadcasts import broadcast_on_pe
 from neuronx_cc_lite.codegen.emit import emit
 from neuronx_cc_lite.codegen.on_chip import Report, keep_on_chip
 from neuronx_cc_lite.codegen.schedule import assign_queues_in_order, schedule
+from neuronx_cc_lite.codegen.transfers import split_transfers
 from neuronx_cc_lite.codegen.verify import verify_order, verify_program
 from neuronx_cc_lite.errors import CompileError, UnsupportedError
 from neuronx_cc_lite.flops import model_flops
@@ -82,6 +85,8 @@ def compile_graph(graph: Graph, options: Options) -> Bundle:
     if options.optimize >= 2:
         on_chip = keep_on_chip(program)
         verify_program(program, "keep-on-chip")
+        broadcast_on_pe(program)
+        verify_program(program, "broadcast-on-pe")
     schedule_and_allocate(program, options.optimize)
     hbm_size = layout_hbm(program)
     streams = emit(program, hbm_size)
@@ -100,7 +105,8 @@ def compile_graph(graph: Graph, options: Options) -> Bundle:
         weights=[Segment(h.offset, h.data) for h in program.hbm if h.kind == "weight"],
         compiler=f"neuronx-cc-lite {__version__}",
         flags=options.flags(),
-        stats={"model_flops": model_flops(graph), "spill_bytes": on_chip.spill_bytes,
+        stats={"model_flops": model_flops(graph), "matmul_dtype": (cast or DType.fp32).name,
+               "spill_bytes": on_chip.spill_bytes,
                "kept_on_chip": len(on_chip.kept), "through_hbm": len(on_chip.through_hbm)},
         hbm_tensors=[HbmTensorInfo(h.name, h.kind, h.offset, h.nbytes) for h in program.hbm],
     )
@@ -110,6 +116,7 @@ def schedule_and_allocate(program: Program, optimize: int) -> None:
     """-O2: list scheduling, which places every tile as it goes; when it runs out of memory (every ready
     instruction waiting for room that nothing will free) the lowering order is used instead, as at -O1: it always
     fits, keeping only the tiles of one operator live at a time."""
+    split_transfers(program)
     lowered = list(program.instrs)
     engines = [p.engine for p in lowered]
     if optimize >= 2:

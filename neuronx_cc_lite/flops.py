@@ -9,11 +9,11 @@ from neuronx_cc_lite.ir import Graph, Node
 
 
 def node_flops(node: Node, g: Graph) -> int:
-    if node.op not in ("MatMul", "Gemm", "Conv", "ConvTranspose"):
+    if node.op not in ("MatMul", "Gemm", "MatMulEpilogue", "Conv", "ConvTranspose"):
         return 0
     shape = [g.tensors[n].shape for n in node.inputs[:2]]
     out = g.tensors[node.outputs[0]].shape
-    if node.op in ("MatMul", "Gemm"):
+    if node.op in ("MatMul", "Gemm", "MatMulEpilogue"):
         a = shape[0]
         k = a[-1] if node.op == "MatMul" or not node.attrs.get("transA", 0) else a[0]
         return 2 * math.prod(out) * k

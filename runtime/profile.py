@@ -6,8 +6,8 @@ gives (latency against the roofline, MFU, MBU, engine shares, DMA traffic, reloa
     print(summary_text(summarize(model)))
 
 The roofline is a lower bound on any program for the model on one core: the larger of
-    compute: the model's FLOPs (recorded by the compiler) over TensorE's peak for the fastest operand type the
-             bundle's matmuls use, and
+    compute: the model's FLOPs (recorded by the compiler) over TensorE's peak for the type the model's matmuls
+             run in (fp32, or the auto-cast type), and
     memory:  the bytes that must cross HBM once (inputs, outputs, weights as the bundle stores them) over what one
              core's DMA engines can move (all queues at once, within HBM's bandwidth).
 MBU is the bytes the run moved across HBM over the same DMA bandwidth and the elapsed time.
@@ -83,9 +83,15 @@ class Roofline:
 
 
 def roofline(bundle: Bundle, target: Target) -> Roofline:
-    dtypes = {i.args["moving"].dtype for core in bundle.cores for name, s in core.items() if name == "PE"
-              for i in s.instructions if i.op == "nc_matmul"}
-    fastest = max(dtypes, key=lambda d: target.pe_tflops(d.name), default=DType.bf16)
+    """The model's matmuls run in the type the compiler recorded (the auto-cast type, else fp32); a bundle
+    without the record is judged by the fastest type its matmuls use."""
+    recorded = bundle.stats.get("matmul_dtype")
+    if recorded in DType.__members__:
+        fastest = DType[recorded]
+    else:
+        dtypes = {i.args["moving"].dtype for core in bundle.cores for name, s in core.items() if name == "PE"
+                  for i in s.instructions if i.op == "nc_matmul"}
+        fastest = max(dtypes, key=lambda d: target.pe_tflops(d.name), default=DType.bf16)
     peak = target.pe_tflops(fastest.name)
     flops = int(bundle.stats.get("model_flops", 0))
     io = sum(int(np.prod(t.shape, dtype=np.int64)) * DType[t.device_dtype].size for t in (*bundle.inputs,

@@ -4,23 +4,23 @@ DMA queue of each transfer, chosen by list scheduling against the cost model (is
     preds[i]  instructions i must follow (deps.py), on virtual tiles and HBM tensors
     cost[i,e] its duration on engine e, alone
     rank[i]   cost + the longest path from i to the end of the program: how critical i is
-    repeat until every instruction is placed:
-        among the instructions whose predecessors are all placed, take the one that can start earliest
-        (ties: the higher rank), on the engine, queue and shared ports that are free first;
-        it starts when its predecessors' estimated finish times and its engine allow, and holds them until
-        its estimated finish
+    simulate the engines; repeatedly, the engine (or DMA queue) that is free first takes, among the
+    instructions it can run whose predecessors have finished by then, the one of highest rank (when none has,
+    it waits for the first to become ready); that instruction holds the engine and the shared ports it needs
+    until its estimated finish, and its successors become ready when their last predecessor finishes.
 
-The clocks are the scheduler's estimate; the runtime then enforces the real order with semaphores. Three choices
-here decide what the hardware does well:
+Each engine runs its stream in order, so what matters is which instruction an engine takes next: taking the most
+critical ready one (rather than whichever was ready first) keeps work that is needed late from standing in front
+of work that is needed now. The clocks are the scheduler's estimate; the runtime then enforces the real order with
+semaphores. Three more choices decide what the hardware does well:
 - DMA queues: transfers into SBUF (loads) and out of it (stores) take separate queues, in proportion to their
-  bytes, so that a store waiting for its producer never holds up the loads queued behind it in the same queue;
-  within its group a transfer takes the queue free first, so every queue is used.
+  bytes, so that a store waiting for its producer never holds up the loads queued behind it in the same queue.
 - Memory: a tile lives from its first to its last access in the new order, and is placed (allocate.py) when
   its first access is scheduled. An instruction whose tiles find no room waits until others are freed, the
   earliest in lowering order first, so running ahead (the loads of the next tiles while this one computes:
   multiple buffering) stops where memory ends.
 - Engines: a copy, a tensor_scalar or a memset on float data may run on any engine whose row allows it and that
-  reaches its memories; it takes the one that would finish it first.
+  reaches its memories; the first of them to be free for it takes it.
 
 -O1 keeps the lowering order and only assigns queues (fast compiles); -O2 (the default) schedules.
 """
@@ -39,6 +39,10 @@ from neuronx_cc_lite.codegen.deps import dependencies
 from neuronx_cc_lite.lower.program import HbmAccess, PendingInstr, Program, Tile, TileAccess
 
 MOVABLE = frozenset({"tensor_copy", "tensor_scalar", "memset"})
+# How far ahead of the first unscheduled instruction (in lowering order) the schedule may reach: far enough to
+# prefetch the next layer's weights and overlap neighbouring operators, near enough that what it opens early does
+# not take the memory the earlier work needs.
+LOOKAHEAD = 768
 _ON_ENGINES = (Engine.ACT, Engine.DVE, Engine.POOL)
 
 
@@ -91,6 +95,26 @@ def assign_queues_in_order(program: Program) -> None:
             turn[is_store(p)] += 1
 
 
+class _Pool:
+    """The instructions one engine (or one group of DMA queues) may take: not yet ready, by ready time; ready,
+    by rank."""
+
+    def __init__(self) -> None:
+        self.pending: list[tuple[float, int]] = []
+        self.ready: list[tuple[float, int]] = []
+
+    def add(self, ready_at: float, rank: float, i: int) -> None:
+        heapq.heappush(self.pending, (ready_at, i))
+
+    def promote(self, now: float, rank: list[float]) -> None:
+        while self.pending and self.pending[0][0] <= now:
+            _, i = heapq.heappop(self.pending)
+            heapq.heappush(self.ready, (-rank[i], i))
+
+    def next_ready_at(self) -> float:
+        return self.pending[0][0] if self.pending else float("inf")
+
+
 def schedule(program: Program) -> list[list[int]]:
     """Reorder program.instrs, set every instruction's engine and queue and place every tile (see the module
     docstring). Returns the dependencies it kept, as positions in the order before scheduling (for the verifier).
@@ -115,73 +139,106 @@ def schedule(program: Program) -> list[list[int]]:
         for t in ts:
             uses[t] = uses.get(t, 0) + 1
     loads, stores = split_queues(program)
-    group_of = [stores if is_store(p) else loads for p in instrs]
-    queue_free = [0.0] * target.dma_queues
-    engine_free = {e: 0.0 for e in Engine}
+    # the servers: each compute engine, and each DMA queue; a queue serves its group's pool
+    servers: list[tuple[Engine, int]] = [(e, 0) for e in (Engine.PE, Engine.ACT, Engine.DVE, Engine.POOL,
+                                                          Engine.SP)]
+    servers += [(Engine.DMA, q) for q in range(target.dma_queues)]
+    free_at = [0.0] * len(servers)
+    pools: dict[object, _Pool] = {e: _Pool() for e in (Engine.PE, Engine.ACT, Engine.DVE, Engine.POOL, Engine.SP)}
+    pools["loads"], pools["stores"] = _Pool(), _Pool()
+    one_way = "stores" if any(map(is_store, instrs)) else "loads"
+    pool_of_server: list[object] = [e if e is not Engine.DMA else one_way if loads == stores else
+                                    "loads" if q in loads else "stores" for e, q in servers]
     port_free = {p: 0.0 for p in Port}
     memory = OnChipMemory(target)
     placed: set[Tile] = set()
     waiting = [len(ps) for ps in preds]
     ready_at = [0.0] * n
+    taken = [False] * n  # out of every pool: scheduled, or waiting for memory
+    scheduled = [False] * n
+    blocked: list[int] = []  # ready, waiting for memory, in lowering order (a heap)
+    deferred: list[int] = []  # ready, but too far ahead of the first unscheduled instruction (a heap)
+    frontier = 0  # the first instruction in lowering order not yet scheduled
+    order: list[int] = []
 
-    def best(i: int) -> tuple[float, float, Engine]:
-        """(start, finish, engine) of i on the engine that would finish it first."""
-        found = None
-        for e in engines[i]:
-            if e is Engine.DMA:
-                free = min(queue_free[q] for q in group_of[i])
-            else:
-                free = engine_free[e]
-                for p in held[i][e]:
-                    free = max(free, port_free[p])
-            start = max(ready_at[i], free)
-            option = (start, start + cost[i][e], e)
-            if found is None or (option[1], option[2]) < (found[1], found[2]):
-                found = option
-        assert found is not None
-        return found
+    def pools_of(i: int) -> list[object]:
+        if instrs[i].engine is Engine.DMA:
+            return ["stores" if is_store(instrs[i]) else "loads"]
+        return list(engines[i])
+
+    def release(i: int) -> None:
+        if i >= frontier + LOOKAHEAD:
+            heapq.heappush(deferred, i)
+            return
+        for key in pools_of(i):
+            pools[key].add(ready_at[i], rank[i], i)
 
     def place(i: int) -> bool:
         """Place the tiles i opens; on failure place none."""
-        opening = [t for t in tiles_of[i] if t not in placed]
-        done = []
-        for t in opening:
+        opened = []
+        for t in tiles_of[i]:
+            if t in placed:
+                continue
             if not memory.place(t):
-                for u in done:
+                for u in opened:
                     memory.free(u)
                     placed.discard(u)
                 return False
             placed.add(t)
-            done.append(t)
+            opened.append(t)
         return True
 
-    heap: list[tuple[float, float, int]] = [(0.0, -rank[i], i) for i in range(n) if waiting[i] == 0]
-    heapq.heapify(heap)
-    blocked: list[int] = []  # ready, waiting for memory, in lowering order (a heap)
-    room: set[int] = set()  # ready instructions whose tiles are placed
-    order: list[int] = []
-    while heap:
-        key, _, i = heapq.heappop(heap)
-        start, end, e = best(i)
-        if start > key + 1e-6:  # its engine got busier since it was queued
-            heapq.heappush(heap, (start, -rank[i], i))
+    for i in range(n):
+        if waiting[i] == 0:
+            release(i)
+    while len(order) < n:
+        # the server that can start something first
+        best_server, best_time = -1, float("inf")
+        for k, key in enumerate(pool_of_server):
+            pool = pools[key]
+            if pool.ready:
+                when = free_at[k]
+            elif pool.pending:
+                when = max(free_at[k], pool.next_ready_at())
+            else:
+                continue
+            if when < best_time:
+                best_server, best_time = k, when
+        if best_server < 0:
+            i = blocked[0] if blocked else 0
+            raise memory.full(next(t for t in tiles_of[i] if t not in placed), instrs[i].node)
+        k = best_server
+        engine, queue = servers[k]
+        pool = pools[pool_of_server[k]]
+        pool.promote(best_time, rank)
+        if not pool.ready:
+            pool.promote(pool.next_ready_at(), rank)
+        _, i = heapq.heappop(pool.ready)
+        if taken[i]:
+            continue  # a movable instruction another engine took
+        taken[i] = True
+        if not place(i):
+            heapq.heappush(blocked, i)  # out of every pool until memory frees
             continue
-        if i not in room and not place(i):
-            heapq.heappush(blocked, i)
-            if not heap:
-                raise memory.full(next(t for t in tiles_of[blocked[0]] if t not in placed), instrs[blocked[0]].node)
-            continue
-        room.discard(i)
+        e = engine
+        start = max(free_at[k], ready_at[i])
+        if e is not Engine.DMA:
+            for p in held[i][e]:
+                start = max(start, port_free[p])
+        end = start + cost[i][e]
+        free_at[k] = end
         if e is Engine.DMA:
-            q = min(group_of[i], key=lambda k: (queue_free[k], k))
-            queue_free[q] = end
-            instrs[i].queue = q
+            instrs[i].queue = queue
         else:
-            engine_free[e] = end
             for p in held[i][e]:
                 port_free[p] = end
             instrs[i].engine = e
         order.append(i)
+        scheduled[i] = True
+        while frontier < n and scheduled[frontier]:
+            frontier += 1
+        while deferred and deferred[0] < frontier + LOOKAHEAD:
+            release(heapq.heappop(deferred))
         freed = False
         for t in tiles_of[i]:
             uses[t] -= 1
@@ -190,14 +247,13 @@ def schedule(program: Program) -> list[list[int]]:
                 freed = True
         while freed and blocked and place(blocked[0]):  # the earliest waiting go first
             j = heapq.heappop(blocked)
-            room.add(j)
-            heapq.heappush(heap, (best(j)[0], -rank[j], j))
+            taken[j] = False
+            ready_at[j] = max(ready_at[j], end)
+            release(j)
         for s in succs[i]:
             waiting[s] -= 1
             ready_at[s] = max(ready_at[s], end)
             if waiting[s] == 0:
-                heapq.heappush(heap, (best(s)[0], -rank[s], s))
-    if blocked:
-        raise memory.full(next(t for t in tiles_of[blocked[0]] if t not in placed), instrs[blocked[0]].node)
+                release(s)
     program.instrs = [instrs[i] for i in order]
     return preds

@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+import ml_dtypes
 import numpy as np
 
 from isa.dtypes import DType
@@ -52,6 +53,25 @@ class Epilogue:
     alpha: float = 1.0
     addends: list[tuple[HbmView, float]] = field(default_factory=list)  # (view broadcast to out's shape, scale)
     func: ActFunc = ActFunc.copy
+    bias: np.ndarray | None = None  # a constant row [N], added by PE as it accumulates (before alpha)
+
+
+def _bias_rows(ctx: LowerCtx, bias: np.ndarray, key: str) -> Tile:
+    """The bias as the moving operand of a matmul against ones: three bf16 rows whose sum is the fp32 bias
+    exactly (hi, mid and lo parts of its 24-bit mantissa), so that PE adds it at the bf16 rate; one fp32 row when
+    a value does not split (inf, NaN, or beyond bf16's exponent range)."""
+    row = np.asarray(bias, dtype=np.float32).reshape(1, -1)
+    parts, rest = [], row
+    for _ in range(3):
+        part = rest.astype(ml_dtypes.bfloat16)
+        parts.append(part)
+        rest = (rest - part.astype(np.float32)).astype(np.float32)
+    exact = np.isfinite(row).all() and np.array_equal(sum(p.astype(np.float64) for p in parts), row)
+    dtype, blocks = (DType.bf16, parts) if exact else (DType.fp32, [row])
+    weight, _ = _laid_out(ctx, f"{key}/rows", blocks, dtype)
+    rows = ctx.program.sbuf(len(blocks), row.shape[1], dtype, f"{key}/rows")
+    ctx.program.dma(rows.ap(), HbmView(weight, dtype, (len(blocks), row.shape[1]), (row.shape[1], 1)))
+    return rows
 
 
 def _blocks(size: int, step: int) -> list[tuple[int, int]]:
@@ -151,6 +171,7 @@ def matmul_2d(ctx: LowerCtx, a: Operand, b: Operand, out: HbmView, epilogue: Epi
     k_tiles = _blocks(k_size, t.partitions)
     b_source = _BSource(ctx, b, dtype, k_tiles, n_size, name, keys[1])
     bias_tiles: dict[tuple[int, int], Tile] = {}
+    bias_rows = _bias_rows(ctx, epilogue.bias, name) if epilogue.bias is not None else None
     for mb, (m0, mt) in enumerate(_blocks(m_size, t.gemm_stationary_fmax)):
         a_t = _a_transposed(ctx, a, dtype, m0, mt, k_tiles, name, keys[0])
         for n0, nt in _blocks(n_size, t.psum_bank_fmax):
@@ -159,6 +180,10 @@ def matmul_2d(ctx: LowerCtx, a: Operand, b: Operand, out: HbmView, epilogue: Epi
             for j, (k0, kt) in enumerate(k_tiles):
                 prog.emit("nc_matmul", Engine.PE, dst=acc.ap(), stationary=a_t.region(j * mt, mt, 0, kt),
                           moving=b_source.tile(j, n0, nt, mb), accumulate=j > 0)
+            if bias_rows is not None:  # psum[m, n] += sum over rows r of 1 * bias_r[n]
+                r = bias_rows.partitions
+                prog.emit("nc_matmul", Engine.PE, dst=acc.ap(), stationary=prog.ones(bias_rows.dtype).region(
+                    0, mt, 0, r), moving=bias_rows.region(n0, nt, 0, r), accumulate=True)
             res = prog.sbuf(mt, nt, out.dtype, f"{name}/out")
             _evacuate(ctx, acc, res, epilogue, m0, mt, n0, nt, bias_tiles)
             prog.dma(out.box((m0, n0), (mt, nt)), res.ap())
@@ -253,7 +278,8 @@ def lower_matmul_into(ctx: LowerCtx, node: Node, epilogue: Epilogue) -> None:
         b2 = b.reshape(b.shape[-2:]) if isinstance(b, np.ndarray) else b.at((0,) * (len(b.shape) - 2))
         key = names[1] if isinstance(b, np.ndarray) else None
         matmul_2d(ctx, flat_a, b2, out.reshape((rows, n)),  # type: ignore[arg-type]
-                  Epilogue(epilogue.alpha, flat_addends, epilogue.func), (None, key))  # type: ignore[arg-type]
+                  Epilogue(epilogue.alpha, flat_addends, epilogue.func, epilogue.bias),  # type: ignore[arg-type]
+                  (None, key))
         return
     a_batch, b_batch = a.shape[:-2], b.shape[:-2]
     a = _broadcast(a, batch + a.shape[-2:])
@@ -261,7 +287,7 @@ def lower_matmul_into(ctx: LowerCtx, node: Node, epilogue: Epilogue) -> None:
     for index in np.ndindex(*batch):
         keys = tuple(f"{nm}{list(_own_index(index, own))}" if isinstance(x, np.ndarray) else None
                      for nm, x, own in zip(names, (a, b), (a_batch, b_batch)))
-        e = Epilogue(epilogue.alpha, [(v.at(index), s) for v, s in epilogue.addends], epilogue.func)
+        e = Epilogue(epilogue.alpha, [(v.at(index), s) for v, s in epilogue.addends], epilogue.func, epilogue.bias)
         matmul_2d(ctx, _at(a, index), _at(b, index), out.at(index), e, keys)  # type: ignore[arg-type]
 
 
@@ -277,8 +303,8 @@ def lower_matmul(ctx: LowerCtx, node: Node) -> None:
     lower_matmul_into(ctx, node, Epilogue())
 
 
-@lowering("Gemm", since=7)
-def lower_gemm(ctx: LowerCtx, node: Node) -> None:
+def gemm_into(ctx: LowerCtx, node: Node, epilogue: Epilogue) -> None:
+    """Y = epilogue(A' @ B') with A', B' transposed as transA and transB say."""
     attrs = node.attrs
     a, b = operand(ctx, node.inputs[0]), operand(ctx, node.inputs[1])
     if attrs.get("transA", 0):
@@ -286,9 +312,31 @@ def lower_gemm(ctx: LowerCtx, node: Node) -> None:
     if attrs.get("transB", 0):
         b = b.T if isinstance(b, np.ndarray) else b.transpose((1, 0))
     out = ctx.output(node.outputs[0], (0, 1))
+    keys = tuple(f"{n}{'^T' if attrs.get(t, 0) else ''}" for n, t in zip(node.inputs[:2], ("transA", "transB")))
+    matmul_2d(ctx, a, b, out, epilogue, keys)  # type: ignore[arg-type]
+
+
+@lowering("Gemm", since=7)
+def lower_gemm(ctx: LowerCtx, node: Node) -> None:
     addends = []
     if len(node.inputs) > 2 and node.inputs[2]:
-        addends.append((ctx.view(node.inputs[2]).broadcast_to(out.shape), float(attrs.get("beta", 1.0))))
-    keys = tuple(f"{n}{'^T' if attrs.get(t, 0) else ''}" for n, t in zip(node.inputs[:2], ("transA", "transB")))
-    matmul_2d(ctx, a, b, out, Epilogue(float(attrs.get("alpha", 1.0)), addends), keys)  # type: ignore[arg-type]
+        shape = ctx.shape(node.outputs[0])
+        addends.append((ctx.view(node.inputs[2]).broadcast_to(shape), float(node.attrs.get("beta", 1.0))))
+    gemm_into(ctx, node, Epilogue(float(node.attrs.get("alpha", 1.0)), addends))
 
+
+EPILOGUE_FUNCS = {"": ActFunc.copy, "Relu": ActFunc.relu, "Gelu/none": ActFunc.gelu,
+                  "Gelu/tanh": ActFunc.gelu_apprx_tanh, "Tanh": ActFunc.tanh, "Sigmoid": ActFunc.sigmoid}
+
+
+@lowering("MatMulEpilogue")
+def lower_matmul_epilogue(ctx: LowerCtx, node: Node) -> None:
+    """A MatMul or Gemm with what followed it (passes/fuse_epilogues.py): inputs A, B, bias row, residual."""
+    a_name, b_name, bias, residual = (node.inputs + ["", ""])[:4]
+    addends = [(ctx.view(residual), 1.0)] if residual else []
+    epilogue = Epilogue(float(node.attrs.get("alpha", 1.0)), addends, EPILOGUE_FUNCS[node.attrs["activation"]],
+                        ctx.graph.tensors[bias].value if bias else None)
+    if "transA" in node.attrs:  # from a Gemm
+        gemm_into(ctx, node, epilogue)
+    else:
+        lower_matmul_into(ctx, node, epilogue)

@@ -131,6 +131,7 @@ class Program:
         self.tiles: list[Tile] = []
         self.hbm: list[HbmTensor] = []
         self.node = ""  # the ONNX node being lowered, recorded on every instruction
+        self._ones: dict[DType, Tile] = {}
 
     def operand_dtype(self, dtype: DType) -> DType:
         """The type a matmul operand of type `dtype` is held in on chip: the auto-cast type for fp32."""
@@ -149,6 +150,15 @@ class Program:
 
     def psum(self, partitions: int, free: int, name: str) -> Tile:
         return self.tile(Mem.PSUM, partitions, free, DType.fp32, name)
+
+    def ones(self, dtype: DType) -> Tile:
+        """A pmax x pmax tile of ones, filled at the start of the program: the stationary operand that makes PE
+        sum over partitions or repeat a row on every partition."""
+        if dtype not in self._ones:
+            pmax = self.target.partitions
+            self._ones[dtype] = tile = self.sbuf(pmax, pmax, dtype, f"ones/{dtype.name}")
+            self.instrs.insert(0, PendingInstr("memset", Engine.POOL, 0, {"dst": tile.ap(), "value": 1.0}, ""))
+        return self._ones[dtype]
 
     def hbm_tensor(self, name: str, nbytes: int, kind: str, dtype: DType, data: bytes | None = None) -> HbmTensor:
         t = HbmTensor(name, nbytes, kind, dtype, data)

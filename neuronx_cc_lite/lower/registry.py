@@ -24,6 +24,9 @@ class Lowering:
 
 
 LOWERINGS: dict[str, Lowering] = {}
+# Ops the compiler's own passes create (fused operators), in the compiler's domain.
+INTERNAL_DOMAIN = "ai.neuronx_cc_lite"
+INTERNAL_OPS = {"MatMulEpilogue"}
 
 
 def lowering(*ops: str, check: Check | None = None, since: int = 1,  # type: ignore[no-untyped-def]
@@ -39,7 +42,8 @@ def lowering(*ops: str, check: Check | None = None, since: int = 1,  # type: ign
 
 def why_unsupported(node: Node, g: Graph) -> str | None:
     """None when the node can be lowered, else the reason it cannot."""
-    if node.domain not in ("", "ai.onnx"):
+    internal = node.domain == INTERNAL_DOMAIN and node.op in INTERNAL_OPS
+    if node.domain not in ("", "ai.onnx") and not internal:
         return f"domain {node.domain!r} is not supported"
     entry = LOWERINGS.get(node.op)
     if entry is None:

@@ -12,7 +12,7 @@ from typing import Callable
 from neuronx_cc_lite.errors import CompileError
 from neuronx_cc_lite.ir import Graph, print_graph
 from neuronx_cc_lite.passes import (canonicalize, eliminate_dead_code, expand_functions, fold_batchnorm,
-                                    fold_constants)
+                                    fold_constants, fuse_epilogues)
 from neuronx_cc_lite.passes.verify import verify
 
 
@@ -35,6 +35,9 @@ PIPELINE: list[Pass] = [
          "older exporters spell LayerNorm and GELU as chains of small ops: one op each lowers far better"),
     Pass("fold-batchnorm", fold_batchnorm.run,
          "an inference BatchNormalization after a Conv or Gemm is a scaling of its weights and bias: no instruction"),
+    Pass("fuse-epilogues", fuse_epilogues.run,
+         "a bias, a residual and an activation after a matmul are applied as its result leaves PSUM: no passes of "
+         "their own over the result"),
     Pass("eliminate-dead-code", eliminate_dead_code.run,
          "results nobody reads (a Dropout's mask) need neither a static shape nor an instruction"),
 ]

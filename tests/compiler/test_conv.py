@@ -80,12 +80,12 @@ def test_conv_is_right_under_random_interleaving(tmp):
 
 
 def test_conv_runs_on_the_tensor_engine():
-    """Matmuls on PE into PSUM, evacuation with the bias on ACT, the padding memset on POOL: nothing on DVE."""
+    """Matmuls on PE into PSUM, evacuation with the bias on ACT, the padding memset wherever the scheduler has
+    room for it: no other work."""
     engines = streams(conv("Conv", **CONV["pads-batch2"]))
     assert set(engines["PE"]) == {"nc_matmul"}
     assert set(engines["ACT"]) == {"activation"}
-    assert set(engines["POOL"]) == {"memset"}
-    assert "DVE" not in engines
+    assert {op for e in ("DVE", "POOL") for op in engines.get(e, [])} == {"memset"}
     assert len(engines["PE"]) == 9  # one matmul per tap: both images fit one PSUM bank
 
 

@@ -45,7 +45,7 @@ def test_listing_without_data_needs_the_weights_from_somewhere():
 
 @pytest.mark.parametrize("damage, message", [
     (lambda s: s.replace("nc_matmul", "nc_matmol", 1), "cannot parse"),
-    (lambda s: s.replace("op1=add", "op1=plus", 1), "unknown op1 value"),
+    (lambda s: s.replace("func=copy", "func=coppy", 1), "unknown func value"),
     (lambda s: s.replace(".core 0", ".core 3"), "expected .core 0"),
     (lambda s: s.replace(".bundle", ".bundel"), "unknown directive"),
 ])

@@ -64,13 +64,15 @@ def test_global_pool(tmp, op, shape):
 
 
 def test_pooling_runs_on_the_vector_engine():
-    """Window reductions on DVE, the -inf padding memset on POOL; no matmul."""
+    """Window reductions on DVE, the -inf padding memset wherever the scheduler has room; no matmul."""
     engines = streams(pool("MaxPool", [1, 3, 7, 9], kernel_shape=[3, 3], pads=[1, 1, 1, 1]))
-    assert set(engines["DVE"]) == {"tensor_reduce"} and len(engines["DVE"]) == 2  # one per spatial axis
-    assert set(engines["POOL"]) == {"memset"}
+    reductions = [op for op in engines["DVE"] if op != "memset"]
+    assert reductions == ["tensor_reduce"] * 2  # one per spatial axis
+    assert {op for e in ("DVE", "POOL") for op in engines.get(e, [])} == {"memset", "tensor_reduce"}
     assert "PE" not in engines
     averaged = streams(pool("AveragePool", [1, 3, 7, 9], kernel_shape=[3, 3], pads=[1, 1, 1, 1]))
-    assert averaged["DVE"] == ["tensor_reduce", "tensor_reduce", "tensor_tensor"]  # sums, then / tap counts
+    assert [op for op in averaged["DVE"] if op != "memset"] == ["tensor_reduce", "tensor_reduce",
+                                                                "tensor_tensor"]  # sums, then / tap counts
 
 
 def test_max_pool_indices_are_refused():

@@ -1,0 +1,110 @@
+"""Fuse what follows a matrix product into it:
+
+    MatMul | Gemm  ->  [Add a bias row]  ->  [Add a residual]  ->  [Relu | Gelu | Tanh | Sigmoid]
+    becomes one MatMulEpilogue node named after the MatMul: y = act(alpha * A @ B + bias + residual)
+
+lowered as one pass over each PSUM bank (lower/matmul.py): PE adds the bias while it accumulates (one more matmul,
+a ones row times the bias row), VectorE adds the residual as it evacuates the bank, ScalarE applies the
+activation; the intermediate tensors never exist.
+
+The bias must be a constant with one value per output column (shape [N], [1, N], a scalar, ...); the residual a
+computed tensor of the output's shape. Gemm's C joins as a bias when it is such a row (times beta). A value is
+swallowed only when nothing else reads it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from neuronx_cc_lite.ir import Graph, Node, Tensor
+from neuronx_cc_lite.lower.registry import INTERNAL_DOMAIN as DOMAIN
+
+OP = "MatMulEpilogue"
+ACTIVATIONS = ("Relu", "Gelu", "Tanh", "Sigmoid")
+
+
+def _sole_user(g: Graph, users: dict[str, list[Node]], name: str) -> Node | None:
+    found = users.get(name, [])
+    return found[0] if len(found) == 1 and name not in g.outputs else None
+
+
+def _bias_row(g: Graph, name: str, out_shape: tuple[int, ...]) -> np.ndarray | None:
+    """The constant as a row of the output's N values, when it is one."""
+    t = g.tensors[name]
+    if not t.is_constant or t.value.dtype.kind != "f" or len(t.value.shape) > len(out_shape):
+        return None
+    shape = (1,) * (len(out_shape) - len(t.value.shape)) + t.value.shape
+    if any(n != 1 for n in shape[:-1]) or shape[-1] not in (1, out_shape[-1]):
+        return None
+    return np.broadcast_to(t.value.reshape(-1), (out_shape[-1],)).astype(np.float32)
+
+
+def _other(node: Node, name: str) -> str:
+    a, b = node.inputs[:2]
+    return b if a == name else a
+
+
+def _fuse(g: Graph, users: dict[str, list[Node]], head: Node) -> tuple[Node, list[Node]] | None:
+    out = head.outputs[0]
+    shape = g.tensors[out].shape
+    attrs: dict = {"alpha": 1.0, "activation": ""}
+    inputs = [head.inputs[0], head.inputs[1], "", ""]
+    bias: np.ndarray | None = None
+    if head.op == "Gemm":
+        attrs.update(alpha=float(head.attrs.get("alpha", 1.0)), transA=int(head.attrs.get("transA", 0)),
+                     transB=int(head.attrs.get("transB", 0)))
+        if len(head.inputs) > 2 and head.inputs[2]:
+            bias = _bias_row(g, head.inputs[2], shape)
+            if bias is None or attrs["alpha"] == 0.0:
+                return None  # a C that is not a row stays with the Gemm
+            bias = bias * np.float32(head.attrs.get("beta", 1.0))
+    elif len(shape) < 2 or any(len(g.tensors[i].shape) < 2 for i in head.inputs[:2]):
+        return None  # vectors are promoted to matrices: keep MatMul's own lowering
+    matched = [head]
+    nxt = _sole_user(g, users, out)
+    if bias is None and nxt is not None and nxt.op == "Add" and g.tensors[nxt.outputs[0]].shape == shape:
+        bias = _bias_row(g, _other(nxt, out), shape)
+        if bias is not None:
+            matched.append(nxt)
+            out = nxt.outputs[0]
+            nxt = _sole_user(g, users, out)
+    if nxt is not None and nxt.op == "Add" and g.tensors[nxt.outputs[0]].shape == shape:
+        residual = _other(nxt, out)
+        if not g.tensors[residual].is_constant and g.tensors[residual].shape == shape and residual != out:
+            inputs[3] = residual
+            matched.append(nxt)
+            out = nxt.outputs[0]
+            nxt = _sole_user(g, users, out)
+    if nxt is not None and nxt.op in ACTIVATIONS and (nxt.op != "Gelu" or
+                                                         nxt.attrs.get("approximate", "none") in ("none", "tanh")):
+        attrs["activation"] = nxt.op if nxt.op != "Gelu" else f"Gelu/{nxt.attrs.get('approximate', 'none')}"
+        matched.append(nxt)
+        out = nxt.outputs[0]
+    if len(matched) == 1 and bias is None:
+        return None
+    if bias is not None:
+        if attrs["alpha"] != 1.0:
+            bias = bias / np.float32(attrs["alpha"])  # the bias joins the product before alpha scales it
+        name = f"{head.name}/bias"
+        g.tensors[name] = Tensor(name, bias.shape, np.dtype(np.float32), bias)
+        inputs[2] = name
+    attrs["fused"] = [n.name for n in matched[1:]]  # the nodes it swallowed, for the listing's reader
+    fused = Node(OP, head.name, inputs, [out], attrs, DOMAIN, opset=g.opset_of(head))
+    return fused, matched
+
+
+def run(g: Graph) -> Graph:
+    users = g.consumers()
+    replaced: dict[int, Node] = {}
+    dead: set[int] = set()
+    for node in list(g.nodes):
+        if node.op not in ("MatMul", "Gemm") or node.domain not in ("", "ai.onnx") or id(node) in dead:
+            continue
+        found = _fuse(g, users, node)
+        if found is None:
+            continue
+        fused, matched = found
+        dead.update(id(n) for n in matched)
+        replaced[id(matched[-1])] = fused
+    g.nodes = [replaced.get(id(n), n) for n in g.nodes if id(n) not in dead or id(n) in replaced]
+    return g
