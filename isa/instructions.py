@@ -189,6 +189,8 @@ def _check_transpose(instr: Instruction, target: Any) -> Iterator[str]:
         yield f"dst must be {s.free_size}x{s.num_partitions} (src transposed), got {d.num_partitions}x{d.free_size}"
     if s.free_size > target.partitions:
         yield f"src free size {s.free_size} exceeds {target.partitions}"
+    if d.dtype != s.dtype:
+        yield f"a transpose keeps its type: dst is {d.dtype.name}, src {s.dtype.name}"
     yield from _within_one_psum_bank(d, target)
 
 
@@ -302,7 +304,7 @@ _ROWS = (
     OpSpec("nc_transpose", 0x11, frozenset({Engine.PE}),
            (dst(Mem.PSUM), src("src", Mem.SBUF)),
            _transpose_cycles, _check_transpose,
-           "dst[F,P] = src[P,F] through the PE array"),
+           "dst[F,P] = src[P,F] through the PE array, in src's type"),
     OpSpec("activation", 0x20, frozenset({Engine.ACT}),
            (dst(*_ON_CHIP), src("src", *_ON_CHIP), src("bias", *_ON_CHIP, optional=True),
             Field("func", Kind.ENUM, ActFunc), Field("scale", Kind.FLOAT),

@@ -3,7 +3,8 @@ DMA queue of each transfer, chosen by list scheduling against the cost model (is
 
     preds[i]  instructions i must follow (deps.py), on virtual tiles and HBM tensors
     cost[i,e] its duration on engine e, alone
-    rank[i]   cost + the longest path from i to the end of the program: how critical i is
+    rank[i]   cost + the longest path from i to the end of the program, counting the work lowering queued behind
+              i on its engine: how critical i is
     simulate the engines; repeatedly, the engine (or DMA queue) that is free first takes, among the
     instructions it can run whose predecessors have finished by then, the one of highest rank (when none has,
     it waits for the first to become ready); that instruction holds the engine and the shared ports it needs
@@ -14,7 +15,8 @@ critical ready one (rather than whichever was ready first) keeps work that is ne
 of work that is needed now. The clocks are the scheduler's estimate; the runtime then enforces the real order with
 semaphores. Three more choices decide what the hardware does well:
 - DMA queues: transfers into SBUF (loads) and out of it (stores) take separate queues, in proportion to their
-  bytes, so that a store waiting for its producer never holds up the loads queued behind it in the same queue.
+  bytes, so that a store waiting for its producer never holds up the loads queued behind it in the same queue;
+  a store queue with no store ready takes a load.
 - Memory: a tile lives from its first to its last access in the new order, and is placed (allocate.py) when
   its first access is scheduled. An instruction whose tiles find no room waits until others are freed, the
   earliest in lowering order first, so running ahead (the loads of the next tiles while this one computes:
@@ -30,7 +32,7 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass
 
-from isa.costs import Port, duration_ns, ports
+from isa.costs import Port, dma_cost, duration_ns, ports
 from isa.instructions import OPS
 from isa.operand import READABLE, WRITABLE, Engine, Mem
 from isa.target import Target
@@ -68,20 +70,11 @@ def split_queues(program: Program) -> tuple[list[int], list[int]]:
     moved = {True: 0, False: 0}
     for p in program.instrs:
         if p.engine is Engine.DMA:
-            dst = p.args["dst"]
-            moved[is_store(p)] += dst.partitions * _free(dst) * dst.dtype.size if isinstance(dst, HbmAccess) \
-                else dst.partitions * _free(dst) * dst.tile.dtype.size
+            moved[is_store(p)] += dma_cost(p.instruction(placed=False), program.target).bytes
     if not moved[True] or not moved[False]:
         return list(range(total)), list(range(total))
     loads = min(total - 1, max(1, round(total * moved[False] / (moved[False] + moved[True]))))
     return list(range(loads)), list(range(loads, total))
-
-
-def _free(access: TileAccess | HbmAccess) -> int:
-    size = 1
-    for n, _ in access.dims:
-        size *= n
-    return size
 
 
 def assign_queues_in_order(program: Program) -> None:
@@ -130,9 +123,19 @@ def schedule(program: Program) -> list[list[int]]:
     virtual = [p.instruction(placed=False) for p in instrs]
     cost = [{e: duration_ns(virtual[i], e, target) for e in engines[i]} for i in range(n)]
     held = [{e: ports(virtual[i], e) for e in engines[i]} for i in range(n)]
+    # rank: the longest path to the end, where a compute instruction is also followed by the next one lowering gave
+    # its engine: an engine works through its share one at a time, so the work queued behind an instruction counts
+    # (else every block of a long matmul looks equally urgent, and the loads for the last go first)
     rank = [0.0] * n
+    next_on: dict[Engine, float] = {}
     for i in reversed(range(n)):
-        rank[i] = min(cost[i].values()) + max((rank[s] for s in succs[i]), default=0.0)
+        own = instrs[i].engine
+        after = max((rank[s] for s in succs[i]), default=0.0)
+        if own in _ON_ENGINES or own is Engine.PE:
+            after = max(after, next_on.get(own, 0.0))
+        rank[i] = min(cost[i].values()) + after
+        if own in _ON_ENGINES or own is Engine.PE:
+            next_on[own] = rank[i]
     tiles_of = tile_uses(program)
     uses: dict[Tile, int] = {}
     for ts in tiles_of:
@@ -146,9 +149,11 @@ def schedule(program: Program) -> list[list[int]]:
     free_at = [0.0] * len(servers)
     pools: dict[object, _Pool] = {e: _Pool() for e in (Engine.PE, Engine.ACT, Engine.DVE, Engine.POOL, Engine.SP)}
     pools["loads"], pools["stores"] = _Pool(), _Pool()
-    one_way = "stores" if any(map(is_store, instrs)) else "loads"
-    pool_of_server: list[object] = [e if e is not Engine.DMA else one_way if loads == stores else
-                                    "loads" if q in loads else "stores" for e, q in servers]
+    # a store queue takes a load when no store is ready for it (it schedules only what is ready, so the load does
+    # not wait behind a store); a load queue never takes a store, which could hold the loads behind it until its
+    # producer finishes if the estimate was short
+    pools_of_server: list[list[object]] = [[e] if e is not Engine.DMA else ["loads"] if q in loads and q not in
+                                           stores else ["stores", "loads"] for e, q in servers]
     port_free = {p: 0.0 for p in Port}
     memory = OnChipMemory(target)
     placed: set[Tile] = set()
@@ -194,25 +199,30 @@ def schedule(program: Program) -> list[list[int]]:
     while len(order) < n:
         # the server that can start something first
         best_server, best_time = -1, float("inf")
-        for k, key in enumerate(pool_of_server):
-            pool = pools[key]
-            if pool.ready:
-                when = free_at[k]
-            elif pool.pending:
-                when = max(free_at[k], pool.next_ready_at())
-            else:
-                continue
-            if when < best_time:
-                best_server, best_time = k, when
+        for k, keys in enumerate(pools_of_server):
+            for key in keys:
+                pool = pools[key]
+                if pool.ready:
+                    when = free_at[k]
+                elif pool.pending:
+                    when = max(free_at[k], pool.next_ready_at())
+                else:
+                    continue
+                if when < best_time:
+                    best_server, best_time = k, when
         if best_server < 0:
             i = blocked[0] if blocked else 0
             raise memory.full(next(t for t in tiles_of[i] if t not in placed), instrs[i].node)
         k = best_server
         engine, queue = servers[k]
-        pool = pools[pool_of_server[k]]
-        pool.promote(best_time, rank)
-        if not pool.ready:
-            pool.promote(pool.next_ready_at(), rank)
+        for key in pools_of_server[k]:
+            pools[key].promote(best_time, rank)
+        candidates = [pools[key] for key in pools_of_server[k] if pools[key].ready]
+        if not candidates:
+            first = min((pools[key] for key in pools_of_server[k]), key=lambda p: p.next_ready_at())
+            first.promote(first.next_ready_at(), rank)
+            candidates = [first]
+        pool = candidates[0]  # stores first on a store queue, then the most critical ready instruction
         _, i = heapq.heappop(pool.ready)
         if taken[i]:
             continue  # a movable instruction another engine took
@@ -229,6 +239,7 @@ def schedule(program: Program) -> list[list[int]]:
         free_at[k] = end
         if e is Engine.DMA:
             instrs[i].queue = queue
+
         else:
             for p in held[i][e]:
                 port_free[p] = end

@@ -44,6 +44,7 @@ from neuronx_cc_lite.lower.transpose import Piece, transpose_pieces
 # Bytes per partition the operands kept for a whole matmul may take (B's column groups, or the A row block
 # loaded whole); beyond it they are streamed. The memory planner sees them as ordinary tiles.
 RESIDENT_BYTES = 96 * 1024
+ROW_GROUP = 4  # row blocks that share a pass over B's column groups (see matmul_2d)
 
 Operand = HbmView | np.ndarray  # a view of a tensor computed at run time, or a constant's value
 
@@ -97,8 +98,9 @@ class _BSource:
         self.ctx, self.b, self.dtype, self.k_tiles, self.name = ctx, b, dtype, k_tiles, name
         prog = ctx.program
         width = len(k_tiles) * n_size * dtype.size
-        # column groups: the whole width when every K tile of it can stay, else one PSUM bank's worth
-        self.group = n_size if width <= RESIDENT_BYTES else prog.target.psum_bank_fmax
+        # column groups of one PSUM bank: the first column block needs only its group of every K tile, so the
+        # multiplying starts after a fraction of B has arrived; the groups stay for every row block when all fit
+        self.group = min(n_size, prog.target.psum_bank_fmax)
         self.groups = _blocks(n_size, self.group)
         self.resident = width <= RESIDENT_BYTES
         self.tiles: dict[tuple[int, int], Tile] = {}
@@ -172,21 +174,28 @@ def matmul_2d(ctx: LowerCtx, a: Operand, b: Operand, out: HbmView, epilogue: Epi
     b_source = _BSource(ctx, b, dtype, k_tiles, n_size, name, keys[1])
     bias_tiles: dict[tuple[int, int], Tile] = {}
     bias_rows = _bias_rows(ctx, epilogue.bias, name) if epilogue.bias is not None else None
-    for mb, (m0, mt) in enumerate(_blocks(m_size, t.gemm_stationary_fmax)):
-        a_t = _a_transposed(ctx, a, dtype, m0, mt, k_tiles, name, keys[0])
+    m_blocks = _blocks(m_size, t.gemm_stationary_fmax)
+    # with B resident, row blocks go in groups, every column block for the group before the next: the first
+    # products need one column group of B and a few row blocks of A, not all of B, and PE starts while the rest
+    # arrives; without it, each row block takes its own pass over B
+    group = ROW_GROUP if b_source.resident else 1
+    for g0 in range(0, len(m_blocks), group):
+        rows = list(enumerate(m_blocks))[g0:g0 + group]
+        a_ts = {mb: _a_transposed(ctx, a, dtype, m0, mt, k_tiles, name, keys[0]) for mb, (m0, mt) in rows}
         for n0, nt in _blocks(n_size, t.psum_bank_fmax):
             nt = min(nt, b_source.group - n0 % b_source.group)
-            acc = prog.psum(mt, nt, f"{name}/acc")
-            for j, (k0, kt) in enumerate(k_tiles):
-                prog.emit("nc_matmul", Engine.PE, dst=acc.ap(), stationary=a_t.region(j * mt, mt, 0, kt),
-                          moving=b_source.tile(j, n0, nt, mb), accumulate=j > 0)
-            if bias_rows is not None:  # psum[m, n] += sum over rows r of 1 * bias_r[n]
-                r = bias_rows.partitions
-                prog.emit("nc_matmul", Engine.PE, dst=acc.ap(), stationary=prog.ones(bias_rows.dtype).region(
-                    0, mt, 0, r), moving=bias_rows.region(n0, nt, 0, r), accumulate=True)
-            res = prog.sbuf(mt, nt, out.dtype, f"{name}/out")
-            _evacuate(ctx, acc, res, epilogue, m0, mt, n0, nt, bias_tiles)
-            prog.dma(out.box((m0, n0), (mt, nt)), res.ap())
+            for mb, (m0, mt) in rows:
+                acc = prog.psum(mt, nt, f"{name}/acc")
+                for j, (k0, kt) in enumerate(k_tiles):
+                    prog.emit("nc_matmul", Engine.PE, dst=acc.ap(), stationary=a_ts[mb].region(j * mt, mt, 0, kt),
+                              moving=b_source.tile(j, n0, nt, mb), accumulate=j > 0)
+                if bias_rows is not None:  # psum[m, n] += sum over rows r of 1 * bias_r[n]
+                    r = bias_rows.partitions
+                    prog.emit("nc_matmul", Engine.PE, dst=acc.ap(), stationary=prog.ones(bias_rows.dtype).region(
+                        0, mt, 0, r), moving=bias_rows.region(n0, nt, 0, r), accumulate=True)
+                res = prog.sbuf(mt, nt, out.dtype, f"{name}/out")
+                _evacuate(ctx, acc, res, epilogue, m0, mt, n0, nt, bias_tiles)
+                prog.dma(out.box((m0, n0), (mt, nt)), res.ap())
 
 
 def _dtype(ctx: LowerCtx, a: Operand, b: Operand) -> DType:

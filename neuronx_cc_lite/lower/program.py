@@ -148,8 +148,9 @@ class Program:
     def sbuf(self, partitions: int, free: int, dtype: DType, name: str) -> Tile:
         return self.tile(Mem.SBUF, partitions, free, dtype, name)
 
-    def psum(self, partitions: int, free: int, name: str) -> Tile:
-        return self.tile(Mem.PSUM, partitions, free, DType.fp32, name)
+    def psum(self, partitions: int, free: int, name: str, dtype: DType = DType.fp32) -> Tile:
+        """A PSUM tile: fp32 for matmul results; a transpose writes its input's type."""
+        return self.tile(Mem.PSUM, partitions, free, dtype, name)
 
     def ones(self, dtype: DType) -> Tile:
         """A pmax x pmax tile of ones, filled at the start of the program: the stationary operand that makes PE

@@ -3,8 +3,9 @@ are, without an element-strided DMA (which pays for every element as its own pie
 
     nc_transpose: psum[F, P] = src[P, F]    (a matmul of src against the identity, F <= 128)
 
-Pieces that land on the same partitions share a PSUM bank, side by side, up to a bank's width; one copy per bank
-then moves them to their SBUF tile, casting to its type on the way.
+A transpose keeps its input's type (nki.isa.nc_transpose), so a bank holds 1024 bf16 columns. Pieces that land on
+the same partitions share a PSUM bank, side by side, up to a bank's width; one copy per bank then moves them to
+their SBUF tile, casting to its type on the way.
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ class Piece:
 def transpose_pieces(prog: Program, pieces: list[Piece], name: str) -> None:
     """Transpose every piece into its place. Consecutive pieces with the same F that lie side by side in the same
     destination share a bank and one copy out of it."""
-    bank = prog.target.psum_bank_fmax
     group: list[Piece] = []
 
     def flush() -> None:
@@ -35,7 +35,7 @@ def transpose_pieces(prog: Program, pieces: list[Piece], name: str) -> None:
         first = group[0]
         f = _free(first.src)
         width = sum(p.src.partitions for p in group)
-        acc = prog.psum(f, width, f"{name}/T")
+        acc = prog.psum(f, width, f"{name}/T", first.src.tile.dtype)
         at = 0
         for p in group:
             prog.emit("nc_transpose", Engine.PE, dst=acc.region(at, p.src.partitions, 0, f), src=p.src)
@@ -44,10 +44,11 @@ def transpose_pieces(prog: Program, pieces: list[Piece], name: str) -> None:
         group.clear()
 
     for p in pieces:
+        bank = prog.target.psum_bank_bytes // p.src.tile.dtype.size  # columns of the input's type in a bank
         if group:
             last = group[-1]
             joins = (p.dst is last.dst and _free(p.src) == _free(last.src) and
-                     p.offset == last.offset + last.src.partitions and
+                     p.src.tile.dtype is last.src.tile.dtype and p.offset == last.offset + last.src.partitions and
                      sum(q.src.partitions for q in group) + p.src.partitions <= bank)
             if not joins:
                 flush()
