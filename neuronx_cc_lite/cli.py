@@ -16,6 +16,7 @@ examples:
   neuronx-cc-lite compile models/mlp_small.onnx -o mlp.neff
   neuronx-cc-lite run mlp.neff --inputs in.npz --outputs out.npz
   neuronx-cc-lite check models/mlp_small.onnx
+  neuronx-cc-lite profile mlp.neff --json summary.json
   neuronx-cc-lite disasm mlp.neff --engine PE | head
   neuronx-cc-lite disasm mlp.neff > mlp.s && neuronx-cc-lite asm mlp.s -o again.neff
   neuronx-cc-lite analyze model.onnx
@@ -151,6 +152,26 @@ def _write_atomic(path: str, write: Callable[[Any], None]) -> None:
         raise
 
 
+def cmd_profile(args: argparse.Namespace) -> int:
+    import json
+
+    import runtime
+    from neuronx_cc_lite.reference import bundle_inputs
+    from runtime.profile import summarize, summary_text
+
+    model = runtime.load(args.bundle)
+    inputs = bundle_inputs(model.bundle, args.seed)
+    if args.inputs:
+        inputs.update(_load_npz(args.inputs))
+    model.run(inputs, trace=True)
+    summary = summarize(model, top=args.top)
+    print(summary_text(summary))
+    if args.json:
+        text = json.dumps(summary.to_json(), indent=1)
+        _write_atomic(args.json, lambda f: f.write(text.encode()))
+    return 0
+
+
 def cmd_disasm(args: argparse.Namespace) -> int:
     from isa import bundle as bundle_format
     from isa.assembly import disassemble
@@ -223,7 +244,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     from neuronx_cc_lite.compiler import compile_graph, prepare
     from neuronx_cc_lite.frontend import load_model
     from neuronx_cc_lite.precision import error_bound
-    from neuronx_cc_lite.reference import compare, error_over_rms, onnxruntime_outputs, seeded_inputs, within
+    from neuronx_cc_lite.reference import bundle_inputs, compare, error_over_rms, onnxruntime_outputs, within
 
     options = _options(args)
     proto = load_model(args.model)
@@ -232,7 +253,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         path = os.path.join(tmp, "model.neff")
         bundle_format.write(b, path)
         model = runtime.load(path)
-    inputs = seeded_inputs(b.inputs, args.seed)
+    inputs = bundle_inputs(b, args.seed)
     if args.inputs:
         inputs.update(_load_npz(args.inputs))
     actual = model.run(inputs)
@@ -322,6 +343,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--profile", metavar="TRACE.json",
                    help="write a Chrome/Perfetto trace of every instruction and print how busy each engine was")
     p.set_defaults(run=cmd_run)
+
+    p = sub.add_parser("profile", help="run a bundle on the simulated chip and summarise where the time goes")
+    p.add_argument("bundle", metavar="BUNDLE.neff")
+    p.add_argument("--inputs", metavar="IN.npz",
+                   help="inputs, keyed by the model's input names (default: seeded random ones, integers inside "
+                        "the range the compiler recorded for them)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    p.add_argument("--top", type=int, default=8, help="how many tensors and ONNX nodes to list (default 8)")
+    p.add_argument("--json", metavar="OUT.json", help="also write the summary as JSON")
+    p.set_defaults(run=cmd_profile)
 
     p = sub.add_parser("disasm", help="print the instruction listing of a bundle")
     p.add_argument("bundle", metavar="BUNDLE.neff")

@@ -28,6 +28,7 @@ from neuronx_cc_lite.codegen.verify import verify_order, verify_program
 from neuronx_cc_lite.errors import CompileError, UnsupportedError
 from neuronx_cc_lite.flops import model_flops
 from neuronx_cc_lite.frontend import import_model, load_model
+from neuronx_cc_lite.input_ranges import input_ranges
 from neuronx_cc_lite.ir import Graph
 from neuronx_cc_lite.lower import lower_graph, unsupported_nodes
 from neuronx_cc_lite.lower.program import Program
@@ -107,7 +108,8 @@ def compile_graph(graph: Graph, options: Options) -> Bundle:
         flags=options.flags(),
         stats={"model_flops": model_flops(graph), "matmul_dtype": (cast or DType.fp32).name,
                "spill_bytes": on_chip.spill_bytes,
-               "kept_on_chip": len(on_chip.kept), "through_hbm": len(on_chip.through_hbm)},
+               "kept_on_chip": len(on_chip.kept), "through_hbm": len(on_chip.through_hbm),
+               "input_ranges": input_ranges(graph)},
         hbm_tensors=[HbmTensorInfo(h.name, h.kind, h.offset, h.nbytes) for h in program.hbm],
     )
 

@@ -2,24 +2,30 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import onnx
 
-from isa.bundle import TensorInfo
+from isa.bundle import Bundle, TensorInfo
 
 
-def seeded_inputs(infos: list[TensorInfo], seed: int = 0) -> dict[str, np.ndarray]:
-    """Inputs for a comparison run: standard normal floats, random booleans, and small non-negative integers
-    (valid token ids for any vocabulary of 8 or more); an integer input whose name says it is a mask gets 0s and
-    1s with every row starting with a 1, as attention masks do."""
+def seeded_inputs(infos: list[TensorInfo], seed: int = 0,
+                  ranges: Mapping[str, Sequence[int]] | None = None) -> dict[str, np.ndarray]:
+    """Inputs for a comparison run: standard normal floats, random booleans, and integers drawn from the input's
+    [low, high) in `ranges` (what its consumers accept, as the compiler records it: bundle_inputs), else small
+    non-negative ones (valid token ids for any vocabulary of 8 or more); an integer input without a range whose
+    name says it is a mask gets 0s and 1s with every row starting with a 1, as attention masks do."""
     rng = np.random.default_rng(seed)
+    ranges = ranges or {}
     inputs = {}
     for info in infos:
         dtype = np.dtype(info.dtype)
         if dtype == np.bool_:
             inputs[info.name] = rng.random(info.shape) < 0.5
+        elif np.issubdtype(dtype, np.integer) and info.name in ranges:
+            low, high = ranges[info.name]
+            inputs[info.name] = rng.integers(low, high, info.shape).astype(dtype)
         elif np.issubdtype(dtype, np.integer) and "mask" in info.name.lower():
             mask = rng.random(info.shape) < 0.75
             if mask.ndim:
@@ -30,6 +36,11 @@ def seeded_inputs(infos: list[TensorInfo], seed: int = 0) -> dict[str, np.ndarra
         else:
             inputs[info.name] = rng.standard_normal(info.shape).astype(dtype)
     return inputs
+
+
+def bundle_inputs(bundle: Bundle, seed: int = 0) -> dict[str, np.ndarray]:
+    """Seeded inputs for a compiled model, integers inside the ranges the compiler recorded for them."""
+    return seeded_inputs(bundle.inputs, seed, bundle.stats.get("input_ranges"))
 
 
 def onnxruntime_session(model: onnx.ModelProto, threads: int = 0) -> Any:

@@ -3,14 +3,16 @@ gives (latency against the roofline, MFU, MBU, engine shares, DMA traffic, reloa
 
     model.run(inputs, trace=True)
     json.dump(chrome_trace(model.simulator, model.last_run), open("trace.json", "w"))   # chrome://tracing
-    print(summary_text(summarize(model)))
+    print(summary_text(summarize(model)))                                               # `neuronx-cc-lite profile`
 
 The roofline is a lower bound on any program for the model on one core: the larger of
     compute: the model's FLOPs (recorded by the compiler) over TensorE's peak for the type the model's matmuls
              run in (fp32, or the auto-cast type), and
-    memory:  the bytes that must cross HBM once (inputs, outputs, weights as the bundle stores them) over what one
-             core's DMA engines can move (all queues at once, within HBM's bandwidth).
-MBU is the bytes the run moved across HBM over the same DMA bandwidth and the elapsed time.
+    memory:  the bytes that must cross HBM once (outputs, and the inputs and weights as the bundle stores them, up
+             to what the program reads of each: an embedding's gathered rows) over what one core's DMA engines
+             can move (all queues at once, within HBM's bandwidth).
+MFU is the model's FLOPs over the elapsed time and that peak; MBU the bytes the run moved across HBM over the
+elapsed time and the same DMA bandwidth.
 """
 
 from __future__ import annotations
@@ -21,8 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from isa.bundle import Bundle
-from isa.costs import dma_cost
+from isa.bundle import Bundle, HbmTensorInfo
+from isa.costs import DmaCost, dma_cost
 from isa.dtypes import DType
 from isa.operand import Mem
 from isa.target import Target
@@ -65,11 +67,49 @@ def utilization_table(stats: RunStats) -> str:
 # ---- the summary --------------------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Transfer:
+    """A DMA instruction of the bundle, as the summary sees it."""
+
+    cost: DmaCost
+    src: HbmTensorInfo | None  # the HBM tensor it reads, if any
+    dst: HbmTensorInfo | None  # the HBM tensor it writes, if any
+    read_bytes: int  # a gather: every row it gathers
+    written_bytes: int
+
+
+def transfers(bundle: Bundle, target: Target) -> list[Transfer]:
+    """Every DMA instruction of the bundle, with the HBM tensors it reads and writes."""
+    tensors = sorted(bundle.hbm_tensors, key=lambda t: t.hbm_offset)
+    starts = [t.hbm_offset for t in tensors]
+    found = []
+    for core in bundle.cores:
+        for s in core.values():
+            for instr in s.instructions:
+                if instr.spec.cycles is not None:
+                    continue
+                dst, src = instr.args["dst"], instr.args["src"]
+                found.append(Transfer(
+                    dma_cost(instr, target),
+                    _tensor_at(tensors, starts, src.offset) if src.mem is Mem.HBM else None,
+                    _tensor_at(tensors, starts, dst.offset) if dst.mem is Mem.HBM else None,
+                    dst.num_partitions * dst.free_size * src.dtype.size,
+                    dst.num_partitions * dst.free_size * dst.dtype.size))
+    return found
+
+
+def _tensor_at(tensors: list[HbmTensorInfo], starts: list[int], offset: int) -> HbmTensorInfo | None:
+    k = bisect.bisect_right(starts, offset) - 1
+    if k >= 0 and offset < tensors[k].hbm_offset + max(1, tensors[k].size):
+        return tensors[k]
+    return None
+
+
 @dataclass
 class Roofline:
     compute_ns: float
     memory_ns: float
-    peak_tflops: float  # of the fastest operand type the matmuls use
+    peak_tflops: float  # of the type the matmuls run in
     matmul_dtype: str
     min_bytes: int
 
@@ -84,7 +124,11 @@ class Roofline:
 
 def roofline(bundle: Bundle, target: Target) -> Roofline:
     """The model's matmuls run in the type the compiler recorded (the auto-cast type, else fp32); a bundle
-    without the record is judged by the fastest type its matmuls use."""
+    without the record is judged by the fastest type its matmuls use.
+
+    The bytes that must cross HBM: every output whole, every input and weight up to the bytes the program reads
+    of it. What no instruction reads no program needs, and of a table read by gathers (an embedding) only the
+    rows gathered are needed, not the whole vocabulary."""
     recorded = bundle.stats.get("matmul_dtype")
     if recorded in DType.__members__:
         fastest = DType[recorded]
@@ -94,33 +138,84 @@ def roofline(bundle: Bundle, target: Target) -> Roofline:
         fastest = max(dtypes, key=lambda d: target.pe_tflops(d.name), default=DType.bf16)
     peak = target.pe_tflops(fastest.name)
     flops = int(bundle.stats.get("model_flops", 0))
-    io = sum(int(np.prod(t.shape, dtype=np.int64)) * DType[t.device_dtype].size for t in (*bundle.inputs,
-                                                                                          *bundle.outputs))
-    min_bytes = io + sum(len(s.data) for s in bundle.weights)
+    read: dict[str, int] = {}
+    for t in transfers(bundle, target):
+        if t.src is not None:
+            read[t.src.name] = read.get(t.src.name, 0) + t.read_bytes
+    min_bytes = sum(t.size if t.kind == "output" else min(t.size, read.get(t.name, 0))
+                    for t in bundle.hbm_tensors if t.kind in ("input", "output", "weight"))
     return Roofline(flops / (peak * 1000), min_bytes / target.core_dma_gbps, peak, fastest.name, min_bytes)
+
+
+def hbm_peak_gbps(model: Any) -> float:
+    """The highest rate at which the last (traced) run moved bytes across HBM, every core together, as its trace
+    shows it. The trace holds when each transfer started and ended, not its rate in between, so a window counts
+    only the transfers that moved all their bytes inside it: the figure is a lower bound of the true peak, and
+    above HBM's bandwidth only if the simulator broke it.
+
+        a transfer moves its bytes in [start + fixed cost, end] (the fixed cost runs first, at any HBM load)
+        windows [a, a + w]: a wherever a transfer starts moving; w from the longest transfer's moving time,
+            doubling until one window spans the run
+        as no transfer moves for longer than w, one that starts before a has ended before a + w, so
+            bytes inside [a, a + w] = bytes of transfers ending by a + w - bytes of transfers starting before a
+    """
+    ops = {(s.core, s.name): s.ops for s in model.simulator.streams}
+    moves = []
+    for e in model.last_run.trace:
+        cost = ops[e.core, e.stream][e.index].dma
+        if cost is not None and cost.hbm_bytes:
+            moves.append((min(e.start + cost.fixed_ns, e.end), e.end, cost.hbm_bytes))
+    if not moves:
+        return 0.0
+    begin, end, nbytes = (np.array(column, dtype=np.float64) for column in zip(*moves))
+    by_begin, by_end = np.argsort(begin), np.argsort(end)
+    begins, ends = begin[by_begin], end[by_end]
+    begun = np.concatenate(([0.0], np.cumsum(nbytes[by_begin])))  # bytes of the first k transfers to begin
+    ended = np.concatenate(([0.0], np.cumsum(nbytes[by_end])))
+    before = begun[np.searchsorted(begins, begins, side="left")]
+    width, peak = max(float((end - begin).max()), 1.0), 0.0  # 1 ns at least: transfers may move no bytes
+    while True:
+        inside = ended[np.searchsorted(ends, begins + width, side="right")] - before
+        peak = max(peak, float(inside.max()) / width)
+        if width >= ends[-1] - begins[0]:
+            return peak
+        width *= 2
 
 
 @dataclass
 class Summary:
     latency_us: float
     roofline_us: float
-    bound: str  # what the roofline is bound by
+    bound: str  # what the roofline is bound by: compute or memory
     ratio: float  # latency over roofline
-    mfu: float
-    mbu: float
+    roofline_compute_us: float  # model FLOPs at TensorE's peak
+    roofline_memory_us: float  # roofline_bytes at one core's DMA bandwidth
+    roofline_bytes: int  # the least that must cross HBM
+    matmul_dtype: str
+    peak_tflops: float  # TensorE's peak for matmul_dtype
+    dma_gbps: float  # one core's DMA bandwidth (all queues, within HBM's)
+    hbm_gbps: float  # the chip's HBM bandwidth
+    mfu: float  # model FLOPs / (latency x peak_tflops)
+    mbu: float  # dma_hbm_bytes / (latency x dma_gbps)
     model_flops: int
     engines: dict[str, float]  # engine -> active share of the run (DMA: the mean over its queues)
     dma_queues_used: int
     dma_transfers: int
     dma_bytes: int  # what the engines moved
+    dma_average_bytes: float
     dma_hbm_bytes: int  # what crossed HBM
+    hbm_peak_gbps: float  # see hbm_peak_gbps()
     spill_bytes: int
     scratch_bytes: int  # stored to tensors between operators
-    reloads: list[tuple[str, float]] = field(default_factory=list)  # (tensor, bytes loaded / size), highest first
-    top_nodes: list[tuple[str, float]] = field(default_factory=list)  # (ONNX node, share of busy time)
+    # (tensor, bytes loaded / size) of the tensors loaded more than once, highest first
+    reloads: list[tuple[str, float]] = field(default_factory=list)
+    top_nodes: list[tuple[str, float, float]] = field(default_factory=list)  # (ONNX node, busy us, share of busy)
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        d = asdict(self)
+        d["reloads"] = [{"tensor": name, "factor": factor} for name, factor in self.reloads]
+        d["top_nodes"] = [{"node": name, "busy_us": us, "share": share} for name, us, share in self.top_nodes]
+        return d
 
 
 def summarize(model: Any, top: int = 8) -> Summary:
@@ -130,7 +225,6 @@ def summarize(model: Any, top: int = 8) -> Summary:
     target: Target = model.target
     elapsed = stats.elapsed_ns or 1.0
     line = roofline(bundle, target)
-    flops = int(bundle.stats.get("model_flops", 0))
     ops = {(s.core, s.name): s.ops for s in model.simulator.streams}
     busy: dict[str, float] = {}
     by_node: dict[str, float] = {}
@@ -144,61 +238,55 @@ def summarize(model: Any, top: int = 8) -> Summary:
             queues.add((e.core, e.stream))
     engines = {k: v / elapsed / (target.dma_queues * len(bundle.cores) if k == "DMA" else len(bundle.cores))
                for k, v in sorted(busy.items())}
-    transfers, moved, hbm_moved, scratch, spill = 0, 0, 0, 0, 0
+    moved, hbm_moved, scratch, spill = 0, 0, 0, 0
     loaded: dict[str, int] = {}
-    tensors = sorted(bundle.hbm_tensors, key=lambda t: t.hbm_offset)
-    starts = [t.hbm_offset for t in tensors]
-    for core in bundle.cores:
-        for name, s in core.items():
-            for instr in s.instructions:
-                if instr.spec.cycles is not None:
-                    continue
-                cost = dma_cost(instr, target)
-                transfers += 1
-                moved += cost.bytes
-                hbm_moved += cost.hbm_bytes
-                dst, src = instr.args["dst"], instr.args["src"]
-                if dst.mem is Mem.HBM:
-                    kind = _tensor_at(tensors, starts, dst.offset)
-                    nbytes = dst.num_partitions * dst.free_size * dst.dtype.size
-                    scratch += nbytes if kind is not None and kind.kind == "scratch" else 0
-                    spill += nbytes if kind is not None and kind.kind == "spill" else 0
-                if src.mem is Mem.HBM and dst.mem is Mem.SBUF:
-                    t = _tensor_at(tensors, starts, src.offset)
-                    if t is not None:
-                        loaded[t.name] = loaded.get(t.name, 0) + src.num_partitions * src.free_size * src.dtype.size
-    sizes = {t.name: t.size for t in tensors}
-    reloads = sorted(((name, n / max(1, sizes[name])) for name, n in loaded.items()), key=lambda r: -r[1])[:top]
+    found = transfers(bundle, target)
+    for t in found:
+        moved += t.cost.bytes
+        hbm_moved += t.cost.hbm_bytes
+        if t.dst is not None:
+            scratch += t.written_bytes if t.dst.kind == "scratch" else 0
+            spill += t.written_bytes if t.dst.kind == "spill" else 0
+        elif t.src is not None:  # into SBUF
+            loaded[t.src.name] = loaded.get(t.src.name, 0) + t.read_bytes
+    sizes = {t.name: t.size for t in bundle.hbm_tensors}
+    reloads = sorted(((name, n / max(1, sizes[name])) for name, n in loaded.items() if n > sizes[name]),
+                     key=lambda r: -r[1])[:top]
     total_busy = sum(by_node.values()) or 1.0
-    top_nodes = sorted(((n, t / total_busy) for n, t in by_node.items()), key=lambda r: -r[1])[:top]
+    top_nodes = sorted(((n, t / 1000, t / total_busy) for n, t in by_node.items()), key=lambda r: -r[1])[:top]
+    flops = int(bundle.stats.get("model_flops", 0))
     return Summary(
         latency_us=elapsed / 1000, roofline_us=line.ns / 1000, bound=line.bound, ratio=elapsed / max(line.ns, 1e-9),
+        roofline_compute_us=line.compute_ns / 1000, roofline_memory_us=line.memory_ns / 1000,
+        roofline_bytes=line.min_bytes, matmul_dtype=line.matmul_dtype, peak_tflops=line.peak_tflops,
+        dma_gbps=target.core_dma_gbps, hbm_gbps=target.hbm_gbps,
         mfu=flops / (elapsed * line.peak_tflops * 1000), mbu=hbm_moved / (elapsed * target.core_dma_gbps),
-        model_flops=flops, engines=engines, dma_queues_used=len(queues), dma_transfers=transfers, dma_bytes=moved,
-        dma_hbm_bytes=hbm_moved, spill_bytes=int(bundle.stats.get("spill_bytes", spill)), scratch_bytes=scratch,
-        reloads=reloads, top_nodes=top_nodes)
-
-
-def _tensor_at(tensors: list, starts: list[int], offset: int):  # type: ignore[no-untyped-def]
-    k = bisect.bisect_right(starts, offset) - 1
-    if k >= 0 and offset < tensors[k].hbm_offset + max(1, tensors[k].size):
-        return tensors[k]
-    return None
+        model_flops=flops, engines=engines, dma_queues_used=len(queues), dma_transfers=len(found),
+        dma_bytes=moved, dma_average_bytes=moved / len(found) if found else 0.0, dma_hbm_bytes=hbm_moved,
+        hbm_peak_gbps=hbm_peak_gbps(model), spill_bytes=int(bundle.stats.get("spill_bytes", spill)),
+        scratch_bytes=scratch, reloads=reloads, top_nodes=top_nodes)
 
 
 def summary_text(s: Summary) -> str:
     engines = "  ".join(f"{k} {v:.0%}" for k, v in s.engines.items())
-    avg = s.dma_bytes / s.dma_transfers if s.dma_transfers else 0
     lines = [
-        f"latency        {s.latency_us:.2f} us simulated; roofline {s.roofline_us:.2f} us ({s.bound}-bound), "
-        f"{s.ratio:.2f}x the roofline",
-        f"MFU            {s.mfu:.1%} of TensorE peak ({s.model_flops / 1e9:.3f} GFLOP in the model)",
-        f"MBU            {s.mbu:.1%} of one core's DMA bandwidth ({s.dma_hbm_bytes / 1e6:.2f} MB across HBM)",
+        f"latency        {s.latency_us:.2f} us simulated, {s.ratio:.2f}x the roofline",
+        f"roofline       {s.roofline_us:.2f} us, {s.bound}-bound (compute: {s.model_flops / 1e9:.3f} GFLOP at "
+        f"{s.peak_tflops:.1f} TFLOPS {s.matmul_dtype} = {s.roofline_compute_us:.2f} us; memory: "
+        f"{s.roofline_bytes / 1e6:.2f} MB at {s.dma_gbps:.0f} GB/s = {s.roofline_memory_us:.2f} us)",
+        f"MFU            {s.mfu:.1%} of TensorE's {s.matmul_dtype} peak",
+        f"MBU            {s.mbu:.1%} of one core's DMA bandwidth ({s.dma_hbm_bytes / 1e6:.2f} MB across HBM; "
+        f"peak {s.hbm_peak_gbps:.0f} GB/s of the chip's {s.hbm_gbps:.0f})",
         f"engines        {engines}  (active share of the run; DMA: the mean over {s.dma_queues_used} queues used)",
-        f"DMA            {s.dma_transfers} transfers, {s.dma_bytes / 1e6:.2f} MB, {avg / 1024:.1f} KiB on average",
+        f"DMA            {s.dma_transfers} transfers, {s.dma_bytes / 1e6:.2f} MB, "
+        f"{s.dma_average_bytes / 1024:.1f} KiB on average",
         f"spilled        {s.spill_bytes / 1e6:.2f} MB; between operators through HBM {s.scratch_bytes / 1e6:.2f} MB",
     ]
-    if s.reloads:
-        lines.append("reloads        " + ", ".join(f"{name} {factor:.1f}x" for name, factor in s.reloads))
-    lines.append("top nodes      " + "; ".join(f"{name} {share:.0%}" for name, share in s.top_nodes))
+    lines += _listed("reloaded", [f"{factor:5.1f}x  {name}" for name, factor in s.reloads] or
+                     ["no tensor loaded more than once"])
+    lines += _listed("top nodes", [f"{us:8.2f} us {share:4.0%}  {name}" for name, us, share in s.top_nodes])
     return "\n".join(lines)
+
+
+def _listed(title: str, rows: list[str]) -> list[str]:
+    return [f"{title if k == 0 else '':<15}{row}" for k, row in enumerate(rows)]

@@ -72,6 +72,9 @@ def test_check_passes_for_a_good_model(capsys):
     (lambda t: ["run", f"{t}/bad.neff", "--inputs", f"{t}/in.npz"], "NRT_LOAD"),
     (lambda t: ["run", f"{t}/good.neff", "--inputs", f"{t}/wrong.npz"], "NRT_INPUT"),
     (lambda t: ["asm", f"{t}/bad.s", "-o", f"{t}/out.neff"], "NCC_ISA_PARSE"),
+    (lambda t: ["profile", f"{t}/missing.neff", "--json", f"{t}/s.json"], "NRT_LOAD"),
+    (lambda t: ["profile", f"{t}/good.neff", "--inputs", f"{t}/bad.s", "--json", f"{t}/s.json"], "NCC_USAGE"),
+    (lambda t: ["profile", f"{t}/good.neff", "--inputs", f"{t}/wrong.npz", "--json", f"{t}/s.json"], "NRT_INPUT"),
 ])
 def test_failures_are_one_coded_line_and_leave_nothing(tmp, capsys, make_args, code):
     _cli("compile", MODEL, "-o", f"{tmp}/good.neff")
@@ -97,6 +100,7 @@ def test_console_script_help_and_usage_errors():
                                     capture_output=True, text=True)
     help_text = run("--help")
     assert help_text.returncode == 0 and "examples:" in help_text.stdout and "compile" in help_text.stdout
+    assert "profile" in help_text.stdout and "--json" in run("profile", "--help").stdout
     assert run("compile").returncode == 2
     assert "--input-shape" in run("compile", "--help").stdout
 
