@@ -50,6 +50,10 @@ class StreamState:
     ops: list[Op]
     pc: int = 0
     busy: bool = False
+    port_keys: list[tuple[tuple[int, str], ...]] = field(init=False)  # per op: (core, name) of each port it holds
+
+    def __post_init__(self) -> None:
+        self.port_keys = [tuple((self.core, p.name) for p in op.ports) for op in self.ops]  # names hash faster
 
 
 @dataclass
@@ -68,7 +72,7 @@ class RunStats:
     trace: list[TraceEvent] = field(default_factory=list)
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)  # compared by identity: list.remove takes the one that ended
 class _Transfer:
     """A DMA in flight under the clock policy: its fixed cost left, then its bytes left."""
 
@@ -81,6 +85,16 @@ class _Transfer:
     rate: float = 0.0  # bytes per ns while moving bytes
 
 
+_INF = float("inf")
+
+
+def _first_unmet(row: list[int], waits: tuple[tuple[int, int], ...]) -> int | None:
+    """The first semaphore of `waits` below its value in `row`, or None when the instruction may start."""
+    for sem, value in waits:
+        if row[sem] < value:
+            return sem
+    return None
+
 
 class Simulator:
     def __init__(self, streams: list[StreamState], semaphores_per_core: int, cores: int, queue_gbps: float,
@@ -90,14 +104,6 @@ class Simulator:
         self.cores = cores
         self.queue_gbps = queue_gbps  # bytes per ns of one DMA engine
         self.hbm_gbps = hbm_gbps  # bytes per ns of the chip's HBM, shared by every transfer
-
-    def _blocking_wait(self, sems: list[list[int]], s: StreamState) -> tuple[int, int] | None:
-        """The first unmet wait of the stream's next instruction, or None when it may start."""
-        row = sems[s.core]
-        for sem, value in s.ops[s.pc].waits:
-            if row[sem] < value:
-                return sem, value
-        return None
 
     def run(self, policy: str = "clock", seed: int = 0, trace: bool = False,
             checker: RaceChecker | None = None) -> RunStats:
@@ -115,23 +121,25 @@ class Simulator:
         stats = RunStats()
         computing: list[tuple[float, int, StreamState, Commit, float]] = []  # (end, seq, ...) heap
         transfers: list[_Transfer] = []
-        holders: dict[tuple[int, Port], StreamState] = {}
+        held: set[tuple[int, str]] = set()  # the ports in use
         blocked: dict[tuple[int, int], list[StreamState]] = {}
-        waiting_port: dict[tuple[int, Port], list[StreamState]] = {}
+        waiting_port: dict[tuple[int, str], list[StreamState]] = {}
         candidates = [s for s in self.streams if s.ops]
         now, seq = 0.0, 0
+        reshare = False  # the transfers moving bytes changed since their rates were set
         while True:
             for s in candidates:
                 if s.busy or s.pc >= len(s.ops):
                     continue
-                unmet = self._blocking_wait(sems, s)
-                if unmet is not None:
-                    blocked.setdefault((s.core, unmet[0]), []).append(s)
-                    continue
                 op = s.ops[s.pc]
-                taken = next((p for p in op.ports if (s.core, p) in holders), None)
+                unmet = _first_unmet(sems[s.core], op.waits)
+                if unmet is not None:
+                    blocked.setdefault((s.core, unmet), []).append(s)
+                    continue
+                ports = s.port_keys[s.pc]
+                taken = next((key for key in ports if key in held), None)
                 if taken is not None:
-                    waiting_port.setdefault((s.core, taken), []).append(s)
+                    waiting_port.setdefault(taken, []).append(s)
                     continue
                 if checker is not None:
                     checker.issue(s, s.pc)
@@ -139,22 +147,25 @@ class Simulator:
                 s.busy = True
                 if op.dma is not None:
                     cost = op.dma
-                    transfers.append(_Transfer(s, commit, now, cost.fixed_ns, float(cost.bytes),
-                                               cost.hbm_bytes / cost.bytes if cost.bytes else 0.0))
+                    t = _Transfer(s, commit, now, cost.fixed_ns, float(cost.bytes),
+                                  cost.hbm_bytes / cost.bytes if cost.bytes else 0.0)
+                    transfers.append(t)
+                    reshare = reshare or t.fixed_left <= 0  # it moves bytes at once
                 else:
-                    for p in op.ports:
-                        holders[s.core, p] = s
+                    held.update(ports)
                     heapq.heappush(computing, (now + op.duration, seq, s, commit, now))
                     seq += 1
             if not computing and not transfers:
                 break
-            now, done = self._next_event(now, computing, transfers)
+            if reshare:
+                self._share_hbm(transfers)
+            now, done, reshare = self._next_event(now, computing, transfers)
             if done is None:  # a transfer ended its fixed part: the shares of HBM change, nothing completes
                 candidates = []
                 continue
             s, commit, start = done
             commit()
-            op = s.ops[s.pc]
+            op, released = s.ops[s.pc], s.port_keys[s.pc]
             if checker is not None:
                 checker.complete(s, s.pc)
             if trace:
@@ -163,9 +174,9 @@ class Simulator:
             s.busy = False
             stats.instructions += 1
             candidates = [s]
-            for p in op.ports:
-                del holders[s.core, p]
-                candidates.extend(waiting_port.pop((s.core, p), ()))
+            for key in released:
+                held.remove(key)
+                candidates.extend(waiting_port.pop(key, ()))
             if op.signal is not None:
                 sems[s.core][op.signal] += 1
                 candidates.extend(blocked.pop((s.core, op.signal), ()))
@@ -173,12 +184,13 @@ class Simulator:
         stats.elapsed_ns = now
         return stats
 
-    def _next_event(self, now: float, computing: list, transfers: list[_Transfer]
-                    ) -> tuple[float, tuple[StreamState, Commit, float] | None]:
+    @staticmethod
+    def _next_event(now: float, computing: list, transfers: list[_Transfer]
+                    ) -> tuple[float, tuple[StreamState, Commit, float] | None, bool]:
         """Advance the clock to the next event: an instruction that completes, returned as (stream, commit,
-        start) and taken off its list, or a transfer that ends its fixed part (None)."""
-        self._share_hbm(transfers)
-        step, first, done = float("inf"), None, None
+        start) and taken off its list, or a transfer that ends its fixed part (None); and whether the transfers
+        moving bytes changed, so that their shares of HBM must be worked out again."""
+        step, first, done = _INF, None, None
         for t in transfers:
             left = t.fixed_left if t.fixed_left > 0 else t.bytes_left / t.rate
             if left < step:
@@ -187,17 +199,19 @@ class Simulator:
             end, _, s, commit, start = heapq.heappop(computing)
             step, first, done = end - now, None, (s, commit, start)
         moving = first is not None and first.fixed_left <= 0
+        reshare = False
         for t in transfers:
             if t.fixed_left > 0:
-                t.fixed_left = max(0.0, t.fixed_left - step)
+                t.fixed_left = t.fixed_left - step if t.fixed_left > step else 0.0
+                reshare = reshare or t.fixed_left == 0.0
             else:
                 t.bytes_left -= t.rate * step
         if first is None:
-            return now + step, done
+            return now + step, done, reshare
         if not moving:
-            return now + step, None
+            return now + step, None, True
         transfers.remove(first)
-        return now + step, (first.stream, first.commit, first.start)
+        return now + step, (first.stream, first.commit, first.start), True
 
     def _share_hbm(self, transfers: list[_Transfer]) -> None:
         """Every transfer moving bytes runs at its engine's rate, unless those touching HBM together ask for more
@@ -211,8 +225,8 @@ class Simulator:
         stats = RunStats()
         in_flight: list[tuple[StreamState, Commit]] = []
         while True:
-            ready = [s for s in self.streams
-                     if not s.busy and s.pc < len(s.ops) and self._blocking_wait(sems, s) is None]
+            ready = [s for s in self.streams if not s.busy and s.pc < len(s.ops)
+                     and _first_unmet(sems[s.core], s.ops[s.pc].waits) is None]
             choices = len(ready) + len(in_flight)
             if choices == 0:
                 break
