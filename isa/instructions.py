@@ -164,6 +164,9 @@ def _check_matmul(instr: Instruction, target: Any) -> Iterator[str]:
     d, s, m = instr.args["dst"], instr.args["stationary"], instr.args["moving"]
     if s.num_partitions != m.num_partitions:
         yield f"contraction mismatch: stationary has {s.num_partitions} partitions, moving {m.num_partitions}"
+    if s.start_partition != m.start_partition:
+        yield (f"the contraction runs along PE rows: stationary starts at partition {s.start_partition}, "
+               f"moving at {m.start_partition}")
     if s.free_size > target.gemm_stationary_fmax:
         yield f"stationary free size {s.free_size} exceeds {target.gemm_stationary_fmax}"
     if m.free_size > target.gemm_moving_fmax:

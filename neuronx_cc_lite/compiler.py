@@ -20,6 +20,7 @@ from isa.target import get_target
 from neuronx_cc_lite import __version__
 from neuronx_cc_lite.codegen.allocate import allocate, layout_hbm
 from neuronx_cc_lite.codegen.broadcasts import broadcast_on_pe
+from neuronx_cc_lite.codegen.dedupe import dedupe_loads
 from neuronx_cc_lite.codegen.emit import emit
 from neuronx_cc_lite.codegen.on_chip import Report, keep_on_chip
 from neuronx_cc_lite.codegen.schedule import assign_queues_in_order, schedule
@@ -88,6 +89,8 @@ def compile_graph(graph: Graph, options: Options) -> Bundle:
         verify_program(program, "keep-on-chip")
         broadcast_on_pe(program)
         verify_program(program, "broadcast-on-pe")
+        dedupe_loads(program)
+        verify_program(program, "dedupe-loads")
     schedule_and_allocate(program, options.optimize)
     hbm_size = layout_hbm(program)
     streams = emit(program, hbm_size)

@@ -12,7 +12,8 @@ it on the tensor), else the one its first store implies. Then every DMA that tou
 the layout: a transfer whose rows land on consecutive partitions and whose free pattern stays inside them becomes
 an access to the home. A transfer that cannot be mapped (a transposing read, a gather) keeps the tensor in HBM.
 
-    tile <-> home, same partitions, tile used whole      the tile becomes that region of the home: no instruction
+    tile <-> home, tile used whole, same type             the tile becomes that region of the home: no instruction
+                                                         (on other partitions when every access stays legal)
     tile <-> home, same partitions, otherwise            a copy on a compute engine (the scheduler picks which)
     tile <-> home, rows on other partitions              an SBUF-to-SBUF DMA: no HBM traffic
     home <-> HBM (a graph output, a weight)              the DMA reads or writes the home
@@ -223,23 +224,32 @@ def _rewrite(program: Program, homes: dict[HbmTensor, Tile], layouts: dict[HbmTe
     home_tiles = set(homes.values())
     rewritten = {homes[t] for t in written_late}
     writers = _writers(program.instrs)
-    renamed: dict[Tile, TileAccess] = {}  # a tile that became a region of a home
-    kept: list[PendingInstr] = []
+    mapped: list[tuple[object, object] | None] = []  # per instruction: a DMA's (dst, src) with homes mapped
+    renamed: dict[Tile, TileAccess] = {}  # a tile that becomes a region of a home
     for i, p in enumerate(program.instrs):
-        if p.op == "dma_copy":
-            dst, src = (_on_chip(p.args[n], homes, layouts, pmax) for n in ("dst", "src"))
+        if p.op != "dma_copy":
+            mapped.append(None)
+            continue
+        dst, src = (_on_chip(p.args[n], homes, layouts, pmax) for n in ("dst", "src"))
+        mapped.append((dst, src))
+        if isinstance(dst, TileAccess) and isinstance(src, TileAccess):
+            if dst.tile in home_tiles and src.tile not in home_tiles:  # a store: the producer may write home
+                region = _region(src, dst, renamed)
+                if region is not None and max(writers[src.tile]) < i:
+                    renamed[src.tile] = region
+            elif src.tile in home_tiles and dst.tile not in home_tiles and src.tile not in rewritten:
+                region = _region(dst, src, renamed)  # a load: the consumer may read the home itself
+                if region is not None and writers[dst.tile] == [i]:
+                    renamed[dst.tile] = region
+    _keep_partitions_legal(program.instrs, renamed, target)
+    kept: list[PendingInstr] = []
+    for p, pair in zip(program.instrs, mapped):
+        if pair is not None:
+            dst, src = pair
             if isinstance(dst, TileAccess) and isinstance(src, TileAccess):
-                if dst.tile in home_tiles and src.tile not in home_tiles:  # a store: the producer may write home
-                    region = _region(src, dst, renamed)
-                    if region is not None and max(writers[src.tile]) < i:
-                        renamed[src.tile] = region
-                        continue
-                if src.tile in home_tiles and dst.tile not in home_tiles and src.tile not in rewritten:
-                    # a load: the consumer may read the home itself
-                    region = _region(dst, src, renamed)
-                    if region is not None and writers[dst.tile] == [i]:
-                        renamed[dst.tile] = region
-                        continue
+                if (dst.tile in home_tiles and renamed.get(src.tile) is not None or
+                        src.tile in home_tiles and renamed.get(dst.tile) is not None):
+                    continue  # the tile is the home's region: nothing moves
                 if dst.first == src.first and all(
                         a.first in target.allowed_start_partitions(a.partitions) for a in (dst, src)):
                     kept.append(PendingInstr("tensor_copy", Engine.DVE, 0, {"dst": dst, "src": src}, p.node))
@@ -249,6 +259,32 @@ def _rewrite(program: Program, homes: dict[HbmTensor, Tile], layouts: dict[HbmTe
     for p in kept:
         p.args = {k: _renamed(v, renamed) for k, v in p.args.items()}
     program.instrs = kept
+
+
+def _keep_partitions_legal(instrs: list[PendingInstr], renamed: dict[Tile, TileAccess], target) -> None:  # type: ignore[no-untyped-def]
+    """Drop the renames that would move an access where the engines cannot start it, or put a matmul's two
+    operands on different partitions (the contraction runs along the same PE rows); repeat until none does."""
+    def shift(t: Tile) -> int:
+        region = renamed.get(t)
+        return region.first if region is not None else 0
+
+    while True:
+        bad: set[Tile] = set()
+        for p in instrs:
+            if p.engine is Engine.DMA:
+                continue
+            for a, _ in p.accesses():
+                if isinstance(a, TileAccess) and shift(a.tile) and \
+                        a.first + shift(a.tile) not in target.allowed_start_partitions(a.partitions):
+                    bad.add(a.tile)
+            if p.op == "nc_matmul":
+                s, m = p.args["stationary"], p.args["moving"]
+                if s.first + shift(s.tile) != m.first + shift(m.tile):
+                    bad.update(t for t in (s.tile, m.tile) if shift(t))
+        if not bad:
+            return
+        for t in bad:
+            renamed.pop(t, None)
 
 
 def _on_chip(a: object, homes: dict[HbmTensor, Tile], layouts: dict[HbmTensor, Layout], pmax: int) -> object:
@@ -261,19 +297,20 @@ def _on_chip(a: object, homes: dict[HbmTensor, Tile], layouts: dict[HbmTensor, L
 
 def _region(tile_side: TileAccess, home_side: TileAccess, renamed: dict[Tile, TileAccess]) -> TileAccess | None:
     """The region of the home the tile can simply be: the tile is used whole by the transfer, has the home's type,
-    and the region is contiguous in each partition, on the same partitions."""
+    and the region is contiguous in each partition (maybe on other partitions: its accesses move with it, when
+    they may; see _keep_partitions_legal)."""
     t = tile_side.tile
     if t in renamed or t.mem is not Mem.SBUF or t.dtype is not home_side.tile.dtype or not _dense_whole(tile_side):
         return None
-    if home_side.first != 0 or not _contiguous_region(home_side, t.free):
+    if not _contiguous_region(home_side, t.free):
         return None
-    return TileAccess(home_side.tile, 0, t.partitions, home_side.offset, ((t.free, 1),))
+    return TileAccess(home_side.tile, home_side.first, t.partitions, home_side.offset, ((t.free, 1),))
 
 
 def _renamed(v: object, renamed: dict[Tile, TileAccess]) -> object:
     if isinstance(v, TileAccess) and v.tile in renamed:
         region = renamed[v.tile]
-        return TileAccess(region.tile, v.first, v.partitions, region.offset + v.offset, v.dims)
+        return TileAccess(region.tile, region.first + v.first, v.partitions, region.offset + v.offset, v.dims)
     return v
 
 

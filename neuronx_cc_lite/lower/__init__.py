@@ -6,8 +6,8 @@ from isa.dtypes import DType
 from isa.target import Target
 from neuronx_cc_lite.ir import Graph
 from neuronx_cc_lite.lower import (  # noqa: F401  (each module registers its lowerings)
-    activations, batchnorm, cast, concat, conv, elementwise, gather, logic, lrn, matmul, movement, normalize, pad,
-    pool, reduce, resize, views)
+    activations, batchnorm, cast, concat, conv, elementwise, feature_norm, gather, logic, lrn, matmul, movement,
+    normalize, pad, pool, reduce, resize, views)
 from neuronx_cc_lite.lower.context import LowerCtx
 from neuronx_cc_lite.lower.program import Program
 from neuronx_cc_lite.lower.registry import LOWERINGS, unsupported_nodes, why_unsupported
@@ -25,4 +25,5 @@ def lower_graph(g: Graph, target: Target, matmul_dtype: DType | None = None,
         program.node = node.name
         LOWERINGS[node.op].lower(ctx, node)
     ctx.materialize_outputs()
+    ctx.columns.finish()
     return program, ctx

@@ -16,6 +16,8 @@ from isa.dtypes import DType
 from neuronx_cc_lite.errors import CompileError
 from neuronx_cc_lite.ir import Graph, Node, Tensor
 from neuronx_cc_lite.lower.hbm import HbmTensor, HbmView
+from neuronx_cc_lite.lower.columns import ColumnPool
+from neuronx_cc_lite.lower.layout import FeatureMajor, only_multiplied
 from neuronx_cc_lite.lower.program import Program
 
 # ONNX element types the device holds, and the device type each is held in. The engines have no 64-bit types:
@@ -53,6 +55,8 @@ class LowerCtx:
         self.internal_dtype = internal_dtype  # auto-cast all: how fp32 tensors inside the model are held
         self.views: dict[str, HbmView] = {}
         self.consumers = graph.consumers()
+        self.feature_major = FeatureMajor(graph)  # which results to lay out with their last axis on partitions
+        self.columns = ColumnPool(program)  # per-feature constants on partitions, loaded once
         # weights a lowering laid out at compile time (a matmul's K tiles), by key: the tensor and block offsets
         self.laid_out: dict[str, tuple[HbmTensor, list[int]]] = {}
         self.output_owner: dict[int, str] = {}  # id(HbmTensor) -> the graph output it was made for
@@ -71,6 +75,10 @@ class LowerCtx:
         inside = name not in self.graph.inputs and name not in self.graph.outputs
         if self.internal_dtype is not None and dtype is DType.fp32 and inside:
             return self.internal_dtype
+        narrow = self.program.matmul_dtype
+        if narrow is not None and dtype is DType.fp32 and inside and not t.is_constant and \
+                only_multiplied(self.graph, self.consumers, name):
+            return narrow  # read only by matmuls, which would round it to the matmul type anyway
         return dtype
 
     def shape(self, name: str) -> tuple[int, ...]:

@@ -26,7 +26,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-import ml_dtypes
 import numpy as np
 
 from isa.dtypes import DType
@@ -35,18 +34,14 @@ from isa.operand import Engine
 from neuronx_cc_lite.ir import Graph, Node
 from neuronx_cc_lite.lower.context import LowerCtx
 from neuronx_cc_lite.lower.elementwise import floats_only
-from neuronx_cc_lite.lower.hbm import HbmTensor, HbmView
+from neuronx_cc_lite.lower.hbm import HbmView
 from neuronx_cc_lite.lower.instr import act, ts, tt
 from neuronx_cc_lite.lower.program import Program, Tile, TileAccess
 from neuronx_cc_lite.lower.registry import lowering
-from neuronx_cc_lite.lower.transpose import Piece, transpose_pieces
+from neuronx_cc_lite.lower.operands import (BSource, Operand, a_transposed, bias_columns, bias_rows, blocks,
+                                            k_on_partitions)
 
-# Bytes per partition the operands kept for a whole matmul may take (B's column groups, or the A row block
-# loaded whole); beyond it they are streamed. The memory planner sees them as ordinary tiles.
-RESIDENT_BYTES = 96 * 1024
 ROW_GROUP = 4  # row blocks that share a pass over B's column groups (see matmul_2d)
-
-Operand = HbmView | np.ndarray  # a view of a tensor computed at run time, or a constant's value
 
 
 @dataclass
@@ -55,110 +50,6 @@ class Epilogue:
     addends: list[tuple[HbmView, float]] = field(default_factory=list)  # (view broadcast to out's shape, scale)
     func: ActFunc = ActFunc.copy
     bias: np.ndarray | None = None  # a constant row [N], added by PE as it accumulates (before alpha)
-
-
-def _bias_rows(ctx: LowerCtx, bias: np.ndarray, key: str) -> Tile:
-    """The bias as the moving operand of a matmul against ones: three bf16 rows whose sum is the fp32 bias
-    exactly (hi, mid and lo parts of its 24-bit mantissa), so that PE adds it at the bf16 rate; one fp32 row when
-    a value does not split (inf, NaN, or beyond bf16's exponent range)."""
-    row = np.asarray(bias, dtype=np.float32).reshape(1, -1)
-    parts, rest = [], row
-    for _ in range(3):
-        part = rest.astype(ml_dtypes.bfloat16)
-        parts.append(part)
-        rest = (rest - part.astype(np.float32)).astype(np.float32)
-    exact = np.isfinite(row).all() and np.array_equal(sum(p.astype(np.float64) for p in parts), row)
-    dtype, blocks = (DType.bf16, parts) if exact else (DType.fp32, [row])
-    weight, _ = _laid_out(ctx, f"{key}/rows", blocks, dtype)
-    rows = ctx.program.sbuf(len(blocks), row.shape[1], dtype, f"{key}/rows")
-    ctx.program.dma(rows.ap(), HbmView(weight, dtype, (len(blocks), row.shape[1]), (row.shape[1], 1)))
-    return rows
-
-
-def _blocks(size: int, step: int) -> list[tuple[int, int]]:
-    return [(start, min(step, size - start)) for start in range(0, size, step)]
-
-
-def _laid_out(ctx: LowerCtx, key: str, blocks: list[np.ndarray], dtype: DType) -> tuple[HbmTensor, list[int]]:
-    """A weight tensor holding `blocks` back to back in `dtype` (cached by key), and each block's element offset."""
-    cache = ctx.laid_out
-    if key not in cache:
-        data = np.concatenate([np.ascontiguousarray(b).ravel() for b in blocks])
-        data = ctx.narrowed(data, dtype)
-        offsets = list(np.cumsum([0] + [b.size for b in blocks[:-1]]))
-        cache[key] = (ctx.program.hbm_tensor(key, data.nbytes, "weight", dtype, data.tobytes()), [int(o) for o in offsets])
-    return cache[key]
-
-
-class _BSource:
-    """The moving operand: B tiles [kt, nt] per (K tile, column block)."""
-
-    def __init__(self, ctx: LowerCtx, b: Operand, dtype: DType, k_tiles: list[tuple[int, int]], n_size: int,
-                 name: str, key: str | None) -> None:
-        self.ctx, self.b, self.dtype, self.k_tiles, self.name = ctx, b, dtype, k_tiles, name
-        prog = ctx.program
-        width = len(k_tiles) * n_size * dtype.size
-        # column groups of one PSUM bank: the first column block needs only its group of every K tile, so the
-        # multiplying starts after a fraction of B has arrived; the groups stay for every row block when all fit
-        self.group = min(n_size, prog.target.psum_bank_fmax)
-        self.groups = _blocks(n_size, self.group)
-        self.resident = width <= RESIDENT_BYTES
-        self.tiles: dict[tuple[int, int], Tile] = {}
-        if isinstance(b, np.ndarray):
-            blocks = [b[k0:k0 + kt, g0:g0 + gn] for g0, gn in self.groups for k0, kt in k_tiles]
-            self.weight, self.offsets = _laid_out(ctx, f"{key}/KxN{self.group}", blocks, dtype)
-
-    def tile(self, j: int, n0: int, nt: int, m_block: int) -> TileAccess:
-        """B for K tile j and columns n0 .. n0 + nt (within one group)."""
-        g = n0 // self.group
-        g0, gn = self.groups[g]
-        key = (j, g) if self.resident else (j, g, m_block)
-        if key not in self.tiles:
-            self.tiles[key] = self._load(j, g0, gn, g)
-        return self.tiles[key].region(n0 - g0, nt)
-
-    def _load(self, j: int, g0: int, gn: int, g: int) -> Tile:
-        prog, b = self.ctx.program, self.b
-        k0, kt = self.k_tiles[j]
-        t = prog.sbuf(kt, gn, self.dtype, f"{self.name}/B")
-        if isinstance(b, np.ndarray):
-            at = self.offsets[g * len(self.k_tiles) + j]
-            prog.dma(t.ap(), HbmView(self.weight, self.dtype, (kt, gn), (gn, 1), at))
-        elif b.strides[1] == 1 or b.shape[1] == 1:  # rows along N
-            prog.dma(t.ap(), b.box((k0, g0), (kt, gn)))
-        elif b.strides[0] == 1:  # rows along K: load B^T [n, K] and turn it
-            pieces = []
-            for c0, cn in _blocks(gn, prog.target.partitions):
-                rows = prog.sbuf(cn, kt, self.dtype, f"{self.name}/B^T")
-                prog.dma(rows.ap(), b.box((k0, g0 + c0), (kt, cn)).transpose((1, 0)))
-                pieces.append(Piece(rows.ap(), t, c0))
-            transpose_pieces(prog, pieces, self.name)
-        else:
-            prog.dma(t.ap(), b.box((k0, g0), (kt, gn)))  # an access pattern strided both ways: as it comes
-        return t
-
-
-def _a_transposed(ctx: LowerCtx, a: Operand, dtype: DType, m0: int, mt: int, k_tiles: list[tuple[int, int]],
-                  name: str, key: str | None) -> Tile:
-    """A^T for rows m0 .. m0 + mt: one tile [128, K tiles x mt], K tile j at element j * mt."""
-    prog = ctx.program
-    kmax = max(kt for _, kt in k_tiles)
-    at = prog.sbuf(kmax, len(k_tiles) * mt, dtype, f"{name}/A^T")
-    k_size = sum(kt for _, kt in k_tiles)
-    if isinstance(a, np.ndarray):
-        blocks = [a[m0:m0 + mt, k0:k0 + kt].T for k0, kt in k_tiles]
-        weight, offsets = _laid_out(ctx, f"{key}/MxK{m0}", blocks, dtype)
-        for j, (k0, kt) in enumerate(k_tiles):
-            prog.dma(at.region(j * mt, mt, 0, kt), HbmView(weight, dtype, (kt, mt), (mt, 1), offsets[j]))
-    elif a.strides[1] == 1 or a.shape[1] == 1:  # rows along K: load the row block, turn it on PE
-        rows = prog.sbuf(mt, k_size, dtype, f"{name}/A")
-        prog.dma(rows.ap(), a.box((m0, 0), (mt, k_size)))
-        transpose_pieces(prog, [Piece(rows.region(k0, kt), at, j * mt) for j, (k0, kt) in enumerate(k_tiles)],
-                         name)
-    else:  # rows along M (a transposed view), or strided both ways: A^T tiles as they come
-        for j, (k0, kt) in enumerate(k_tiles):
-            prog.dma(at.region(j * mt, mt, 0, kt), a.box((m0, k0), (mt, kt)).transpose((1, 0)))
-    return at
 
 
 def matmul_2d(ctx: LowerCtx, a: Operand, b: Operand, out: HbmView, epilogue: Epilogue = Epilogue(),
@@ -170,32 +61,73 @@ def matmul_2d(ctx: LowerCtx, a: Operand, b: Operand, out: HbmView, epilogue: Epi
     assert b.shape[0] == k_size and out.shape == (m_size, n_size), (a.shape, b.shape, out.shape)
     name = prog.node
     dtype = prog.operand_dtype(_dtype(ctx, a, b))
-    k_tiles = _blocks(k_size, t.partitions)
-    b_source = _BSource(ctx, b, dtype, k_tiles, n_size, name, keys[1])
+    k_tiles = blocks(k_size, t.partitions)
+    b_source = BSource(ctx, b, dtype, k_tiles, n_size, name, keys[1])
     bias_tiles: dict[tuple[int, int], Tile] = {}
-    bias_rows = _bias_rows(ctx, epilogue.bias, name) if epilogue.bias is not None else None
-    m_blocks = _blocks(m_size, t.gemm_stationary_fmax)
+    rows_of_bias = bias_rows(ctx, epilogue.bias, name) if epilogue.bias is not None else None
+    m_blocks = blocks(m_size, t.gemm_stationary_fmax)
     # with B resident, row blocks go in groups, every column block for the group before the next: the first
     # products need one column group of B and a few row blocks of A, not all of B, and PE starts while the rest
     # arrives; without it, each row block takes its own pass over B
     group = ROW_GROUP if b_source.resident else 1
     for g0 in range(0, len(m_blocks), group):
         rows = list(enumerate(m_blocks))[g0:g0 + group]
-        a_ts = {mb: _a_transposed(ctx, a, dtype, m0, mt, k_tiles, name, keys[0]) for mb, (m0, mt) in rows}
-        for n0, nt in _blocks(n_size, t.psum_bank_fmax):
+        a_ts = {mb: a_transposed(ctx, a, dtype, m0, mt, k_tiles, name, keys[0]) for mb, (m0, mt) in rows}
+        for n0, nt in blocks(n_size, t.psum_bank_fmax):
             nt = min(nt, b_source.group - n0 % b_source.group)
             for mb, (m0, mt) in rows:
                 acc = prog.psum(mt, nt, f"{name}/acc")
                 for j, (k0, kt) in enumerate(k_tiles):
-                    prog.emit("nc_matmul", Engine.PE, dst=acc.ap(), stationary=a_ts[mb].region(j * mt, mt, 0, kt),
+                    prog.emit("nc_matmul", Engine.PE, dst=acc.ap(), stationary=a_ts[mb][j],
                               moving=b_source.tile(j, n0, nt, mb), accumulate=j > 0)
-                if bias_rows is not None:  # psum[m, n] += sum over rows r of 1 * bias_r[n]
-                    r = bias_rows.partitions
-                    prog.emit("nc_matmul", Engine.PE, dst=acc.ap(), stationary=prog.ones(bias_rows.dtype).region(
-                        0, mt, 0, r), moving=bias_rows.region(n0, nt, 0, r), accumulate=True)
+                if rows_of_bias is not None:  # psum[m, n] += sum over rows r of 1 * bias_r[n]
+                    r = rows_of_bias.partitions
+                    prog.emit("nc_matmul", Engine.PE, dst=acc.ap(), stationary=prog.ones(
+                        rows_of_bias.dtype).region(0, mt, 0, r), moving=rows_of_bias.region(n0, nt, 0, r),
+                        accumulate=True)
                 res = prog.sbuf(mt, nt, out.dtype, f"{name}/out")
                 _evacuate(ctx, acc, res, epilogue, m0, mt, n0, nt, bias_tiles)
                 prog.dma(out.box((m0, n0), (mt, nt)), res.ap())
+
+
+def matmul_2d_transposed(ctx: LowerCtx, a: Operand, b: Operand, out: HbmView, epilogue: Epilogue,
+                         keys: tuple[str | None, str | None] = (None, None)) -> None:
+    """out = epilogue(a @ b), computed and stored feature-major, as out^T = B^T A^T: B's columns (the weights)
+    stationary, 128 at a time, A^T (the activations, K on partitions) moving, up to a bank's width of rows. The
+    result's columns land on partitions, so a bias is a per-partition column ScalarE adds as it evacuates the bank
+    (with the activation), and a residual is read in the same layout. Epilogues: a bias, one residual."""
+    prog, t = ctx.program, ctx.program.target
+    (m_size, k_size), n_size = a.shape, b.shape[1]
+    assert b.shape[0] == k_size and out.shape == (m_size, n_size), (a.shape, b.shape, out.shape)
+    assert all(scale == 1.0 for _, scale in epilogue.addends) and len(epilogue.addends) <= 1
+    name = prog.node
+    dtype = prog.operand_dtype(_dtype(ctx, a, b))
+    k_tiles = blocks(k_size, t.partitions)
+    b_source = BSource(ctx, b, dtype, k_tiles, n_size, name, keys[1])
+    columns = bias_columns(ctx, epilogue.bias * epilogue.alpha) if epilogue.bias is not None else None
+    for mb, (m0, mw) in enumerate(blocks(m_size, t.gemm_moving_fmax)):
+        a_t = a_transposed(ctx, a, dtype, m0, mw, k_tiles, name, keys[0])
+        for n0, nb in blocks(n_size, t.gemm_stationary_fmax):
+            acc = prog.psum(nb, mw, f"{name}/acc")
+            for j, (k0, kt) in enumerate(k_tiles):
+                prog.emit("nc_matmul", Engine.PE, dst=acc.ap(), stationary=b_source.tile(j, n0, nb, mb),
+                          moving=a_t[j], accumulate=j > 0)
+            res = prog.sbuf(nb, mw, out.dtype, f"{name}/out^T")
+            column = columns(n0, nb) if columns is not None else None
+            if not epilogue.addends:
+                act(prog, res.ap(), acc.ap(), epilogue.func, scale=epilogue.alpha, bias=column)
+            else:
+                view, _ = epilogue.addends[0]
+                residual = prog.sbuf(nb, mw, view.dtype, f"{name}/residual^T")
+                prog.dma(residual.ap(), view.box((m0, n0), (mw, nb)).transpose((1, 0)))
+                then = column is not None or epilogue.func is not ActFunc.copy
+                total = prog.sbuf(nb, mw, DType.fp32, f"{name}/sum") if then and out.dtype is not DType.fp32 \
+                    else res  # rounded once to a narrower result
+                prog.emit("scalar_tensor_tensor", Engine.DVE, dst=total.ap(), src=acc.ap(), op0=AluOp.multiply,
+                          scalar=float(epilogue.alpha), op1=AluOp.add, b=residual.ap())
+                if then:
+                    act(prog, res.ap(), total.ap(), epilogue.func, bias=column)
+            prog.dma(out.box((m0, n0), (mw, nb)).transpose((1, 0)), res.ap())
 
 
 def _dtype(ctx: LowerCtx, a: Operand, b: Operand) -> DType:
@@ -211,15 +143,18 @@ def _evacuate(ctx: LowerCtx, acc: Tile, res: Tile, e: Epilogue, m0: int, mt: int
     if not e.addends:
         act(prog, res.ap(), acc.ap(), e.func, scale=e.alpha)
         return
+    # the sum in fp32 when more is done to it before it is stored narrower: rounded once, as the model would
+    total = res if e.func is ActFunc.copy and len(e.addends) == 1 or res.dtype is DType.fp32 else \
+        prog.sbuf(mt, nt, DType.fp32, f"{prog.node}/sum")
     for k, (view, scale) in enumerate(e.addends):
         block = _addend(prog, view, scale, m0, mt, n0, nt, cache, k)
         if k == 0:
-            prog.emit("scalar_tensor_tensor", Engine.DVE, dst=res.ap(), src=acc.ap(), op0=AluOp.multiply,
+            prog.emit("scalar_tensor_tensor", Engine.DVE, dst=total.ap(), src=acc.ap(), op0=AluOp.multiply,
                       scalar=float(e.alpha), op1=AluOp.add, b=block)
         else:
-            tt(prog, res.ap(), res.ap(), block, AluOp.add)
-    if e.func is not ActFunc.copy:
-        act(prog, res.ap(), res.ap(), e.func)
+            tt(prog, total.ap(), total.ap(), block, AluOp.add)
+    if e.func is not ActFunc.copy or total is not res:
+        act(prog, res.ap(), total.ap(), e.func)
 
 
 def _addend(prog: Program, view: HbmView, scale: float, m0: int, mt: int, n0: int, nt: int,
@@ -278,7 +213,9 @@ def lower_matmul_into(ctx: LowerCtx, node: Node, epilogue: Epilogue) -> None:
     flat_a = a.reshape((rows, a.shape[-1])) if isinstance(a, HbmView) and a.shape[:-2] == batch else None
     flat_addends = [(v.reshape((rows, n)), s) for v, s in epilogue.addends]
     folds = math.prod(b.shape[:-2]) == 1 and flat_a is not None and all(v is not None for v, _ in flat_addends)
-    rows_axes = (0, rank - 1) if folds else (rank - 2, rank - 1)  # the batch joins the rows, or each its own
+    feature_major = folds and _feature_major(ctx, node.outputs[0], epilogue)
+    # on partitions: the features, or the rows (the batch joining them, or each batch index its own)
+    rows_axes = (rank - 1, rank) if feature_major else (0, rank - 1) if folds else (rank - 2, rank - 1)
     out = ctx.output(node.outputs[0], rows_axes if rank >= 2 else None, follow_transpose=not folds)
     if out.shape != batch + (m, n):  # a vector operand promoted to a matrix
         out = out.reshape(batch + (m, n))
@@ -286,9 +223,10 @@ def lower_matmul_into(ctx: LowerCtx, node: Node, epilogue: Epilogue) -> None:
     if folds:
         b2 = b.reshape(b.shape[-2:]) if isinstance(b, np.ndarray) else b.at((0,) * (len(b.shape) - 2))
         key = names[1] if isinstance(b, np.ndarray) else None
-        matmul_2d(ctx, flat_a, b2, out.reshape((rows, n)),  # type: ignore[arg-type]
-                  Epilogue(epilogue.alpha, flat_addends, epilogue.func, epilogue.bias),  # type: ignore[arg-type]
-                  (None, key))
+        product = matmul_2d_transposed if feature_major else matmul_2d
+        product(ctx, flat_a, b2, out.reshape((rows, n)),  # type: ignore[arg-type]
+                Epilogue(epilogue.alpha, flat_addends, epilogue.func, epilogue.bias),  # type: ignore[arg-type]
+                (None, key))
         return
     a_batch, b_batch = a.shape[:-2], b.shape[:-2]
     a = _broadcast(a, batch + a.shape[-2:])
@@ -298,6 +236,14 @@ def lower_matmul_into(ctx: LowerCtx, node: Node, epilogue: Epilogue) -> None:
                      for nm, x, own in zip(names, (a, b), (a_batch, b_batch)))
         e = Epilogue(epilogue.alpha, [(v.at(index), s) for v, s in epilogue.addends], epilogue.func, epilogue.bias)
         matmul_2d(ctx, _at(a, index), _at(b, index), out.at(index), e, keys)  # type: ignore[arg-type]
+
+
+def _feature_major(ctx: LowerCtx, name: str, epilogue: Epilogue) -> bool:
+    """Whether to store the result feature-major (lower/layout.py), when its epilogue allows (a bias, at most one
+    residual)."""
+    return (ctx.feature_major(name) and len(epilogue.addends) <= 1 and
+            all(scale == 1.0 and all(st for n, st in zip(v.shape, v.strides) if n > 1)
+                for v, scale in epilogue.addends))
 
 
 def _own_index(index: tuple[int, ...], own: tuple[int, ...]) -> tuple[int, ...]:
@@ -320,9 +266,11 @@ def gemm_into(ctx: LowerCtx, node: Node, epilogue: Epilogue) -> None:
         a = a.T if isinstance(a, np.ndarray) else a.transpose((1, 0))
     if attrs.get("transB", 0):
         b = b.T if isinstance(b, np.ndarray) else b.transpose((1, 0))
-    out = ctx.output(node.outputs[0], (0, 1))
+    feature_major = _feature_major(ctx, node.outputs[0], epilogue)
+    out = ctx.output(node.outputs[0], (1, 2) if feature_major else (0, 1))
     keys = tuple(f"{n}{'^T' if attrs.get(t, 0) else ''}" for n, t in zip(node.inputs[:2], ("transA", "transB")))
-    matmul_2d(ctx, a, b, out, epilogue, keys)  # type: ignore[arg-type]
+    product = matmul_2d_transposed if feature_major else matmul_2d
+    product(ctx, a, b, out, epilogue, keys)  # type: ignore[arg-type]
 
 
 @lowering("Gemm", since=7)
@@ -342,7 +290,7 @@ EPILOGUE_FUNCS = {"": ActFunc.copy, "Relu": ActFunc.relu, "Gelu/none": ActFunc.g
 def lower_matmul_epilogue(ctx: LowerCtx, node: Node) -> None:
     """A MatMul or Gemm with what followed it (passes/fuse_epilogues.py): inputs A, B, bias row, residual."""
     a_name, b_name, bias, residual = (node.inputs + ["", ""])[:4]
-    addends = [(ctx.view(residual), 1.0)] if residual else []
+    addends = [(ctx.view(residual).broadcast_to(ctx.shape(node.outputs[0])), 1.0)] if residual else []
     epilogue = Epilogue(float(node.attrs.get("alpha", 1.0)), addends, EPILOGUE_FUNCS[node.attrs["activation"]],
                         ctx.graph.tensors[bias].value if bias else None)
     if "transA" in node.attrs:  # from a Gemm

@@ -117,8 +117,10 @@ def lower_softmax(ctx: LowerCtx, node: Node) -> None:
         neg_max, total = _column(prog, p, "-max"), _column(prog, p, "sum")
         _reduce(prog, neg_max, x, AluOp.maximum)
         ts(prog, neg_max, neg_max, AluOp.multiply, -1.0)
-        e = _row_tile(prog, p, n, "exp") if log else y
-        if e.tile.dtype is DType.fp32:
+        # the exponentials in fp32 unless the op computes in a narrower type (its input's); a result stored
+        # narrower (read only by a matmul under auto-cast) is rounded once, by the division
+        e = _row_tile(prog, p, n, "exp") if log or y.tile.dtype is not x.tile.dtype else y
+        if x.tile.dtype is DType.fp32:
             act(prog, e, x, ActFunc.exp, bias=neg_max, reduce=total)  # exp(x - max) and its row sums at once
         else:  # a narrower type: x - max, its exp and their sum each rounded to it, as the op computes in its type
             shifted = prog.sbuf(p, n, e.tile.dtype, "shifted").ap()
@@ -232,6 +234,11 @@ def _check_layer_norm(node: Node, g: Graph) -> str | None:
 
 @lowering("LayerNormalization", "RMSNormalization", check=_check_layer_norm)
 def lower_layer_norm(ctx: LowerCtx, node: Node) -> None:
+    from neuronx_cc_lite.lower import feature_norm  # it builds on normalize_rows below
+
+    if node.op == "LayerNormalization" and feature_norm.applies(ctx, node):
+        feature_norm.lower_layer_norm_feature_major(ctx, node)
+        return
     axes = _normalized_axes(node, ctx.graph)
     eps = float(node.attrs.get("epsilon", 1e-5))
     rms = node.op == "RMSNormalization"

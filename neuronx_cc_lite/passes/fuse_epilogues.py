@@ -1,6 +1,7 @@
 """Fuse what follows a matrix product into it:
 
-    MatMul | Gemm  ->  [Add a bias row]  ->  [Add a residual]  ->  [Relu | Gelu | Tanh | Sigmoid]
+    MatMul | Gemm  ->  [Mul | Div by a constant]  ->  [Add a bias row]  ->  [Add a residual]
+                   ->  [Relu | Gelu | Tanh | Sigmoid]
     becomes one MatMulEpilogue node named after the MatMul: y = act(alpha * A @ B + bias + residual)
 
 lowered as one pass over each PSUM bank (lower/matmul.py): PE adds the bias while it accumulates (one more matmul,
@@ -8,8 +9,8 @@ a ones row times the bias row), VectorE adds the residual as it evacuates the ba
 activation; the intermediate tensors never exist.
 
 The bias must be a constant with one value per output column (shape [N], [1, N], a scalar, ...); the residual a
-computed tensor of the output's shape. Gemm's C joins as a bias when it is such a row (times beta). A value is
-swallowed only when nothing else reads it.
+computed tensor broadcasting to the output's shape (an attention mask too). Gemm's C joins as a bias when it is
+such a row (times beta). A value is swallowed only when nothing else reads it.
 """
 
 from __future__ import annotations
@@ -39,6 +40,22 @@ def _bias_row(g: Graph, name: str, out_shape: tuple[int, ...]) -> np.ndarray | N
     return np.broadcast_to(t.value.reshape(-1), (out_shape[-1],)).astype(np.float32)
 
 
+def _scale(g: Graph, node: Node, x: str) -> float | None:
+    """The factor of x * c, c * x or x / c for a one-value constant c."""
+    other = _other(node, x)
+    t = g.tensors[other]
+    if not t.is_constant or t.value.size != 1 or t.value.dtype.kind != "f" or (node.op == "Div" and other == node.inputs[0]):
+        return None
+    c = float(t.value.reshape(-1)[0])
+    return (1.0 / c if c != 0 else None) if node.op == "Div" else c
+
+
+def _broadcasts(small: tuple[int, ...], shape: tuple[int, ...]) -> bool:
+    if len(small) > len(shape):
+        return False
+    return all(a in (1, b) for a, b in zip(small[::-1], shape[::-1]))
+
+
 def _other(node: Node, name: str) -> str:
     a, b = node.inputs[:2]
     return b if a == name else a
@@ -62,6 +79,11 @@ def _fuse(g: Graph, users: dict[str, list[Node]], head: Node) -> tuple[Node, lis
         return None  # vectors are promoted to matrices: keep MatMul's own lowering
     matched = [head]
     nxt = _sole_user(g, users, out)
+    while nxt is not None and nxt.op in ("Mul", "Div") and (factor := _scale(g, nxt, out)) is not None and g.tensors[nxt.outputs[0]].shape == shape:
+        attrs["alpha"] *= factor  # a scaling (attention's 1/sqrt(d)) is alpha
+        matched.append(nxt)
+        out = nxt.outputs[0]
+        nxt = _sole_user(g, users, out)
     if bias is None and nxt is not None and nxt.op == "Add" and g.tensors[nxt.outputs[0]].shape == shape:
         bias = _bias_row(g, _other(nxt, out), shape)
         if bias is not None:
@@ -70,7 +92,8 @@ def _fuse(g: Graph, users: dict[str, list[Node]], head: Node) -> tuple[Node, lis
             nxt = _sole_user(g, users, out)
     if nxt is not None and nxt.op == "Add" and g.tensors[nxt.outputs[0]].shape == shape:
         residual = _other(nxt, out)
-        if not g.tensors[residual].is_constant and g.tensors[residual].shape == shape and residual != out:
+        if not g.tensors[residual].is_constant and _broadcasts(g.tensors[residual].shape, shape) and \
+                residual != out:
             inputs[3] = residual
             matched.append(nxt)
             out = nxt.outputs[0]

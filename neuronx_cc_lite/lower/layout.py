@@ -1,0 +1,109 @@
+"""Which tensors to lay out feature-major: their last axis on partitions, the rest in the free dimension.
+
+A matmul contracts over the partitions. Activations laid out token-major (rows on partitions, features in the
+free dimension) must be turned on PE before every matmul that reads them; laid out feature-major, they are
+already A^T, the matmul's stationary or moving operand as it is, and a matmul can write its result feature-major
+too (out^T = B^T A^T: the weights stationary, the activations moving), with the bias a per-partition column that
+ScalarE adds for free. A transformer's hidden state then goes from layer to layer without a transpose; only what
+needs rows (a softmax over the keys) stays token-major.
+
+    a tensor is feature-major when some reader wants its last axis on partitions and none wants otherwise:
+      MatMul A (input 0)             contracts A's last axis                       -> wants it
+      MatMul B (input 1)             contracts B's second-to-last axis: wants it when that is the tensor's last
+                                     axis (K^T in attention), not when it is another (V)
+      LayerNormalization over the last axis  wants it (it normalises over partitions and gives its own
+                                     readers the layout they want)
+      an elementwise op of the same shape, a fused matmul's residual
+                                     go as their result goes
+      anything else, a graph output  wants rows
+Readers are followed through Reshape (splitting the last axis), Transpose, Squeeze and Unsqueeze, tracking where
+the tensor's last axis went.
+"""
+
+from __future__ import annotations
+
+from neuronx_cc_lite.ir import Graph, Node
+
+MATMULS = ("MatMul", "MatMulEpilogue", "Gemm")
+FOLLOWERS = ("Add", "Sub", "Mul", "Div", "Relu", "Gelu", "Tanh", "Sigmoid", "Erf", "Neg", "Sqrt", "Exp", "Log",
+             "Abs")
+VIEWS = ("Reshape", "Transpose", "Squeeze", "Unsqueeze", "Identity")
+
+
+def _through_view(node: Node, g: Graph, position: int | None) -> int | None:
+    """Where the tracked axis (the source's last axis) is in the view's output, or None when it is lost."""
+    if position is None:
+        return None
+    src, out = g.tensors[node.inputs[0]].shape, g.tensors[node.outputs[0]].shape
+    if node.op == "Transpose":
+        perm = node.attrs.get("perm") or tuple(reversed(range(len(src))))
+        return list(perm).index(position) if position in perm else None
+    if node.op in ("Reshape", "Squeeze", "Unsqueeze", "Identity"):
+        if position != len(src) - 1 or not out:
+            return None
+        # the last axis survives when the output's last axis is the same or a part of it, with the axes before
+        # it unchanged in what they hold
+        last, tail = src[-1], out[-1]
+        if last % tail:
+            return None
+        outer_src = 1
+        for n in src[:-1]:
+            outer_src *= n
+        outer_out = 1
+        for n in out[:-1]:
+            outer_out *= n
+        return len(out) - 1 if outer_out == outer_src * (last // tail) else None
+    return None
+
+
+class FeatureMajor:
+    """The decision for every computed tensor of a graph, made once when lowering starts."""
+
+    def __init__(self, g: Graph) -> None:
+        self.g = g
+        self.users = g.consumers()
+        self.memo: dict[str, bool] = {}
+
+    def __call__(self, name: str) -> bool:
+        if name not in self.memo:
+            self.memo[name] = False  # a cycle cannot happen in a DAG; guards against surprises
+            votes = list(self._votes(name, len(self.g.tensors[name].shape) - 1))
+            self.memo[name] = bool(votes) and all(votes)
+        return self.memo[name]
+
+    def _votes(self, name: str, position: int | None):  # type: ignore[no-untyped-def]
+        if name in self.g.outputs:
+            yield False
+        for node in self.users.get(name, []):
+            rank = len(self.g.tensors[node.outputs[0]].shape) if node.outputs and node.outputs[0] else 0
+            if node.op in VIEWS and node.inputs[0] == name:
+                yield from self._votes(node.outputs[0], _through_view(node, self.g, position))
+            elif node.op in MATMULS and node.inputs[0] == name and node.attrs.get("transA", 0) == 0:
+                yield position is not None and position == len(self.g.tensors[name].shape) - 1 >= 1
+            elif node.op in MATMULS and node.inputs[1] == name and node.attrs.get("transB", 0) == 0:
+                src_rank = len(self.g.tensors[name].shape)
+                yield position is not None and src_rank >= 2 and position == src_rank - 2
+            elif node.op == "LayerNormalization" and node.inputs[0] == name:
+                # normalising over the partitions is cheap (lower/feature_norm.py), and its output is laid out as
+                # its own readers want: it takes feature-major input whatever comes after it
+                yield position == rank - 1 and int(node.attrs.get("axis", -1)) % rank == rank - 1
+            elif node.op in FOLLOWERS or (node.op == "MatMulEpilogue" and node.inputs[3:4] == [name]):
+                same = self.g.tensors[node.outputs[0]].shape == self.g.tensors[name].shape
+                yield same and position == rank - 1 and self(node.outputs[0])
+            else:
+                yield False
+
+
+def only_multiplied(g: Graph, users: dict[str, list[Node]], name: str) -> bool:
+    """Whether every reader of the tensor (through views) is a matmul taking it as an operand: then, under
+    auto-cast, its producer may store it in the matmul type, which is where every reader would round it."""
+    if name in g.outputs:
+        return False
+    readers = users.get(name, [])
+    for node in readers:
+        if node.op in VIEWS and node.inputs[0] == name:
+            if not only_multiplied(g, users, node.outputs[0]):
+                return False
+        elif not (node.op in MATMULS and name in node.inputs[:2]):
+            return False
+    return bool(readers)
