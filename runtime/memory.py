@@ -2,7 +2,8 @@
 
 Operands become numpy views into these arrays once, at load, after a bounds check; instructions then read and
 write through the views. SBUF and PSUM are filled with 0xFF bytes before every run, which reads as NaN in every
-float type (and -1 in signed ints), so that reading a byte nobody wrote shows in the result.
+float type (and -1 in signed ints), so that reading a byte nobody wrote shows in the result. Only the bytes some
+view reaches need filling again: no instruction touches the others.
 """
 
 from __future__ import annotations
@@ -23,10 +24,12 @@ class ChipMemory:
                      for _ in range(cores)]
         self.psum = [np.full((target.partitions, target.psum_partition_bytes), UNWRITTEN, np.uint8)
                      for _ in range(cores)]
+        # (memory, core) -> how far into a partition row some view reaches: the bytes a run may have touched
+        self._reach = {(mem, core): 0 for mem in (Mem.SBUF, Mem.PSUM) for core in range(cores)}
 
     def clear_on_chip(self) -> None:
-        for array in (*self.sbuf, *self.psum):
-            array.fill(UNWRITTEN)
+        for (mem, core), reach in self._reach.items():
+            (self.sbuf if mem is Mem.SBUF else self.psum)[core][:, :reach].fill(UNWRITTEN)
 
     def view(self, o: Operand, core: int) -> np.ndarray:
         """A numpy view of shape (partitions, *free sizes) on the bytes `o` addresses."""
@@ -44,6 +47,7 @@ class ChipMemory:
             if o.start_partition + o.num_partitions > rows or last >= row_bytes:
                 raise AccessError(f"{o.mem.name} access partitions {o.start_partition}+{o.num_partitions}, "
                                   f"bytes [{first}, {last}] outside {rows} x {row_bytes}")
+            self._reach[o.mem, core] = max(self._reach[o.mem, core], last + 1)
             base, offset, pstride = array.reshape(-1), o.start_partition * row_bytes + o.offset, row_bytes
         try:
             return np.ndarray(o.shape, dtype=o.dtype.np, buffer=base, offset=offset,

@@ -53,6 +53,10 @@ def read_f32(view: np.ndarray) -> Callable[[], np.ndarray]:
     return snapshot(view, F32)
 
 
+def _is_float(dtype: np.dtype) -> bool:
+    return dtype.kind == "f" or dtype.kind == "V" or "float" in dtype.name  # ml_dtypes' types are kind "V"
+
+
 def convert(values: np.ndarray, dtype: np.dtype, wrap: bool = False) -> np.ndarray:
     """Cast as the engines do on write. With `wrap`, integers are bit patterns (the results of bit-vector
     operators) and wrap to the destination width; otherwise values round and saturate."""
@@ -60,7 +64,7 @@ def convert(values: np.ndarray, dtype: np.dtype, wrap: bool = False) -> np.ndarr
         return values
     if wrap and dtype.kind in "iu":
         return values.astype(np.int64).astype(dtype)
-    if dtype.kind == "f" or dtype.kind == "V" or "float" in dtype.name:
+    if _is_float(dtype):
         return values.astype(dtype)
     info = np.iinfo(dtype)
     if values.dtype.kind == "f" or "float" in values.dtype.name:
@@ -74,9 +78,11 @@ def write_to(view: np.ndarray, wrap: bool = False) -> Callable[[np.ndarray], Non
     """A function that stores (partitions, n) values into `view`, casting to its dtype (see `convert`)."""
     flat = _flat(view)
     target, shape = (view, view.shape) if flat is None else (flat, None)
+    cast_on_copy = _is_float(view.dtype)  # assignment casts to a float type as astype does, without a temporary
 
     def store(values: np.ndarray) -> None:
-        values = convert(values, view.dtype, wrap)
+        if not cast_on_copy:
+            values = convert(values, view.dtype, wrap)
         target[...] = values if shape is None else values.reshape(shape)
 
     return store
@@ -93,24 +99,61 @@ def _scalar(value: Any) -> Callable[[], Any]:
 # ---- the functions and operators -------------------------------------------------------------------------------
 
 
+_ERF_SERIES_BELOW = 2.5  # erf's Taylor series below, its Abramowitz-Stegun complement from here on
+_ERF_SERIES_TERMS = 60  # enough for double precision at 2.5
+_ERF_SERIES = [(-1) ** n / (math.factorial(n) * (2 * n + 1)) for n in range(36)]  # the rest: below 2^-47 at 2.5
+_ERF_UNSURE = 2.0 ** -40  # relative; the nested sum is within 2^-45 of the term-by-term one (both round in float64)
+_ERF_BLOCK = 16384  # values nested at a time: float64 blocks that stay in the cache through the 35 passes
+
+
+def _erf_series_terms(small: np.ndarray) -> np.ndarray:
+    """erf by its Taylor series, term by term as the definition of the semantics has it."""
+    term = small.copy()
+    total = small.copy()
+    sq = small * small
+    for n in range(1, _ERF_SERIES_TERMS):
+        term = term * -sq / n
+        total += term / (2 * n + 1)
+    return total * (2 / math.sqrt(math.pi))
+
+
+def _erf_series(small: np.ndarray) -> np.ndarray:
+    """`_erf_series_terms` to the same fp32 bits, several times faster: the series nested (Horner), then summed
+    term by term where the two could round to different fp32 values (a few values in ten thousand)."""
+    sq = (small * small).reshape(-1)
+    total = np.full_like(sq, _ERF_SERIES[-1])
+    for start in range(0, total.size, _ERF_BLOCK):
+        block, block_sq = total[start:start + _ERF_BLOCK], sq[start:start + _ERF_BLOCK]
+        for c in reversed(_ERF_SERIES[:-1]):
+            block *= block_sq
+            block += c
+    total = total.reshape(small.shape)
+    total *= small * (2 / math.sqrt(math.pi))
+    unsure = (total * (1 - _ERF_UNSURE)).astype(F32) != (total * (1 + _ERF_UNSURE)).astype(F32)  # NaN too
+    if unsure.any():
+        total[unsure] = _erf_series_terms(small[unsure])
+    return total
+
+
 def _erf(x: np.ndarray) -> np.ndarray:
     """erf in float64: the Taylor series below 2.5 (converges to double precision in 60 terms), the
     Abramowitz-Stegun 7.1.26 complement above, where erf is within 4e-4 of 1 and its error of 1.5e-7 is below
     fp32 resolution of the result."""
     x64 = x.astype(np.float64)
     a = np.abs(x64)
-    small = np.minimum(a, 2.5)
-    term = small.copy()
-    total = small.copy()
-    sq = small * small
-    for n in range(1, 60):
-        term = term * -sq / n
-        total += term / (2 * n + 1)
-    series = total * (2 / math.sqrt(math.pi))
+    magnitude = _erf_series(np.minimum(a, _ERF_SERIES_BELOW))
+    far = ~(a < _ERF_SERIES_BELOW)  # NaN too
+    if far.any():
+        # The sign a NaN comes out with depends on where numpy's vector loops put it, so with one the complement
+        # is worked out over the whole tile, as the definition has it; other values come out alike on a part.
+        magnitude[far] = _erf_complement(a)[far] if np.isnan(a).any() else _erf_complement(a[far])
+    return (np.sign(x64) * magnitude).astype(F32)
+
+
+def _erf_complement(a: np.ndarray) -> np.ndarray:
     t = 1 / (1 + 0.3275911 * a)
     poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
-    tail = 1 - poly * np.exp(-a * a)
-    return (np.sign(x64) * np.where(a < 2.5, series, tail)).astype(F32)
+    return 1 - poly * np.exp(-a * a)
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
@@ -230,12 +273,13 @@ def nc_matmul(instr: Instruction, v: Views) -> Issue:
     accumulate = instr.args["accumulate"]
     old = snapshot(v["dst"], np.float64)
     store = write_to(v["dst"])
+    rounds_on_store = v["dst"].dtype == F32  # storing rounds float64 to fp32 as astype would
 
     def issue() -> Commit:
         product = stationary().T @ moving()
         if accumulate:
             product += old()
-        return lambda: store(product.astype(F32, copy=False))
+        return lambda: store(product if rounds_on_store else product.astype(F32))
 
     return issue
 
