@@ -80,12 +80,19 @@ def compile_graph(graph: Graph, options: Options) -> Bundle:
         raise UnsupportedError(unsupported)
     options.check()
     cast = TYPES[options.auto_cast_type] if options.auto_cast != "none" else None
-    program, ctx = lower_graph(graph, target, matmul_dtype=cast,
-                               internal_dtype=cast if options.auto_cast == "all" else None)
-    verify_program(program, "lowering")
-    on_chip = Report()
-    if options.optimize >= 2:
+    by_rows: frozenset[str] | None = frozenset() if options.optimize >= 2 else None
+    while True:
+        program, ctx = lower_graph(graph, target, matmul_dtype=cast,
+                                   internal_dtype=cast if options.auto_cast == "all" else None, by_rows=by_rows)
+        verify_program(program, "lowering")
+        on_chip = Report()
+        if options.optimize < 2:
+            break
         on_chip = keep_on_chip(program)
+        if not on_chip.stranded:
+            break
+        by_rows = by_rows | frozenset(on_chip.stranded)  # type: ignore[operator]  # lay them out by rows
+    if options.optimize >= 2:
         verify_program(program, "keep-on-chip")
         broadcast_on_pe(program)
         verify_program(program, "broadcast-on-pe")

@@ -18,7 +18,9 @@ an access to the home. A transfer that cannot be mapped (a transposing read, a g
     tile <-> home, rows on other partitions              an SBUF-to-SBUF DMA: no HBM traffic
     home <-> HBM (a graph output, a weight)              the DMA reads or writes the home
 
-SBUF is shared with the operators' own tiles: homes are admitted in program order while their bytes fit a budget;
+A graph output the program also reads (a pooler reading the last hidden state) gets a home too, and is stored to
+HBM from it besides. SBUF is shared with the operators' own tiles: homes are admitted in program order while their
+bytes fit a budget;
 when a new one would not fit, the live home whose last use is farthest away is spilled (left in HBM, as before
 this pass). The bytes of spilled tensors are reported.
 """
@@ -53,6 +55,9 @@ class Report:
     spilled: list[str] = field(default_factory=list)
     spill_bytes: int = 0  # bytes of the tensors spilled for lack of room (stored once, loaded back)
     through_hbm: list[str] = field(default_factory=list)  # tensors some access cannot read on chip
+    # feature-major tensors left in HBM: there their element-strided accesses cost a piece per element, so the
+    # compiler lays them out by rows instead and tries again
+    stranded: list[str] = field(default_factory=list)
 
 
 def layout_from_split(shape: tuple[int, ...], first: int, last: int) -> Layout:
@@ -123,23 +128,31 @@ def keep_on_chip(program: Program) -> Report:
     pmax = program.target.partitions
     instrs = program.instrs
     touching: dict[HbmTensor, list[int]] = {}
+    read_outputs: set[HbmTensor] = set()  # graph outputs the program also reads: a home saves the round trip
     for i, p in enumerate(instrs):
-        for access, _ in p.accesses():
-            if isinstance(access, HbmAccess) and access.tensor.kind == "scratch":
+        for access, writes in p.accesses():
+            if isinstance(access, HbmAccess) and access.tensor.kind in ("scratch", "output"):
                 touching.setdefault(access.tensor, []).append(i)
+                if access.tensor.kind == "output" and not writes:
+                    read_outputs.add(access.tensor)
+    touching = {t: where for t, where in touching.items() if t.kind == "scratch" or t in read_outputs}
     layouts: dict[HbmTensor, Layout] = {}
     for tensor, where in touching.items():
         layout = _layout_for(tensor, instrs, where)
         if layout is None or not _all_map(tensor, layout, instrs, where, pmax):
             report.through_hbm.append(tensor.name)
+            if tensor.layout is not None and tensor.layout[2] == 1:
+                report.stranded.append(tensor.name)
             continue
         layouts[tensor] = layout
     admitted = _admit(program, layouts, touching, report)
     homes = {t: program.sbuf(min(pmax, layouts[t].rows), layouts[t].home_free(pmax), t.dtype, f"{t.name}@home")
              for t in admitted}
     written_late = {t for t in admitted if _read_before_written(t, instrs, touching[t])}
+    report.stranded += [t.name for t in layouts if t not in admitted and t.layout is not None and t.layout[2] == 1]
     for tensor in admitted:
-        program.hbm.remove(tensor)
+        if tensor.kind == "scratch":
+            program.hbm.remove(tensor)
         report.kept.append(tensor.name)
     _rewrite(program, homes, layouts, written_late)
     return report
@@ -244,18 +257,25 @@ def _rewrite(program: Program, homes: dict[HbmTensor, Tile], layouts: dict[HbmTe
     _keep_partitions_legal(program.instrs, renamed, target)
     kept: list[PendingInstr] = []
     for p, pair in zip(program.instrs, mapped):
-        if pair is not None:
-            dst, src = pair
-            if isinstance(dst, TileAccess) and isinstance(src, TileAccess):
-                if (dst.tile in home_tiles and renamed.get(src.tile) is not None or
-                        src.tile in home_tiles and renamed.get(dst.tile) is not None):
-                    continue  # the tile is the home's region: nothing moves
-                if dst.first == src.first and all(
-                        a.first in target.allowed_start_partitions(a.partitions) for a in (dst, src)):
-                    kept.append(PendingInstr("tensor_copy", Engine.DVE, 0, {"dst": dst, "src": src}, p.node))
-                    continue
-            p.args = {**p.args, "dst": dst, "src": src}
-        kept.append(p)
+        if pair is None:
+            kept.append(p)
+            continue
+        dst, src = pair
+        if isinstance(p.args["dst"], HbmAccess) and p.args["dst"].tensor.kind == "output":
+            kept.append(p)  # a graph output is stored all the same: from its tile, or from the home it becomes
+            if dst is p.args["dst"]:
+                continue  # not homed
+        if isinstance(dst, TileAccess) and isinstance(src, TileAccess):
+            if (dst.tile in home_tiles and renamed.get(src.tile) is not None or
+                    src.tile in home_tiles and renamed.get(dst.tile) is not None):
+                continue  # the tile is the home's region: nothing moves
+            if dst.first == src.first and all(
+                    a.first in target.allowed_start_partitions(a.partitions) for a in (dst, src)):
+                kept.append(PendingInstr("tensor_copy", Engine.DVE, 0, {"dst": dst, "src": src}, p.node))
+                continue
+        moved = PendingInstr(p.op, p.engine, p.queue, {**p.args, "dst": dst, "src": src}, p.node)
+        kept.append(moved if moved.args["dst"] is not p.args["dst"] or moved.args["src"] is not p.args["src"]
+                    else p)
     for p in kept:
         p.args = {k: _renamed(v, renamed) for k, v in p.args.items()}
     program.instrs = kept

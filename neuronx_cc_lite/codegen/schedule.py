@@ -16,7 +16,7 @@ of work that is needed now. The clocks are the scheduler's estimate; the runtime
 semaphores. Three more choices decide what the hardware does well:
 - DMA queues: transfers into SBUF (loads) and out of it (stores) take separate queues, in proportion to their
   bytes, so that a store waiting for its producer never holds up the loads queued behind it in the same queue;
-  a store queue with no store ready takes a load.
+  a store queue takes loads until the first store, then only short ones while no store is ready.
 - Memory: a tile lives from its first to its last access in the new order, and is placed (allocate.py) when
   its first access is scheduled. An instruction whose tiles find no room waits until others are freed, the
   earliest in lowering order first, so running ahead (the loads of the next tiles while this one computes:
@@ -45,6 +45,8 @@ MOVABLE = frozenset({"tensor_copy", "tensor_scalar", "memset"})
 # prefetch the next layer's weights and overlap neighbouring operators, near enough that what it opens early does
 # not take the memory the earlier work needs.
 LOOKAHEAD = 768
+SHORT_LOAD_NS = 2000.0  # a load a store queue may take while no store is ready
+LOOK_PENDING = 8  # pending transfers a free queue looks at before taking a less critical one
 _ON_ENGINES = (Engine.ACT, Engine.DVE, Engine.POOL)
 
 
@@ -108,6 +110,18 @@ class _Pool:
         return self.pending[0][0] if self.pending else float("inf")
 
 
+def _critical_soon(pool: _Pool, rank: list[float], now: int, before: float, taken: list[bool]) -> float | None:
+    """When a transfer more critical than the one (`now`) a queue would take becomes ready before half of that one
+    would be done: the queue waits for it (a gather of embedding rows queued behind a weight a layer ahead would
+    hold up everything). The first few pending transfers are looked at."""
+    for ready_at, j in heapq.nsmallest(LOOK_PENDING, pool.pending):
+        if ready_at >= before:
+            break
+        if not taken[j] and rank[j] > rank[now]:
+            return ready_at
+    return None
+
+
 def schedule(program: Program) -> list[list[int]]:
     """Reorder program.instrs, set every instruction's engine and queue and place every tile (see the module
     docstring). Returns the dependencies it kept, as positions in the order before scheduling (for the verifier).
@@ -148,12 +162,13 @@ def schedule(program: Program) -> list[list[int]]:
     servers += [(Engine.DMA, q) for q in range(target.dma_queues)]
     free_at = [0.0] * len(servers)
     pools: dict[object, _Pool] = {e: _Pool() for e in (Engine.PE, Engine.ACT, Engine.DVE, Engine.POOL, Engine.SP)}
-    pools["loads"], pools["stores"] = _Pool(), _Pool()
-    # a store queue takes a load when no store is ready for it (it schedules only what is ready, so the load does
-    # not wait behind a store); a load queue never takes a store, which could hold the loads behind it until its
-    # producer finishes if the estimate was short
-    pools_of_server: list[list[object]] = [[e] if e is not Engine.DMA else ["loads"] if q in loads and q not in
-                                           stores else ["stores", "loads"] for e, q in servers]
+    pools["loads"], pools["short loads"], pools["stores"] = _Pool(), _Pool(), _Pool()
+    # a store queue takes loads until the first store is scheduled, then only short ones when no store is ready
+    # (a long load could hold up the stores that become ready meanwhile); a load queue never takes a store, which
+    # could hold the loads behind it until its producer finishes if the estimate was short
+    pools_of_server: list[list[object]] = [
+        [e] if e is not Engine.DMA else ["loads", "short loads"] if q in loads and q not in stores else
+        ["stores", "loads", "short loads"] for e, q in servers]
     port_free = {p: 0.0 for p in Port}
     memory = OnChipMemory(target)
     placed: set[Tile] = set()
@@ -168,7 +183,8 @@ def schedule(program: Program) -> list[list[int]]:
 
     def pools_of(i: int) -> list[object]:
         if instrs[i].engine is Engine.DMA:
-            return ["stores" if is_store(instrs[i]) else "loads"]
+            return ["stores" if is_store(instrs[i]) else
+                    "short loads" if cost[i][Engine.DMA] <= SHORT_LOAD_NS else "loads"]
         return list(engines[i])
 
     def release(i: int) -> None:
@@ -222,10 +238,17 @@ def schedule(program: Program) -> list[list[int]]:
             first = min((pools[key] for key in pools_of_server[k]), key=lambda p: p.next_ready_at())
             first.promote(first.next_ready_at(), rank)
             candidates = [first]
-        pool = candidates[0]  # stores first on a store queue, then the most critical ready instruction
+        # stores first on a store queue; otherwise the most critical ready instruction
+        pool = candidates[0] if candidates[0] is pools["stores"] else min(candidates, key=lambda p: p.ready[0])
         _, i = heapq.heappop(pool.ready)
         if taken[i]:
             continue  # a movable instruction another engine took
+        if engine is Engine.DMA:
+            soon = _critical_soon(pool, rank, i, best_time + cost[i][engine] / 2, taken)
+            if soon is not None and soon > best_time:  # keep the queue for what the chain needs next
+                heapq.heappush(pool.ready, (-rank[i], i))
+                free_at[k] = soon
+                continue
         taken[i] = True
         if not place(i):
             heapq.heappush(blocked, i)  # out of every pool until memory frees
@@ -239,6 +262,9 @@ def schedule(program: Program) -> list[list[int]]:
         free_at[k] = end
         if e is Engine.DMA:
             instrs[i].queue = queue
+            if is_store(instrs[i]) and loads != stores:  # the stores have begun: store queues keep to them
+                pools_of_server = [["stores", "short loads"] if keys[0] == "stores" else keys
+                                   for keys in pools_of_server]
 
         else:
             for p in held[i][e]:

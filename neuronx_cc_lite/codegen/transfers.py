@@ -1,9 +1,9 @@
-"""Cut large DMA transfers by partitions, so that several queues move one tile at once.
+"""Cut large DMA transfers (copies and gathers) by partitions, so that several queues move one tile at once.
 
 A queue runs one transfer at a time at one engine's rate; a 2 MiB tile on one queue takes 80 us while fifteen
-queues idle. Each piece costs a launch (1.3 us), so pieces stay large: a transfer of more than two pieces' worth
-is cut into pieces of about PIECE_BYTES, each a band of partitions (the DMA guide's advice: >= 32 KiB per transfer,
->= 4 KiB per partition row, which a band of a large tile keeps).
+queues idle. Each piece costs a launch (1.3 us), so pieces stay large: a transfer is cut into pieces of about PIECE_BYTES
+(two at least from 64 KiB), each a band of partitions (the DMA guide's advice: >= 32 KiB per transfer, >= 4 KiB
+per partition row, which a band of a large tile keeps).
 """
 
 from __future__ import annotations
@@ -13,6 +13,10 @@ from dataclasses import replace
 from neuronx_cc_lite.lower.program import HbmAccess, PendingInstr, Program, TileAccess
 
 PIECE_BYTES = 128 * 1024
+# A gather starts a chain of dependent work (an embedding lookup feeds everything after it): its bands are
+# smaller, so that it finishes soon after its indices arrive; so are the bands of a small transfer over many
+# partitions (its indices, a column of constants), whose cost is mostly one piece per partition.
+GATHER_PARTITIONS = 32
 
 
 def _bytes(p: PendingInstr) -> int:
@@ -36,14 +40,23 @@ def _band(a: TileAccess | HbmAccess, first: int, count: int) -> TileAccess | Hbm
 def split_transfers(program: Program) -> None:
     out: list[PendingInstr] = []
     for p in program.instrs:
-        if p.op != "dma_copy" or _bytes(p) <= 2 * PIECE_BYTES:
+        partitions = p.args["dst"].partitions if p.op in ("dma_copy", "dma_gather") else 0
+        if p.op == "dma_gather" and partitions > GATHER_PARTITIONS:
+            band = GATHER_PARTITIONS
+        elif p.op == "dma_copy" and _bytes(p) > PIECE_BYTES // 2:
+            # at least two pieces above 64 KiB: a transfer alone on the critical path halves its latency
+            band = -(-partitions // min(partitions, max(2, -(-_bytes(p) // PIECE_BYTES))))
+        elif p.op == "dma_copy" and partitions > 2 * GATHER_PARTITIONS:
+            band = GATHER_PARTITIONS  # a small transfer over many partitions pays mostly for its rows: in bands
+        else:
             out.append(p)
             continue
-        partitions = p.args["dst"].partitions
-        pieces = min(partitions, -(-_bytes(p) // PIECE_BYTES))
-        band = -(-partitions // pieces)
         for first in range(0, partitions, band):
             count = min(band, partitions - first)
-            args = {**p.args, "dst": _band(p.args["dst"], first, count), "src": _band(p.args["src"], first, count)}
+            args = {**p.args, "dst": _band(p.args["dst"], first, count)}
+            if p.op == "dma_copy":
+                args["src"] = _band(p.args["src"], first, count)
+            else:  # a gather: each partition's row comes from its own index; the table is read whole
+                args["index"] = _band(p.args["index"], first, count)
             out.append(PendingInstr(p.op, p.engine, p.queue, args, p.node))
     program.instrs = out

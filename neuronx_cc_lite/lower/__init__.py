@@ -16,11 +16,13 @@ __all__ = ["lower_graph", "LOWERINGS", "unsupported_nodes", "why_unsupported"]
 
 
 def lower_graph(g: Graph, target: Target, matmul_dtype: DType | None = None,
-                internal_dtype: DType | None = None) -> tuple[Program, LowerCtx]:
+                internal_dtype: DType | None = None, by_rows: frozenset[str] | None = None
+                ) -> tuple[Program, LowerCtx]:
     """Lower every node in order. `matmul_dtype`: the type matmul operands are cast to as they load (auto-cast);
-    `internal_dtype`: the type fp32 tensors inside the model are held in (auto-cast all)."""
+    `internal_dtype`: the type fp32 tensors inside the model are held in (auto-cast all); `by_rows`: tensors
+    not to lay out feature-major (None: none at all, for programs whose tensors stay in HBM)."""
     program = Program(target, matmul_dtype)
-    ctx = LowerCtx(g, program, internal_dtype)
+    ctx = LowerCtx(g, program, internal_dtype, by_rows)
     for node in g.nodes:
         program.node = node.name
         LOWERINGS[node.op].lower(ctx, node)

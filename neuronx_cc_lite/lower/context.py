@@ -49,13 +49,14 @@ def device_dtype(dtype: np.dtype) -> DType | None:
 
 
 class LowerCtx:
-    def __init__(self, graph: Graph, program: Program, internal_dtype: DType | None = None) -> None:
+    def __init__(self, graph: Graph, program: Program, internal_dtype: DType | None = None,
+                 by_rows: frozenset[str] | None = frozenset()) -> None:
         self.graph = graph
         self.program = program
         self.internal_dtype = internal_dtype  # auto-cast all: how fp32 tensors inside the model are held
         self.views: dict[str, HbmView] = {}
         self.consumers = graph.consumers()
-        self.feature_major = FeatureMajor(graph)  # which results to lay out with their last axis on partitions
+        self.feature_major = FeatureMajor(graph, by_rows)  # results laid out with their last axis on partitions
         self.columns = ColumnPool(program)  # per-feature constants on partitions, loaded once
         # weights a lowering laid out at compile time (a matmul's K tiles), by key: the tensor and block offsets
         self.laid_out: dict[str, tuple[HbmTensor, list[int]]] = {}

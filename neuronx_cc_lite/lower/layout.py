@@ -59,12 +59,16 @@ def _through_view(node: Node, g: Graph, position: int | None) -> int | None:
 class FeatureMajor:
     """The decision for every computed tensor of a graph, made once when lowering starts."""
 
-    def __init__(self, g: Graph) -> None:
+    def __init__(self, g: Graph, by_rows: frozenset[str] | None = frozenset()) -> None:
+        """`by_rows`: tensors to lay out by rows whatever their readers want; None: all of them."""
         self.g = g
         self.users = g.consumers()
         self.memo: dict[str, bool] = {}
+        self.by_rows = by_rows
 
     def __call__(self, name: str) -> bool:
+        if self.by_rows is None or name in self.by_rows:
+            return False
         if name not in self.memo:
             self.memo[name] = False  # a cycle cannot happen in a DAG; guards against surprises
             votes = list(self._votes(name, len(self.g.tensors[name].shape) - 1))

@@ -114,7 +114,10 @@ def matmul_2d_transposed(ctx: LowerCtx, a: Operand, b: Operand, out: HbmView, ep
                           moving=a_t[j], accumulate=j > 0)
             res = prog.sbuf(nb, mw, out.dtype, f"{name}/out^T")
             column = columns(n0, nb) if columns is not None else None
-            if not epilogue.addends:
+            if not epilogue.addends and epilogue.func is ActFunc.copy and column is not None:
+                # a bias alone: a tensor_scalar, which ScalarE or VectorE may run (the scheduler picks)
+                ts(prog, res.ap(), acc.ap(), AluOp.multiply, epilogue.alpha, AluOp.add, column, engine=Engine.ACT)
+            elif not epilogue.addends:
                 act(prog, res.ap(), acc.ap(), epilogue.func, scale=epilogue.alpha, bias=column)
             else:
                 view, _ = epilogue.addends[0]

@@ -15,6 +15,8 @@ from typing import Iterator
 
 from neuronx_cc_lite.lower.hbm import HbmView, coalesce
 
+ROW_ELEMENTS = 512
+
 
 def _spaces(views: list[HbmView], pmax: int) -> list[tuple[tuple[int, ...], list[tuple[int, ...]], list[int]]]:
     """(shape, strides per view, offset per view) of each index space to tile, axis 0 to go on partitions."""
@@ -25,7 +27,9 @@ def _spaces(views: list[HbmView], pmax: int) -> list[tuple[tuple[int, ...], list
     if len(shape) > 1:
         return [(shape, strides, offsets)]
     total = shape[0]
-    cols = -(-total // pmax)
+    # spread over the partitions, but no narrower than ROW_ELEMENTS per partition while the tensor allows: a DMA
+    # pays for every partition row it touches, so a small tensor is better on few partitions than on 128
+    cols = max(-(-total // pmax), min(total, ROW_ELEMENTS))
     rows = total // cols
     spaces = [((rows, cols), [(s[0] * cols, s[0]) for s in strides], offsets)]
     tail = total - rows * cols
