@@ -127,7 +127,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         from runtime.profile import chrome_trace, utilization_table
 
-        trace = chrome_trace(model.simulator, stats)
+        trace = chrome_trace(model)
         _write_atomic(args.profile, lambda f: f.write(json.dumps(trace).encode()))
         _say(args, utilization_table(stats))
     if args.outputs:

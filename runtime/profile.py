@@ -2,7 +2,7 @@
 gives (latency against the roofline, MFU, MBU, engine shares, DMA traffic, reloads, the costliest ONNX nodes).
 
     model.run(inputs, trace=True)
-    json.dump(chrome_trace(model.simulator, model.last_run), open("trace.json", "w"))   # chrome://tracing
+    json.dump(chrome_trace(model), open("trace.json", "w"))                             # Perfetto
     print(summary_text(summarize(model)))                                               # `neuronx-cc-lite profile`
 
 The roofline is a lower bound on any program for the model on one core: the larger of
@@ -26,23 +26,88 @@ import numpy as np
 from isa.bundle import Bundle, HbmTensorInfo
 from isa.costs import DmaCost, dma_cost
 from isa.dtypes import DType
-from isa.operand import Mem
+from isa.instructions import Instruction
+from isa.listing import format_operand
+from isa.operand import Mem, stream_names
 from isa.target import Target
-from runtime.simulator import RunStats, Simulator
+from runtime.model import Model
+from runtime.simulator import RunStats, TraceEvent
 
 
-def chrome_trace(simulator: Simulator, stats: RunStats) -> dict[str, Any]:
-    """The trace event format: one complete event per instruction, a process per core, a thread per stream,
-    times in microseconds."""
-    streams = {(s.core, s.name): s for s in simulator.streams}
-    events = []
+def chrome_trace(model: Model) -> dict[str, Any]:
+    """The model's last (traced) run in the trace event format that chrome://tracing and Perfetto read, times in
+    microseconds:
+    - a process per core, pid core + 1 (Perfetto takes pid 0 for the kernel's swapper), named "core N";
+    - a thread per stream, tid its place + 1 in PE, ACT, DVE, POOL, SP, DMA0, DMA1, ..., named after the stream
+      and given that place as its sort index, so the rows appear in the order of the engines;
+    - a complete event ("X") per instruction; its args give the ONNX node, the operands as the listing prints
+      them, the bytes read and written, the semaphores it waits on and the instruction whose signal released it;
+    - a flow ("s" -> "f") per semaphore hand-off between two streams. Semaphores only count up, so the k-th
+      increment of semaphore s on a core (in completion order, which the trace keeps) is what satisfies a wait
+      s>=k there: the arrow goes from that increment's instruction to the waiting one.
+    """
+    stats = model.last_run
+    if stats is None or (stats.instructions and not stats.trace):
+        raise ValueError("chrome_trace needs a traced run: model.run(inputs, trace=True)")
+    bundle = model.bundle
+    order = {name: k for k, name in enumerate(stream_names(model.target.dma_queues))}
+    ops = {(s.core, s.name): s.ops for s in model.simulator.streams}
+    events: list[dict[str, Any]] = []
+    for core, streams in enumerate(bundle.cores):
+        events.append({"name": "process_name", "ph": "M", "pid": core + 1, "args": {"name": f"core {core}"}})
+        events.append({"name": "process_sort_index", "ph": "M", "pid": core + 1, "args": {"sort_index": core}})
+        for name in sorted(streams, key=order.__getitem__):
+            tid = order[name] + 1
+            events.append({"name": "thread_name", "ph": "M", "pid": core + 1, "tid": tid, "args": {"name": name}})
+            events.append({"name": "thread_sort_index", "ph": "M", "pid": core + 1, "tid": tid,
+                           "args": {"sort_index": order[name]}})
+    increments: dict[tuple[int, int], list[TraceEvent]] = {}
     for e in stats.trace:
-        op = streams[e.core, e.stream].ops[e.index]
-        events.append({"name": op.mnemonic, "cat": e.stream, "ph": "X", "pid": e.core, "tid": e.stream,
-                       "ts": e.start / 1000, "dur": (e.end - e.start) / 1000,
-                       "args": {"index": e.index, "node": op.node}})
-    return {"traceEvents": events, "displayTimeUnit": "ns",
+        signal = ops[e.core, e.stream][e.index].signal
+        if signal is not None:
+            increments.setdefault((e.core, signal), []).append(e)
+    flows: list[dict[str, Any]] = []
+    for e in stats.trace:
+        op = ops[e.core, e.stream][e.index]
+        instr = bundle.cores[e.core][e.stream].instructions[e.index]
+        pid, tid = e.core + 1, order[e.stream] + 1
+        args = {"index": e.index, "node": op.node, **_operand_args(instr)}
+        if op.dma is not None:
+            args["hbm_bytes"] = op.dma.hbm_bytes
+        if op.signal is not None:
+            args["signal"] = f"s{op.signal}"
+        releasers = [(sem, value, increments[e.core, sem][value - 1]) for sem, value in op.waits if value > 0]
+        if releasers:
+            args["waits"] = [f"s{sem}>={value}" for sem, value, _ in releasers]
+            sem, value, last = max(releasers, key=lambda r: r[2].end)
+            args["semaphore"] = f"s{sem}>={value}"
+            args["released_by"] = f"{last.stream} #{last.index} {ops[e.core, last.stream][last.index].mnemonic}"
+        for sem, _, source in releasers:
+            if source.stream == e.stream:
+                continue  # a stream's own order needs no arrow
+            flow = {"name": f"s{sem}", "cat": "semaphore", "id": len(flows) // 2 + 1, "pid": pid}
+            # Each end sits inside its slice (mid-way), so that the viewer binds it to that slice.
+            flows.append({**flow, "ph": "s", "tid": order[source.stream] + 1,
+                          "ts": (source.start + source.end) / 2000})
+            flows.append({**flow, "ph": "f", "bp": "e", "tid": tid, "ts": (e.start + e.end) / 2000})
+        events.append({"name": op.mnemonic, "cat": "DMA" if op.dma is not None else e.stream, "ph": "X",
+                       "pid": pid, "tid": tid, "ts": e.start / 1000, "dur": (e.end - e.start) / 1000,
+                       "args": args})
+    return {"traceEvents": events + flows, "displayTimeUnit": "ns",
             "otherData": {"elapsed_us": stats.elapsed_ns / 1000, "instructions": stats.instructions}}
+
+
+def _operand_args(instr: Instruction) -> dict[str, Any]:
+    """The operands as the listing prints them, and the bytes the instruction reads and writes through them."""
+    operands, read, written = {}, 0, 0
+    for f, o in instr.operands():
+        operands[f.name] = format_operand(o)
+        nbytes = o.num_partitions * o.free_size * o.dtype.size
+        if f.writes:
+            written += nbytes
+        else:
+            read += nbytes
+    return {"operands": operands, "bytes_read": read, "bytes_written": written}
 
 
 def utilization(stats: RunStats) -> list[tuple[int, str, int, float]]:
