@@ -214,25 +214,78 @@ def cmd_asm(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_info(args: argparse.Namespace) -> int:
+def bundle_info(path: str) -> dict[str, Any]:
+    """What `info` reports of a bundle, as JSON-ready values: the header, the manifest, and what the program
+    needs of the chip (SBUF and PSUM high-water marks, semaphores) and how long it runs (the simulator's timing,
+    without computing any values)."""
     from isa import bundle as bundle_format
+    from isa.operand import Mem
+    from isa.target import TARGETS
+    from runtime.errors import LoadError
+    from runtime.profile import estimated_latency_ns, on_chip_peak, roofline, semaphores_used
 
-    with open(args.bundle, "rb") as f:
-        data = f.read()
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise LoadError(f"cannot read {path}: {e.strerror}") from None
     header = bundle_format.read_header(data)
     b = bundle_format.from_bytes(data)
-    print(f"bundle        {args.bundle}")
-    print(f"format        version {header.version}, payload {header.payload_size} bytes, sha256 "
-          f"{header.sha256.hex()}")
-    print(f"target        {header.target}, {header.num_cores} core(s), {b.hbm_size} bytes of HBM")
-    print(f"compiler      {b.compiler}  flags {b.flags}")
-    for kind, infos in (("input", b.inputs), ("output", b.outputs)):
-        for t in infos:
-            print(f"{kind:<13} {t.name}: {t.dtype}{list(t.shape)} (device {t.device_dtype}) at HBM {t.hbm_offset}")
-    print(f"weights       {sum(len(s.data) for s in b.weights)} bytes in {len(b.weights)} segment(s)")
-    for c, core in enumerate(b.cores):
-        counts = ", ".join(f"{name} {len(s.instructions)}" for name, s in core.items())
-        print(f"core {c:<8} {counts}")
+    if b.target not in TARGETS:
+        raise LoadError(f"bundle is for target {b.target!r}, which this tool does not model "
+                        f"(known: {', '.join(TARGETS)})")
+    target = TARGETS[b.target]
+    memories = {}
+    for mem, capacity in ((Mem.SBUF, target.sbuf_partition_bytes), (Mem.PSUM, target.psum_partition_bytes)):
+        row, partitions = on_chip_peak(b, mem)
+        memories[mem.name.lower()] = {"peak_bytes_per_partition": row, "bytes_per_partition": capacity,
+                                      "partitions_used": partitions, "partitions": target.partitions}
+    line = roofline(b, target)
+    return {
+        "bundle": path,
+        "format_version": header.version, "payload_bytes": header.payload_size, "sha256": header.sha256.hex(),
+        "target": header.target, "cores": header.num_cores, "hbm_bytes": b.hbm_size,
+        "compiler": b.compiler, "flags": b.flags, "stats": b.stats,
+        "inputs": [t.to_json() for t in b.inputs], "outputs": [t.to_json() for t in b.outputs],
+        "weights": {"bytes": sum(len(s.data) for s in b.weights), "segments": len(b.weights)},
+        "streams": [{name: len(s.instructions) for name, s in core.items()} for core in b.cores],
+        **memories,
+        "semaphores": {"used": semaphores_used(b), "per_core": target.semaphores},
+        "estimated_latency_us": estimated_latency_ns(b, target) / 1000,
+        "roofline_us": line.ns / 1000, "roofline_bound": line.bound,
+    }
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    import json
+
+    info = bundle_info(args.bundle)
+    if args.json:
+        print(json.dumps(info, indent=1))
+        return 0
+    print(f"bundle        {info['bundle']}")
+    print(f"format        version {info['format_version']}, payload {info['payload_bytes']} bytes, sha256 "
+          f"{info['sha256']}")
+    print(f"target        {info['target']}, {info['cores']} core(s), {info['hbm_bytes']} bytes of HBM")
+    print(f"compiler      {info['compiler']}")
+    print(f"flags         {json.dumps(info['flags'], sort_keys=True)}")
+    for kind in ("input", "output"):
+        for t in info[f"{kind}s"]:
+            print(f"{kind:<13} {t['name']}: {t['dtype']}{t['shape']} (device {t['device_dtype']}) at HBM "
+                  f"{t['hbm_offset']}")
+    print(f"weights       {info['weights']['bytes']} bytes in {info['weights']['segments']} segment(s)")
+    for c, counts in enumerate(info["streams"]):
+        print(f"core {c:<8} {', '.join(f'{name} {n}' for name, n in counts.items())}")
+    for mem in ("sbuf", "psum"):
+        m = info[mem]
+        share = m["peak_bytes_per_partition"] / m["bytes_per_partition"]
+        print(f"{mem.upper():<13} peak {m['peak_bytes_per_partition'] / 1024:.1f} KiB of "
+              f"{m['bytes_per_partition'] / 1024:.0f} KiB per partition ({share:.0%}), {m['partitions_used']} of "
+              f"{m['partitions']} partitions (the highest byte any instruction touches)")
+    sems = info["semaphores"]
+    print(f"semaphores    {', '.join(map(str, sems['used']))} of {sems['per_core']} per core")
+    print(f"latency       {info['estimated_latency_us']:.2f} us estimated (simulated timing, no values computed); "
+          f"roofline {info['roofline_us']:.2f} us, {info['roofline_bound']}-bound")
     return 0
 
 
@@ -369,8 +422,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "was printed with --no-data")
     p.set_defaults(run=cmd_asm)
 
-    p = sub.add_parser("info", help="show a bundle's header, inputs, outputs and streams")
+    p = sub.add_parser("info", help="show a bundle's header, inputs, outputs, streams, SBUF/PSUM peaks, "
+                                    "semaphores and estimated latency")
     p.add_argument("bundle", metavar="BUNDLE.neff")
+    p.add_argument("--json", action="store_true", help="print the same as one JSON object")
     p.set_defaults(run=cmd_info)
 
     p = sub.add_parser("check", help="compile, run on the simulated chip and compare with onnxruntime")

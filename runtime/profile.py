@@ -24,14 +24,16 @@ from typing import Any
 import numpy as np
 
 from isa.bundle import Bundle, HbmTensorInfo
-from isa.costs import DmaCost, dma_cost
+from isa.costs import DmaCost, dma_cost, duration_ns, ports
 from isa.dtypes import DType
 from isa.instructions import Instruction
 from isa.listing import format_operand
-from isa.operand import Mem, stream_names
+from isa.operand import Mem, stream_engine, stream_names
 from isa.target import Target
 from runtime.model import Model
-from runtime.simulator import RunStats, TraceEvent
+from runtime.errors import LoadError
+from runtime.semantics import Commit
+from runtime.simulator import Op, RunStats, Simulator, StreamState, TraceEvent
 
 
 def chrome_trace(model: Model) -> dict[str, Any]:
@@ -127,6 +129,67 @@ def utilization_table(stats: RunStats) -> str:
     lines += [f"{core:>4} {stream:<7} {count:>12} {fraction:>6.1%}" for core, stream, count, fraction in
               utilization(stats)]
     return "\n".join(lines)
+
+
+# ---- what a bundle says without running it (`neuronx-cc-lite info`) -------------------------------------------
+
+
+def on_chip_peak(bundle: Bundle, mem: Mem) -> tuple[int, int]:
+    """(bytes of each partition, partitions) of SBUF or PSUM that some instruction touches: the high-water mark of
+    the compiler's allocation, the most of the memory the program ever holds (the bundle does not record when which
+    bytes are live, so the peak of what is live at once may be lower)."""
+    row, partitions = 0, 0
+    for core in bundle.cores:
+        for s in core.values():
+            for instr in s.instructions:
+                for _, o in instr.operands():
+                    if o.mem is mem:
+                        row = max(row, o.partition_span[1] + 1)
+                        partitions = max(partitions, o.start_partition + o.num_partitions)
+    return row, partitions
+
+
+def semaphores_used(bundle: Bundle) -> list[int]:
+    """Per core, how many distinct semaphores its instructions increment or wait on."""
+    counts = []
+    for core in bundle.cores:
+        used: set[int] = set()
+        for s in core.values():
+            for instr in s.instructions:
+                used.update(sem for sem, _ in instr.waits)
+                if instr.signal is not None:
+                    used.add(instr.signal)
+        counts.append(len(used))
+    return counts
+
+
+def _no_work() -> Commit:
+    return _nothing_to_write
+
+
+def _nothing_to_write() -> None:
+    return None
+
+
+def estimated_latency_ns(bundle: Bundle, target: Target) -> float:
+    """The latency of a run, from the simulator's clock policy over the bundle's streams with their costs but none
+    of their semantics. An instruction's duration, the ports it holds and the HBM bandwidth it asks for follow
+    from the instruction alone, never from the values, so this is the latency every run has (`run --profile`
+    reports the same) without the work of computing the values; a program that deadlocks raises DeadlockError."""
+    streams = []
+    for c, core in enumerate(bundle.cores):
+        for name, s in core.items():
+            try:
+                engine = stream_engine(name)
+            except ValueError as e:
+                raise LoadError(str(e)) from None
+            # The costs as runtime.model loads them: isa/costs.py is the one cost model.
+            ops = [Op(_no_work, instr.waits, instr.signal, duration_ns(instr, engine, target), instr.op, node,
+                      dma_cost(instr, target) if instr.spec.cycles is None else None, ports(instr, engine))
+                   for instr, node in zip(s.instructions, s.nodes)]
+            streams.append(StreamState(c, name, ops))
+    simulator = Simulator(streams, target.semaphores, len(bundle.cores), target.dma_queue_gbps, target.hbm_gbps)
+    return simulator.run("clock").elapsed_ns
 
 
 # ---- the summary --------------------------------------------------------------------------------------------------
