@@ -3,20 +3,26 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 import time
 from collections import Counter
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from isa.target import Target
 
 EXAMPLES = """\
 examples:
   neuronx-cc-lite compile models/mlp_small.onnx -o mlp.neff
   neuronx-cc-lite run mlp.neff --inputs in.npz --outputs out.npz
+  neuronx-cc-lite run mlp.neff --inputs in.npz --profile trace.json   # open it in ui.perfetto.dev
   neuronx-cc-lite check models/mlp_small.onnx
   neuronx-cc-lite profile mlp.neff --json summary.json
+  neuronx-cc-lite info mlp.neff --json
   neuronx-cc-lite disasm mlp.neff --engine PE | head
   neuronx-cc-lite disasm mlp.neff > mlp.s && neuronx-cc-lite asm mlp.s -o again.neff
   neuronx-cc-lite analyze model.onnx
@@ -25,9 +31,45 @@ Every failure prints one line, "neuronx-cc-lite: error: CODE: cause", and exits 
 (2 for a usage error). Nothing is left half-written.
 """
 
+PROG = "neuronx-cc-lite"
+LOG_LEVELS = ("debug", "info", "warning", "error")
+# Names neuronx-cc users type for a chip this tool models under another name: a trn1n is a trn1 (same NeuronCore-v2
+# chip; only the network between instances differs, which nothing here models).
+TARGET_ALIASES = {"trn1n": "trn1"}
+# The packages whose log records the command line shows (on stderr) and keeps (in --logfile).
+LOGGERS = ("neuronx_cc_lite", "runtime", "isa")
+log = logging.getLogger(__name__)
+
 
 class UsageError(Exception):
     code = "NCC_USAGE"
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one coded line like every other failure (still exit status 2)."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"{PROG}: error: NCC_USAGE: {message} (see {self.prog} --help)\n")
+
+
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Keeps the examples' layout and ends every option's help with its default. argparse's own
+    ArgumentDefaultsHelpFormatter also prints the defaults that say nothing (None, False, [])."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if (not action.option_strings or "%(default)" in text
+                or action.default in (None, False, [], argparse.SUPPRESS)):
+            return text
+        return f"{text} (default: %(default)s)"
+
+
+def _framework_arg(text: str) -> str:
+    if text.upper() != "ONNX":
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: {PROG} compiles ONNX models only; export the model to ONNX first (torch.onnx.export, "
+            "tf2onnx)")
+    return "ONNX"
 
 
 def _shape_arg(text: str) -> tuple[str, tuple[int, ...]]:
@@ -45,10 +87,21 @@ def _add_compile_options(p: argparse.ArgumentParser) -> None:
     from neuronx_cc_lite.passes import PASS_NAMES
     from neuronx_cc_lite.precision import MODES, TYPES
 
-    p.add_argument("--target", default="trn1", choices=sorted(TARGETS), help="chip to compile for (default trn1)")
+    p.add_argument("--framework", type=_framework_arg, default="ONNX", metavar="ONNX",
+                   help="the framework the model comes from: ONNX is the only one")
+    p.add_argument("--target", default="trn1", choices=sorted([*TARGETS, *TARGET_ALIASES]),
+                   help="chip to compile for (trn1n is compiled as trn1)")
+    p.add_argument("-O", "--optlevel", dest="optimize", type=int, choices=(1, 2, 3), default=2, metavar="{1,2,3}",
+                   help="1: lowering order, the fastest compile; 2: list scheduling and keeping values on chip; "
+                        "3: as 2 today")
+    p.add_argument("--model-type", choices=("generic", "transformer"), default="generic",
+                   help="the kind of model, as neuronx-cc takes it: recorded in the bundle's flags, no effect yet")
+    p.add_argument("--workdir", metavar="DIR",
+                   help="directory for temporary files, created if missing (default: the system's temporary "
+                        "directory)")
     p.add_argument("--auto-cast", choices=MODES, default="none",
                    help="compute in a narrower type: matmul operands only, or every tensor inside the model "
-                        "(default none; see neuronx_cc_lite/precision.py for the error each setting meets)")
+                        "(see neuronx_cc_lite/precision.py for the error each setting meets)")
     p.add_argument("--auto-cast-type", choices=sorted(TYPES), default="bf16", help="the type auto-cast uses")
     p.add_argument("--input-shape", type=_shape_arg, action="append", default=[], metavar="NAME=D0,D1,...",
                    help="pin the shape of an input with dynamic dimensions (repeatable)")
@@ -64,17 +117,16 @@ def _options(args: argparse.Namespace) -> Any:
     dump = set(args.dump_ir_after)
     if "all" in dump:
         dump = {"import", *PASS_NAMES}
-    return Options(target=args.target, input_shapes=dict(args.input_shape), dump_ir_after=frozenset(dump),
-                   stop_after=args.stop_after, auto_cast=args.auto_cast, auto_cast_type=args.auto_cast_type)
+    if args.workdir:
+        os.makedirs(args.workdir, exist_ok=True)
+    return Options(target=TARGET_ALIASES.get(args.target, args.target), input_shapes=dict(args.input_shape),
+                   dump_ir_after=frozenset(dump), stop_after=args.stop_after, auto_cast=args.auto_cast,
+                   auto_cast_type=args.auto_cast_type,
+                   optimize=min(args.optimize, 2))  # -O3 is -O2 until some pass runs only at 3
 
 
 def _dump(name: str, text: str) -> None:
     print(f"// IR after {name}\n{text}", file=sys.stderr, end="")
-
-
-def _say(args: argparse.Namespace, message: str) -> None:
-    if not getattr(args, "quiet", False):
-        print(message, file=sys.stderr)
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
@@ -85,17 +137,21 @@ def cmd_compile(args: argparse.Namespace) -> int:
     options = _options(args)
     start = time.perf_counter()
     graph = prepare(args.model, options, _dump)
+    log.debug(f"import and graph passes: {time.perf_counter() - start:.3f} s")
     if options.stop_after:
         sys.stdout.write(print_graph(graph))
         return 0
+    lowered = time.perf_counter()
     b = compile_graph(graph, options)
+    b.flags["model_type"] = args.model_type  # what neuronx-cc users state; the compiler does not use it yet
+    log.debug(f"lowering to the bundle: {time.perf_counter() - lowered:.3f} s")
     bundle_format.write(b, args.output)
     counts = Counter()
     for name, s in b.cores[0].items():
         counts["DMA" if name.startswith("DMA") else name] += len(s.instructions)
     summary = ", ".join(f"{k} {v}" for k, v in counts.items())
-    _say(args, f"compiled {args.model} -> {args.output} for {b.target} in {time.perf_counter() - start:.2f} s: "
-               f"{sum(counts.values())} instructions ({summary}), {b.hbm_size} bytes of HBM")
+    log.info(f"compiled {args.model} -> {args.output} for {b.target} in {time.perf_counter() - start:.2f} s: "
+             f"{sum(counts.values())} instructions ({summary}), {b.hbm_size} bytes of HBM")
     return 0
 
 
@@ -129,14 +185,14 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         trace = chrome_trace(model)
         _write_atomic(args.profile, lambda f: f.write(json.dumps(trace).encode()))
-        _say(args, utilization_table(stats))
+        log.info(utilization_table(stats))
     if args.outputs:
         _write_atomic(args.outputs, lambda f: np.savez(f, **outputs))
     else:
         for name, value in outputs.items():
             print(f"{name}: {value.dtype}{list(value.shape)}\n{value}")
-    _say(args, f"ran {args.bundle}: {stats.instructions} instructions, {stats.elapsed_ns / 1000:.2f} us simulated "
-               f"({args.policy} policy)")
+    log.info(f"ran {args.bundle}: {stats.instructions} instructions, {stats.elapsed_ns / 1000:.2f} us simulated "
+             f"({args.policy} policy)")
     return 0
 
 
@@ -175,12 +231,21 @@ def cmd_profile(args: argparse.Namespace) -> int:
 def cmd_disasm(args: argparse.Namespace) -> int:
     from isa import bundle as bundle_format
     from isa.assembly import disassemble
+    from isa.operand import stream_names
 
     b = bundle_format.read(args.bundle)
-    streams = set(args.engine) if args.engine else None
+    streams = {name.upper() for name in args.engine} if args.engine else None
+    queues = _target_of(b.target).dma_queues
+    unknown = sorted((streams or set()) - {*stream_names(queues), "DMA"})
+    if unknown:
+        raise UsageError(f"unknown engine {', '.join(unknown)} for --engine: a {b.target} core has "
+                         f"{', '.join(stream_names(0))} and DMA0..DMA{queues - 1} (DMA: every queue)")
     if streams and "DMA" in streams:
         streams |= {name for core in b.cores for name in core if name.startswith("DMA")}
     cores = set(args.core) if args.core else None
+    if cores and not cores <= set(range(len(b.cores))):
+        raise UsageError(f"no core {', '.join(map(str, sorted(cores - set(range(len(b.cores))))))} for --core: "
+                         f"the bundle has {len(b.cores)} core(s), numbered from 0")
     sys.stdout.write(disassemble(b, data=not args.no_data, cores=cores, streams=streams))
     return 0
 
@@ -188,7 +253,6 @@ def cmd_disasm(args: argparse.Namespace) -> int:
 def cmd_asm(args: argparse.Namespace) -> int:
     from isa import bundle as bundle_format
     from isa.assembly import assemble
-    from isa.target import get_target
     from isa.validate import ValidationError, problems
     from isa.operand import stream_engine
 
@@ -199,10 +263,7 @@ def cmd_asm(args: argparse.Namespace) -> int:
         raise UsageError(f"cannot read {args.listing}: {e.strerror}") from None
     weights = bundle_format.read(args.weights_from) if args.weights_from else None
     b = assemble(text, weights)
-    try:
-        target = get_target(b.target)
-    except KeyError as e:
-        raise UsageError(e.args[0]) from None
+    target = _target_of(b.target)
     for c, core in enumerate(b.cores):
         for name, s in core.items():
             for i, instr in enumerate(s.instructions):
@@ -210,8 +271,18 @@ def cmd_asm(args: argparse.Namespace) -> int:
                 if found:
                     raise ValidationError(f"core {c} {name} #{i} {instr.op}: {'; '.join(found)}")
     bundle_format.write(b, args.output)
-    _say(args, f"assembled {args.listing} -> {args.output}")
+    log.info(f"assembled {args.listing} -> {args.output}")
     return 0
+
+
+def _target_of(name: str) -> Target:
+    """The target a bundle or listing names; one this tool does not model is a usage error."""
+    from isa.target import get_target
+
+    try:
+        return get_target(name)
+    except KeyError as e:
+        raise UsageError(e.args[0]) from None
 
 
 def bundle_info(path: str) -> dict[str, Any]:
@@ -220,7 +291,6 @@ def bundle_info(path: str) -> dict[str, Any]:
     without computing any values)."""
     from isa import bundle as bundle_format
     from isa.operand import Mem
-    from isa.target import TARGETS
     from runtime.errors import LoadError
     from runtime.profile import estimated_latency_ns, on_chip_peak, roofline, semaphores_used
 
@@ -231,10 +301,7 @@ def bundle_info(path: str) -> dict[str, Any]:
         raise LoadError(f"cannot read {path}: {e.strerror}") from None
     header = bundle_format.read_header(data)
     b = bundle_format.from_bytes(data)
-    if b.target not in TARGETS:
-        raise LoadError(f"bundle is for target {b.target!r}, which this tool does not model "
-                        f"(known: {', '.join(TARGETS)})")
-    target = TARGETS[b.target]
+    target = _target_of(b.target)
     memories = {}
     for mem, capacity in ((Mem.SBUF, target.sbuf_partition_bytes), (Mem.PSUM, target.psum_partition_bytes)):
         row, partitions = on_chip_peak(b, mem)
@@ -302,7 +369,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     options = _options(args)
     proto = load_model(args.model)
     b = compile_graph(prepare(proto, options, _dump), options)
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
         path = os.path.join(tmp, "model.neff")
         bundle_format.write(b, path)
         model = runtime.load(path)
@@ -367,29 +434,50 @@ def cmd_list_operators(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_logging_options(p: argparse.ArgumentParser, defaults: bool) -> None:
+    """-q, --verbose and --logfile. Every subcommand takes them too, so that they may come anywhere on the command
+    line; there they default to "not given", so as not to undo what came before the subcommand."""
+    keep = {} if defaults else {"default": argparse.SUPPRESS}
+    p.add_argument("-q", "--quiet", action="store_true", **keep,
+                   help="only warnings and errors on stderr, whatever --verbose says (it still sets --logfile's "
+                        "level)")
+    p.add_argument("--verbose", choices=LOG_LEVELS, metavar="{" + ",".join(LOG_LEVELS) + "}", **keep,
+                   help="what to say on stderr and in --logfile: summary lines are info (default: info)")
+    p.add_argument("--logfile", metavar="FILE", **keep,
+                   help="also append every message at the --verbose level, with its time, to this file")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="neuronx-cc-lite",
+    from neuronx_cc_lite import __version__
+
+    parser = _Parser(
+        prog=PROG,
         description="Compile ONNX models for a simulated Trainium/Inferentia2-class chip, run them, and look "
                     "inside.",
-        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("-q", "--quiet", action="store_true", help="no progress or summary lines on stderr")
+        epilog=EXAMPLES, formatter_class=_HelpFormatter)
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    _add_logging_options(parser, defaults=True)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    common = _Parser(add_help=False)
+    _add_logging_options(common, defaults=False)
 
-    p = sub.add_parser("compile", help="compile an ONNX model to a bundle")
+    def command(name: str, help: str) -> argparse.ArgumentParser:  # noqa: A002 - argparse's name
+        return sub.add_parser(name, help=help, parents=[common], formatter_class=_HelpFormatter)
+
+    p = command("compile", "compile an ONNX model to a bundle")
     p.add_argument("model", metavar="MODEL.onnx")
     p.add_argument("-o", "--output", required=True, metavar="OUT.neff", help="bundle file to write")
     _add_compile_options(p)
     p.set_defaults(run=cmd_compile)
 
-    p = sub.add_parser("run", help="run a bundle on the simulated chip")
+    p = command("run", "run a bundle on the simulated chip")
     p.add_argument("bundle", metavar="BUNDLE.neff")
     p.add_argument("--inputs", metavar="IN.npz", help="inputs, keyed by the model's input names")
     p.add_argument("--input", type=_input_file_arg, action="append", default=[], metavar="NAME=FILE.npy",
                    help="one input from a .npy file (repeatable)")
     p.add_argument("--outputs", metavar="OUT.npz", help="write the outputs here (default: print them)")
     p.add_argument("--policy", choices=("clock", "random"), default="clock",
-                   help="how engines interleave: simulated time (default) or seeded random order")
+                   help="how engines interleave: simulated time or seeded random order")
     p.add_argument("--seed", type=int, default=0, help="seed of the random policy")
     p.add_argument("--check-races", action="store_true",
                    help="fail on two accesses to the same bytes, one a write, that no semaphore orders (slower)")
@@ -397,17 +485,17 @@ def build_parser() -> argparse.ArgumentParser:
                    help="write a Chrome/Perfetto trace of every instruction and print how busy each engine was")
     p.set_defaults(run=cmd_run)
 
-    p = sub.add_parser("profile", help="run a bundle on the simulated chip and summarise where the time goes")
+    p = command("profile", "run a bundle on the simulated chip and summarise where the time goes")
     p.add_argument("bundle", metavar="BUNDLE.neff")
     p.add_argument("--inputs", metavar="IN.npz",
                    help="inputs, keyed by the model's input names (default: seeded random ones, integers inside "
                         "the range the compiler recorded for them)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
-    p.add_argument("--top", type=int, default=8, help="how many tensors and ONNX nodes to list (default 8)")
+    p.add_argument("--top", type=int, default=8, help="how many tensors and ONNX nodes to list")
     p.add_argument("--json", metavar="OUT.json", help="also write the summary as JSON")
     p.set_defaults(run=cmd_profile)
 
-    p = sub.add_parser("disasm", help="print the instruction listing of a bundle")
+    p = command("disasm", "print the instruction listing of a bundle")
     p.add_argument("bundle", metavar="BUNDLE.neff")
     p.add_argument("--engine", action="append", metavar="STREAM",
                    help="only this stream: PE, ACT, DVE, POOL, SP, DMA (all queues) or DMA<n> (repeatable)")
@@ -415,34 +503,34 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-data", action="store_true", help="leave the weight bytes out")
     p.set_defaults(run=cmd_disasm)
 
-    p = sub.add_parser("asm", help="assemble a listing back into a bundle")
+    p = command("asm", "assemble a listing back into a bundle")
     p.add_argument("listing", metavar="LISTING")
     p.add_argument("-o", "--output", required=True, metavar="OUT.neff")
     p.add_argument("--weights-from", metavar="BUNDLE.neff", help="take weights from this bundle when the listing "
                    "was printed with --no-data")
     p.set_defaults(run=cmd_asm)
 
-    p = sub.add_parser("info", help="show a bundle's header, inputs, outputs, streams, SBUF/PSUM peaks, "
-                                    "semaphores and estimated latency")
+    p = command("info", "show a bundle's header, inputs, outputs, streams, SBUF/PSUM peaks, semaphores and "
+                        "estimated latency")
     p.add_argument("bundle", metavar="BUNDLE.neff")
     p.add_argument("--json", action="store_true", help="print the same as one JSON object")
     p.set_defaults(run=cmd_info)
 
-    p = sub.add_parser("check", help="compile, run on the simulated chip and compare with onnxruntime")
+    p = command("check", "compile, run on the simulated chip and compare with onnxruntime")
     p.add_argument("model", metavar="MODEL.onnx")
-    p.add_argument("--rtol", type=float, default=1e-3)
-    p.add_argument("--atol", type=float, default=1e-4)
+    p.add_argument("--rtol", type=float, default=1e-3, help="relative tolerance, when not auto-casting")
+    p.add_argument("--atol", type=float, default=1e-4, help="absolute tolerance, when not auto-casting")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
     p.add_argument("--inputs", metavar="IN.npz", help="use these inputs instead of seeded random ones")
     _add_compile_options(p)
     p.set_defaults(run=cmd_check)
 
-    p = sub.add_parser("analyze", help="list a model's operators and which the compiler supports")
+    p = command("analyze", "list a model's operators and which the compiler supports")
     p.add_argument("model", metavar="MODEL.onnx")
     _add_compile_options(p)
     p.set_defaults(run=cmd_analyze)
 
-    p = sub.add_parser("list-operators", help="list the supported ONNX operators")
+    p = command("list-operators", "list the supported ONNX operators")
     p.set_defaults(run=cmd_list_operators)
     return parser
 
@@ -454,12 +542,67 @@ def _input_file_arg(text: str) -> tuple[str, str]:
     return name, path
 
 
+class _ConsoleFormatter(logging.Formatter):
+    """Messages as they are; warnings and errors start the way every failure line does."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        message = record.getMessage()
+        if record.levelno >= logging.WARNING:
+            return f"{PROG}: {record.levelname.lower()}: {message}"
+        return message
+
+
+def _start_logging(args: argparse.Namespace) -> list[logging.Handler]:
+    """Send the packages' log records to stderr and to --logfile; returns the handlers, for _stop_logging."""
+    level = getattr(logging, (args.verbose or "info").upper())
+    console = logging.StreamHandler(sys.stderr)  # the stderr of now: tests swap it per call
+    console.setFormatter(_ConsoleFormatter())
+    console.setLevel(max(level, logging.WARNING) if args.quiet else level)
+    handlers: list[logging.Handler] = [console]
+    if args.logfile:
+        keep = logging.FileHandler(args.logfile, encoding="utf-8")
+        keep.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        keep.setLevel(level)
+        handlers.append(keep)
+    for name in LOGGERS:
+        logger = logging.getLogger(name)
+        logger.setLevel(level)
+        logger.propagate = False  # the root logger's handlers (an embedding program's) would say it twice
+        for h in handlers:
+            logger.addHandler(h)
+    return handlers
+
+
+def _stop_logging(handlers: list[logging.Handler]) -> None:
+    for name in LOGGERS:
+        logger = logging.getLogger(name)
+        for h in handlers:
+            logger.removeHandler(h)
+        logger.setLevel(logging.NOTSET)
+        logger.propagate = True
+    for h in handlers:
+        h.close()
+
+
 def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        handlers = _start_logging(args)
+    except OSError as e:
+        print(f"{PROG}: error: NCC_IO: cannot open --logfile {args.logfile}: {e.strerror or e}", file=sys.stderr)
+        return 1
+    try:
+        return _run(args)
+    finally:
+        _stop_logging(handlers)
+
+
+def _run(args: argparse.Namespace) -> int:
+    """The command's exit status; a failure is logged as one coded line."""
     from isa.errors import IsaError
     from neuronx_cc_lite.errors import CompileError
     from runtime.errors import NeuronRuntimeError
 
-    args = build_parser().parse_args(argv)
     try:
         return args.run(args)
     except (CompileError, NeuronRuntimeError, IsaError) as e:
@@ -475,7 +618,7 @@ def main(argv: list[str] | None = None) -> int:
             raise
         message = (f"NCC_INTERNAL: internal error: {type(e).__name__}: {e} (set NCC_TRACEBACK=1 for the "
                    "traceback, and please report it)")
-    print(f"neuronx-cc-lite: error: {message}", file=sys.stderr)
+    log.error(message)
     return 1
 
 
