@@ -20,7 +20,12 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass
 
-import numpy as np
+# One thread each, as the issue measures: the simulator's BLAS calls and onnxruntime's session alike. Set before numpy
+# loads OpenBLAS; on a shared 2-core machine the default two threads stall whenever another process is busy.
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+import numpy as np  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -28,7 +33,7 @@ import runtime  # noqa: E402
 from benchmarks.cases import CASES, Case, model_cases  # noqa: E402
 from isa import bundle as bundle_format  # noqa: E402
 from neuronx_cc_lite.compiler import Options, compile_model  # noqa: E402
-from neuronx_cc_lite.reference import error_over_rms, onnxruntime_session, seeded_inputs  # noqa: E402
+from neuronx_cc_lite.reference import bundle_inputs, error_over_rms, onnxruntime_session  # noqa: E402
 from runtime.profile import summarize  # noqa: E402
 
 
@@ -72,7 +77,7 @@ def measure(case: Case, repeat: int = 2) -> Row:
         path = os.path.join(tmp, f"{case.name}.neff")
         bundle_format.write(b, path)
         model = runtime.load(path)
-    inputs = seeded_inputs(b.inputs)
+    inputs = bundle_inputs(b)
     actual = model.run(inputs, trace=True)
     s = summarize(model)
     sim = _best_of(lambda: model.run(inputs), repeat)

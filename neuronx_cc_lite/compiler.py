@@ -89,9 +89,12 @@ def compile_graph(graph: Graph, options: Options) -> Bundle:
         if options.optimize < 2:
             break
         on_chip = keep_on_chip(program)
-        if not on_chip.stranded:
+        # lay the stranded tensors out by rows, those the feature-major policy chose (each try adds one at least,
+        # so this ends; a by-rows tensor with one element per row, a global pool's, looks stranded too)
+        retry = frozenset(n for n in on_chip.stranded if n in graph.tensors and ctx.feature_major(n))
+        if not retry:
             break
-        by_rows = by_rows | frozenset(on_chip.stranded)  # type: ignore[operator]  # lay them out by rows
+        by_rows = by_rows | retry  # type: ignore[operator]
     if options.optimize >= 2:
         verify_program(program, "keep-on-chip")
         broadcast_on_pe(program)

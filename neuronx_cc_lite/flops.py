@@ -9,7 +9,7 @@ from neuronx_cc_lite.ir import Graph, Node
 
 
 def node_flops(node: Node, g: Graph) -> int:
-    if node.op not in ("MatMul", "Gemm", "MatMulEpilogue", "Conv", "ConvTranspose"):
+    if node.op not in ("MatMul", "Gemm", "MatMulEpilogue", "Conv", "ConvEpilogue", "ConvTranspose"):
         return 0
     shape = [g.tensors[n].shape for n in node.inputs[:2]]
     out = g.tensors[node.outputs[0]].shape
@@ -17,7 +17,7 @@ def node_flops(node: Node, g: Graph) -> int:
         a = shape[0]
         k = a[-1] if node.op == "MatMul" or not node.attrs.get("transA", 0) else a[0]
         return 2 * math.prod(out) * k
-    if node.op == "Conv":
+    if node.op in ("Conv", "ConvEpilogue"):
         w = shape[1]  # [M, C / group, *kernel]
         return 2 * math.prod(out) * math.prod(w[1:])
     if node.op == "ConvTranspose":

@@ -5,7 +5,11 @@ from __future__ import annotations
 import os
 import sys
 
-import numpy as np
+# the simulator's matmuls are small: with two BLAS threads each on a 2-core machine, parallel test processes make
+# OpenBLAS spin against each other (seconds per run); set before numpy loads OpenBLAS
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import numpy as np  # noqa: E402
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper

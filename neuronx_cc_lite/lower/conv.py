@@ -25,7 +25,7 @@ from typing import Callable
 import numpy as np
 
 from isa.dtypes import DType
-from isa.functions import ActFunc
+from isa.functions import ActFunc, AluOp
 from isa.operand import Engine
 from isa.target import TARGETS, Target
 from neuronx_cc_lite.errors import CompileError
@@ -33,13 +33,17 @@ from neuronx_cc_lite.ir import Graph, Node
 from neuronx_cc_lite.lower.context import LowerCtx
 from neuronx_cc_lite.lower.hbm import HbmView
 from neuronx_cc_lite.lower.patterns import dma_tile
-from neuronx_cc_lite.lower.program import Tile
+from neuronx_cc_lite.lower.program import Program, Tile
 from neuronx_cc_lite.lower.registry import lowering
-from neuronx_cc_lite.lower.windows import Axis, blocks, load_windows, window_axes, window_ap
+from neuronx_cc_lite.lower.windows import (Axis, Block, blocks, fill_edges, fill_window, load_windows, window_ap,
+                                           window_axes, window_strides)
 
 
 # check() runs before a target is chosen: it judges by the target with the least SBUF.
 SMALLEST = min(TARGETS.values(), key=lambda t: t.sbuf_partition_bytes)
+
+
+PACK_CHANNELS = 16  # at most this many input channels: the taps of an image stem, not of a hidden layer
 
 
 def window_budget(target: Target) -> int:
@@ -254,13 +258,49 @@ def _runtime_weights(ctx: LowerCtx, node: Node, geo: ConvGeometry) -> WeightLoad
 # ---- the lowering ----------------------------------------------------------------------------------------------
 
 
+def packed_taps(ctx: LowerCtx, node: Node, geo: ConvGeometry) -> int:
+    """How many taps along the last spatial axis share a matmul (1: none). A convolution over few input channels
+    (an image's 3) would otherwise contract over a few of the 128 PE rows per tap: a 7x7 stem over RGB takes 49
+    passes at 2% of the array. Packed, partition block j of the window holds the input moved by j taps, so one
+    access pattern reads tap (.., w0 + j) on block j, and the stationary operand stacks the taps' weights: 7 passes
+    over 21 rows."""
+    pmax = ctx.program.target.partitions
+    if geo.transposed or geo.groups != 1 or geo.channels > PACK_CHANNELS or geo.kernel[-1] < 2:
+        return 1
+    if not ctx.graph.tensors[node.inputs[1]].is_constant:
+        return 1
+    return min(geo.kernel[-1], pmax // geo.channels)
+
+
+def _packed_weights(ctx: LowerCtx, node: Node, geo: ConvGeometry, packed: int,
+                    groups: list[tuple[tuple[int, ...], int, int]], co0: int, mt: int) -> Tile:
+    """[packed * C, groups x mt]: for tap group q, rows j * C + c hold W[co0 .. co0 + mt, c, tap (.., w0 + j)]."""
+    w = ctx.graph.tensors[node.inputs[1]].value.astype(np.float64)[co0:co0 + mt]  # [mt, C, *kernel]
+    c = geo.channels
+    block = np.zeros((packed * c, len(groups), mt))
+    for q, (outer, w0, count) in enumerate(groups):
+        for j in range(count):
+            block[j * c:(j + 1) * c, q] = w[(slice(None), slice(None), *outer, w0 + j)].T
+    dtype = ctx.program.operand_dtype(DType.fp32)
+    data = block.astype(dtype.np)
+    tensor = ctx.program.hbm_tensor(f"{node.name}/packed_weights{co0}", data.nbytes, "weight", dtype,
+                                    data.tobytes())
+    tile = ctx.program.sbuf(packed * c, len(groups) * mt, dtype, f"{node.name}/w")
+    ctx.program.dma(tile.ap(), HbmView(tensor, dtype, (packed * c, len(groups) * mt), (len(groups) * mt, 1)))
+    return tile
+
+
 def lower_windowed_matmul(ctx: LowerCtx, node: Node, geo: ConvGeometry) -> None:
     prog, target = ctx.program, ctx.program.target
     x, out = ctx.view(node.inputs[0]), ctx.output(node.outputs[0], (1, 2))  # output channels on partitions
     bias = ctx.view(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else None
+    # a ConvEpilogue's residual and activation (passes/fuse_epilogues.py)
+    residual = ctx.view(node.inputs[3]) if len(node.inputs) > 3 and node.inputs[3] else None
+    func = EPILOGUE_FUNCS[node.attrs.get("activation", "")]
     rank, batch, pmax = len(geo.kernel), x.shape[0], target.partitions
     mt_max = geo.output_tile(target)
     co_tiles = [(co0, min(mt_max, geo.outputs - co0)) for co0 in range(0, geo.outputs, mt_max)]
+    packed = packed_taps(ctx, node, geo)
     chunks = {}
     for co0, mt in co_tiles:
         lo, hi = geo.input_range(co0, mt)
@@ -271,9 +311,16 @@ def lower_windowed_matmul(ctx: LowerCtx, node: Node, geo: ConvGeometry) -> None:
     out_max = min(target.psum_bank_fmax, target.gemm_moving_fmax)
     plan = blocks(batch, geo.axes, out_max, window_budget(target))
     taps = list(itertools.product(*(range(k) for k in geo.kernel)))
+    # with packing, a tap group: (the taps of the axes before the last, first last-axis tap, taps in the group)
+    groups = [(outer, w0, min(packed, geo.kernel[-1] - w0))
+              for outer in itertools.product(*(range(k) for k in geo.kernel[:-1]))
+              for w0 in range(0, geo.kernel[-1], packed)]
     spatial = tuple(range(2, 2 + rank))
     for co0, mt in co_tiles:
-        weights = [load_weights(c0, ct, co0, mt) for c0, ct in chunks[co0]]
+        if packed > 1:
+            packed_w = _packed_weights(ctx, node, geo, packed, groups, co0, mt)
+        else:
+            weights = [load_weights(c0, ct, co0, mt) for c0, ct in chunks[co0]]
         bias_tile = None
         if bias is not None:
             bias_tile = prog.sbuf(mt, 1, DType.fp32, f"{node.name}/bias")
@@ -281,21 +328,51 @@ def lower_windowed_matmul(ctx: LowerCtx, node: Node, geo: ConvGeometry) -> None:
                                              bias.offset + co0 * bias.strides[0]))
         for block in plan:
             acc = prog.psum(mt, block.size, f"{node.name}/acc")
-            first = True
-            for (c0, ct), w in zip(chunks[co0], weights):
-                src = x.box((0, c0) + (0,) * rank, (batch, ct, *x.shape[2:])).transpose((1, 0, *spatial))
-                window, strides = load_windows(prog, src, block, geo.axes, 0.0, f"{node.name}/x",
-                                               prog.operand_dtype(DType.fp32))
-                for t, tap in enumerate(taps):
-                    w_tap = geo.taps - 1 - t if geo.transposed else t
-                    prog.emit("nc_matmul", Engine.PE, dst=acc.ap(), stationary=w.ap(((mt, 1),), w_tap * mt),
-                              moving=window_ap(window, strides, block, geo.axes, tap, ct), accumulate=not first)
-                    first = False
+            if packed > 1:
+                _packed_products(prog, acc, packed_w, x, block, geo, packed, groups, mt, node.name)
+            else:
+                first = True
+                for (c0, ct), w in zip(chunks[co0], weights):
+                    src = x.box((0, c0) + (0,) * rank, (batch, ct, *x.shape[2:])).transpose((1, 0, *spatial))
+                    window, strides = load_windows(prog, src, block, geo.axes, 0.0, f"{node.name}/x",
+                                                   prog.operand_dtype(DType.fp32))
+                    for t, tap in enumerate(taps):
+                        w_tap = geo.taps - 1 - t if geo.transposed else t
+                        prog.emit("nc_matmul", Engine.PE, dst=acc.ap(), stationary=w.ap(((mt, 1),), w_tap * mt),
+                                  moving=window_ap(window, strides, block, geo.axes, tap, ct), accumulate=not first)
+                        first = False
             res = prog.sbuf(mt, block.size, DType.fp32, f"{node.name}/y")
-            prog.emit("activation", Engine.ACT, dst=res.ap(), src=acc.ap(),
-                      bias=bias_tile.ap() if bias_tile is not None else None, func=ActFunc.copy, scale=1.0)
             box = out.box((block.n0, co0, *block.starts), (block.images, mt, *block.counts))
+            column = bias_tile.ap() if bias_tile is not None else None
+            if residual is None:
+                prog.emit("activation", Engine.ACT, dst=res.ap(), src=acc.ap(), bias=column, func=func, scale=1.0)
+            else:  # (psum + bias) + residual as the bank leaves, then the activation
+                extra = prog.sbuf(mt, block.size, residual.dtype, f"{node.name}/residual")
+                prog.dma(extra.ap(), residual.box((block.n0, co0, *block.starts),
+                                                  (block.images, mt, *block.counts)).transpose((1, 0, *spatial)))
+                prog.emit("scalar_tensor_tensor", Engine.DVE, dst=res.ap(), src=acc.ap(), op0=AluOp.add,
+                          scalar=column if column is not None else 0.0, op1=AluOp.add, b=extra.ap())
+                if func is not ActFunc.copy:
+                    prog.emit("activation", Engine.ACT, dst=res.ap(), src=res.ap(), func=func, scale=1.0)
             prog.dma(box.transpose((1, 0, *spatial)), res.ap())
+
+
+def _packed_products(prog: Program, acc: Tile, weights: Tile, x: HbmView, block: Block, geo: ConvGeometry,
+                     packed: int, groups: list[tuple[tuple[int, ...], int, int]], mt: int, name: str) -> None:
+    """The block's window, copied `packed` times onto partition blocks each moved one tap further along the last
+    axis, then one matmul per tap group."""
+    c, rank = geo.channels, len(geo.kernel)
+    src = x.transpose((1, 0, *range(2, 2 + rank)))  # (C, batch, *inputs)
+    strides, image = window_strides(block, geo.axes)
+    window = prog.sbuf(packed * c, block.images * image, prog.operand_dtype(DType.fp32), f"{name}/x")
+    last = geo.axes[-1]
+    fill_edges(prog, window, block, geo.axes, [j * last.dilation for j in range(packed)], 0.0)
+    for j in range(packed):
+        fill_window(prog, window, src, block, geo.axes, j * c, j * last.dilation)
+    for q, (outer, w0, count) in enumerate(groups):
+        prog.emit("nc_matmul", Engine.PE, dst=acc.ap(), stationary=weights.ap(((mt, 1),), q * mt, 0, count * c),
+                  moving=window_ap(window, (image, *strides), block, geo.axes, (*outer, w0), count * c),
+                  accumulate=q > 0)
 
 
 def _geometry_or_fail(geo: ConvGeometry | str, node: Node) -> ConvGeometry:
@@ -304,7 +381,10 @@ def _geometry_or_fail(geo: ConvGeometry | str, node: Node) -> ConvGeometry:
     return geo
 
 
-@lowering("Conv", check=_check(conv_geometry))
+EPILOGUE_FUNCS = {"": ActFunc.copy, "Relu": ActFunc.relu, "Tanh": ActFunc.tanh, "Sigmoid": ActFunc.sigmoid}
+
+
+@lowering("Conv", "ConvEpilogue", check=_check(conv_geometry))
 def lower_conv(ctx: LowerCtx, node: Node) -> None:
     lower_windowed_matmul(ctx, node, _geometry_or_fail(conv_geometry(node, ctx.graph), node))
 

@@ -83,7 +83,7 @@ def _reduce_window(prog: Program, tile: Tile, block: Block, axes: list[Axis], op
 def _rows(ctx: LowerCtx, node: Node) -> tuple[HbmView, HbmView]:
     """Input and output as (batch * channels, *spatial)."""
     x = contiguous(ctx.program, ctx.view(node.inputs[0]), node.name)
-    out = ctx.output(node.outputs[0])
+    out = ctx.output(node.outputs[0], (0, 2))  # (batch, channel) rows on partitions, as the windows read them
     rows = x.shape[0] * x.shape[1]
     xr, outr = x.reshape((rows, *x.shape[2:])), out.reshape((rows, *out.shape[2:]))
     assert xr is not None and outr is not None

@@ -44,10 +44,10 @@ class Axis:
         """Virtual coordinates the taps of `count` consecutive outputs span."""
         return (count - 1) * self.stride + self.extent
 
-    def interior(self, o0: int, count: int) -> tuple[int, int, int]:
+    def interior(self, o0: int, count: int, shift: int = 0) -> tuple[int, int, int]:
         """(first input element, number of them, its position in the window) of the input elements inside the
-        window of outputs o0 .. o0 + count - 1."""
-        lo = o0 * self.stride
+        window of outputs o0 .. o0 + count - 1 (moved `shift` virtual coordinates along the axis)."""
+        lo = o0 * self.stride + shift
         hi = lo + self.span(count)
         first = max(0, -(-(lo - self.offset) // self.up))
         end = min(self.size, (hi - 1 - self.offset) // self.up + 1)
@@ -89,22 +89,63 @@ def blocks(batch: int, axes: list[Axis], out_max: int, in_max: int) -> list[Bloc
             for n0, *starts in itertools.product(*ranges)]
 
 
+def window_strides(block: Block, axes: list[Axis]) -> tuple[tuple[int, ...], int]:
+    """(strides of the window tile per spatial axis, elements per image) of a block's windows."""
+    spans = [ax.span(c) for ax, c in zip(axes, block.counts)]
+    return tuple(math.prod(spans[k + 1:]) for k in range(len(spans))), math.prod(spans)
+
+
+def needs_fill(block: Block, axes: list[Axis], shift: int = 0) -> bool:
+    """Whether some of the block's window has no input element (padding, or zeros between inputs)."""
+    shifts = [0] * (len(axes) - 1) + [shift]
+    return any(ax.up != 1 or ax.interior(s, c, sh)[1] != ax.span(c)
+               for ax, s, c, sh in zip(axes, block.starts, block.counts, shifts))
+
+
+def fill_edges(prog: Program, tile: Tile, block: Block, axes: list[Axis], shifts: list[int], value: float) -> None:
+    """Fill what no input element of the block's windows covers, for windows moved by each of `shifts` along the
+    last axis (all on the tile's partitions): per axis, the slab before the first input element and the slab
+    after the last (over the other axes whole), instead of the whole tile. Only for windows without zero
+    insertion (up = 1), where the input elements along an axis are one run."""
+    strides, image = window_strides(block, axes)
+    spans = [ax.span(c) for ax, c in zip(axes, block.counts)]
+    for k, (ax, start, count) in enumerate(zip(axes, block.starts, block.counts)):
+        runs = [ax.interior(start, count, sh if k == len(axes) - 1 else 0) for sh in shifts]
+        before = max(pos if n else spans[k] for _, n, pos in runs)
+        after = min(pos + n if n else 0 for _, n, pos in runs)
+        for lo, hi in ((0, before), (after, spans[k])):
+            if hi <= lo:
+                continue
+            dims = [(block.images, image)] + [((hi - lo) if j == k else spans[j], strides[j]) for j in range(len(axes))]
+            dims = [d for d in dims if d[0] > 1] or [(1, 1)]
+            prog.emit("memset", Engine.POOL, dst=tile.ap(tuple(dims), lo * strides[k]), value=float(value))
+
+
+def fill_window(prog: Program, tile: Tile, src: HbmView, block: Block, axes: list[Axis], first: int = 0,
+                shift: int = 0) -> None:
+    """Load the input elements of the block's windows into partitions first .. of `tile` (laid out as
+    window_strides says), the window moved `shift` virtual coordinates along the last axis."""
+    strides, image = window_strides(block, axes)
+    shifts = [0] * (len(axes) - 1) + [shift]
+    inside = [ax.interior(s, c, sh) for ax, s, c, sh in zip(axes, block.starts, block.counts, shifts)]
+    if all(n > 0 for _, n, _ in inside):
+        box = src.box((0, block.n0, *(f for f, _, _ in inside)), (src.shape[0], block.images, *(n for _, n, _ in inside)))
+        offset = sum(pos * st for (_, _, pos), st in zip(inside, strides))
+        dma_tile(prog, tile, box, (image, *(ax.up * st for ax, st in zip(axes, strides))), offset, first)
+
+
 def load_windows(prog: Program, src: HbmView, block: Block, axes: list[Axis], fill: float, name: str,
                  dtype: DType = DType.fp32) -> tuple[Tile, tuple[int, ...]]:
     """The windows of `block` in a tile [partitions, images, *spans] (the DMA casts to `dtype`). `src` has
     shape (partitions, batch, *inputs). Returns the tile and its strides (per image, per spatial axis)."""
-    spans = [ax.span(c) for ax, c in zip(axes, block.counts)]
-    strides = tuple(math.prod(spans[k + 1:]) for k in range(len(spans)))
-    image = math.prod(spans)
+    strides, image = window_strides(block, axes)
     tile = prog.sbuf(src.shape[0], block.images * image, dtype, name)
-    inside = [ax.interior(s, c) for ax, s, c in zip(axes, block.starts, block.counts)]
-    if any(ax.up != 1 or n != span for ax, (_, n, _), span in zip(axes, inside, spans)):
-        prog.emit("memset", Engine.POOL, dst=tile.ap(), value=float(fill))
-    if all(n > 0 for _, n, _ in inside):
-        box = src.box((0, block.n0, *(first for first, _, _ in inside)),
-                      (src.shape[0], block.images, *(n for _, n, _ in inside)))
-        offset = sum(pos * st for (_, _, pos), st in zip(inside, strides))
-        dma_tile(prog, tile, box, (image, *(ax.up * st for ax, st in zip(axes, strides))), offset)
+    if needs_fill(block, axes):
+        if all(ax.up == 1 for ax in axes):
+            fill_edges(prog, tile, block, axes, [0], fill)
+        else:
+            prog.emit("memset", Engine.POOL, dst=tile.ap(), value=float(fill))
+    fill_window(prog, tile, src, block, axes)
     return tile, (image, *strides)
 
 

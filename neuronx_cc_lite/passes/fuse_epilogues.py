@@ -4,7 +4,8 @@
                    ->  [Relu | Gelu | Tanh | Sigmoid]
     becomes one MatMulEpilogue node named after the MatMul: y = act(alpha * A @ B + bias + residual)
 
-lowered as one pass over each PSUM bank (lower/matmul.py): PE adds the bias while it accumulates (one more matmul,
+and Conv -> [Add a residual] -> [Relu | Tanh | Sigmoid] becomes ConvEpilogue (a ResNet block's tail), each
+lowered as one pass over each PSUM bank (lower/matmul.py, lower/conv.py): PE adds the bias while it accumulates (one more matmul,
 a ones row times the bias row), VectorE adds the residual as it evacuates the bank, ScalarE applies the
 activation; the intermediate tensors never exist.
 
@@ -21,6 +22,7 @@ from neuronx_cc_lite.ir import Graph, Node, Tensor
 from neuronx_cc_lite.lower.registry import INTERNAL_DOMAIN as DOMAIN
 
 OP = "MatMulEpilogue"
+CONV_OP = "ConvEpilogue"
 ACTIVATIONS = ("Relu", "Gelu", "Tanh", "Sigmoid")
 
 
@@ -116,17 +118,44 @@ def _fuse(g: Graph, users: dict[str, list[Node]], head: Node) -> tuple[Node, lis
     return fused, matched
 
 
+def _fuse_conv(g: Graph, users: dict[str, list[Node]], head: Node) -> tuple[Node, list[Node]] | None:
+    """Conv -> [Add a residual of its shape] -> [an activation]: ConvEpilogue, the Conv's attributes kept."""
+    out = head.outputs[0]
+    shape = g.tensors[out].shape
+    inputs = [head.inputs[0], head.inputs[1], head.inputs[2] if len(head.inputs) > 2 else "", ""]
+    matched = [head]
+    nxt = _sole_user(g, users, out)
+    if nxt is not None and nxt.op == "Add" and g.tensors[nxt.outputs[0]].shape == shape:
+        residual = _other(nxt, out)
+        if not g.tensors[residual].is_constant and g.tensors[residual].shape == shape and residual != out:
+            inputs[3] = residual
+            matched.append(nxt)
+            out = nxt.outputs[0]
+            nxt = _sole_user(g, users, out)
+    activation = ""
+    if nxt is not None and nxt.op in ("Relu", "Tanh", "Sigmoid"):
+        activation = nxt.op
+        matched.append(nxt)
+        out = nxt.outputs[0]
+    if len(matched) == 1:
+        return None
+    attrs = {**head.attrs, "activation": activation, "fused": [n.name for n in matched[1:]]}
+    return Node(CONV_OP, head.name, inputs, [out], attrs, DOMAIN, opset=g.opset_of(head)), matched
+
+
 def run(g: Graph) -> Graph:
     users = g.consumers()
     replaced: dict[int, Node] = {}
     dead: set[int] = set()
     for node in list(g.nodes):
-        if node.op not in ("MatMul", "Gemm") or node.domain not in ("", "ai.onnx") or id(node) in dead:
+        if node.op not in ("MatMul", "Gemm", "Conv") or node.domain not in ("", "ai.onnx") or id(node) in dead:
             continue
-        found = _fuse(g, users, node)
+        found = _fuse_conv(g, users, node) if node.op == "Conv" else _fuse(g, users, node)
         if found is None:
             continue
         fused, matched = found
+        if any(id(n) in dead for n in matched):
+            continue  # a node another fusion took (the Add both branches of a residual block end in)
         dead.update(id(n) for n in matched)
         replaced[id(matched[-1])] = fused
     g.nodes = [replaced.get(id(n), n) for n in g.nodes if id(n) not in dead or id(n) in replaced]
