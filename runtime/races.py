@@ -58,6 +58,11 @@ class Access:
     def size(self) -> int:
         return self._starts.size * self._length
 
+    @property
+    def last(self) -> int:
+        """The highest byte index of an element start."""
+        return int(self._starts.max()) + max(0, self._step * (self._length - 1))
+
 
 def _runs(at: np.ndarray) -> tuple[np.ndarray, int, int]:
     """`at` as rows of equal length and equal step, (start of each row, step, length), when it is one (an
@@ -80,7 +85,7 @@ class _Shadow:
     """The shadow state of the element starts one memory's accesses touch (see the module docstring)."""
 
     def __init__(self, accesses: list[Access], epoch: type, streams: int) -> None:
-        pages = max(int(a.at.max()) for a in accesses) // (1 << PAGE_BITS) + 1
+        pages = max(a.last for a in accesses) // (1 << PAGE_BITS) + 1
         touched = np.zeros(pages, bool)
         self.shift = np.full(pages, PAGE_BITS, np.int64)  # log2 of the bytes one entry of each page covers
         for a in accesses:
@@ -208,9 +213,7 @@ class RaceChecker:
         self._check(k, pc, a, at, np.maximum(last, 0), "read")
         shared = np.flatnonzero(last == SHARED)
         for where, clocks, col in sh.shared_clocks(idx[shared]):
-            seen = self.clocks[k][:, None]
-            bad = clocks[:, col] > seen
-            bad[k] = False
+            bad = clocks[:, col] > self.clocks[k][:, None]
             if bad.any():
                 j, first = np.unravel_index(int(np.argmax(bad)), bad.shape)
                 self._report(k, pc, a, int(at[shared[where][first]]), int(j), int(clocks[j, col[first]]), "read")
