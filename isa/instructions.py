@@ -283,6 +283,26 @@ def _streaming(instr: Instruction, target: Any) -> int:
     return max(target.min_ii_cycles, _free(instr))
 
 
+
+def _check_bn_stats(instr: Instruction, target: Any) -> Iterator[str]:
+    d, s = instr.args["dst"], instr.args["src"]
+    if s.free_size > target.bn_stats_fmax:
+        yield f"src has {s.free_size} elements per partition; bn_stats takes at most {target.bn_stats_fmax}"
+    if (d.num_partitions, d.free_size) != (s.num_partitions, 6):
+        yield f"dst must be {s.num_partitions}x6, got {d.num_partitions}x{d.free_size}"
+    if d.dtype.name != "fp32":
+        yield "bn_stats writes fp32 statistics: dst must be fp32"
+
+
+def _check_bn_aggr(instr: Instruction, target: Any) -> Iterator[str]:
+    d, s = instr.args["dst"], instr.args["src"]
+    if s.free_size == 0 or s.free_size % 3:
+        yield f"src must hold (count, mean, variance * count) triples, got {s.free_size} elements per partition"
+    if (d.num_partitions, d.free_size) != (s.num_partitions, 2):
+        yield f"dst must be {s.num_partitions}x2, got {d.num_partitions}x{d.free_size}"
+    if s.dtype.name != "fp32":
+        yield "bn_aggr reads bn_stats' fp32 statistics: src must be fp32"
+
 # ---- the table ------------------------------------------------------------------------------------------------
 
 _ON_CHIP = (Mem.SBUF, Mem.PSUM)
@@ -345,6 +365,14 @@ _ROWS = (
            (dst(*_ON_CHIP), src("src", *_ON_CHIP), Field("op", Kind.ENUM, AluOp), Field("axes", Kind.INT)),
            lambda i, t: _free(i, "src"), _check_reduce,
            "dst = reduction with op over the last `axes` free dimensions of src"),
+    OpSpec("bn_stats", 0x37, frozenset({Engine.DVE}),
+           (dst(Mem.SBUF), src("src", *_ON_CHIP)),
+           lambda i, t: max(t.min_ii_cycles, _free(i, "src")), _check_bn_stats,
+           "dst[p] = (count, mean, variance * count) of src[p]'s even elements, then of its odd ones"),
+    OpSpec("bn_aggr", 0x38, frozenset({Engine.DVE}),
+           (dst(*_ON_CHIP), src("src", Mem.SBUF)),
+           lambda i, t: max(t.min_ii_cycles, 13 * _free(i, "src") // 3), _check_bn_aggr,
+           "dst[p] = (mean, variance) of the elements whose bn_stats triples src[p] holds"),
     OpSpec("memset", 0x34, frozenset({Engine.DVE, Engine.POOL}),
            (dst(*_ON_CHIP), Field("value", Kind.FLOAT)),
            lambda i, t: _free(i), None,

@@ -398,6 +398,45 @@ def tensor_reduce(instr: Instruction, v: Views) -> Issue:
     return issue
 
 
+
+def _moments(x: np.ndarray) -> np.ndarray:
+    """(count, mean, variance * count) along axis 1 of fp64 values; an empty half gives (0, 0, 0)."""
+    count = np.full(x.shape[0], x.shape[1], dtype=np.float64)
+    mean = x.mean(axis=1) if x.shape[1] else np.zeros(x.shape[0])
+    m2 = ((x - mean[:, None]) ** 2).sum(axis=1)
+    return np.stack([count, mean, m2], axis=1)
+
+
+def bn_stats(instr: Instruction, v: Views) -> Issue:
+    """Statistics of the even and odd elements apart, as the hardware gives them; computed in fp64 from the fp32
+    inputs and rounded once, so that bn_aggr's result is the exact mean and variance rounded to fp32."""
+    src, store = read_f32(v["src"]), write_to(v["dst"])
+
+    def issue() -> Commit:
+        with np.errstate(all="ignore"):
+            x = src().astype(np.float64)
+            result = np.concatenate([_moments(x[:, 0::2]), _moments(x[:, 1::2])], axis=1).astype(F32)
+        return lambda: store(result)
+
+    return issue
+
+
+def bn_aggr(instr: Instruction, v: Views) -> Issue:
+    """Chan et al.'s pairwise combination of (count, mean, M2) triples: mean, then M2 / count."""
+    src, store = read_f32(v["src"]), write_to(v["dst"])
+
+    def issue() -> Commit:
+        with np.errstate(all="ignore"):
+            t = src().astype(np.float64).reshape(v["src"].shape[0], -1, 3)
+            count, mean, m2 = t[..., 0], t[..., 1], t[..., 2]
+            total = count.sum(axis=1)
+            grand = (count * mean).sum(axis=1) / total
+            var = (m2.sum(axis=1) + (count * (mean - grand[:, None]) ** 2).sum(axis=1)) / total
+            result = np.stack([grand, var], axis=1).astype(F32)
+        return lambda: store(result)
+
+    return issue
+
 def _constant(instr: Instruction, v: Views, values: np.ndarray) -> Issue:
     store = write_to(v["dst"])
     values = values.reshape(values.shape[0], -1)
@@ -422,5 +461,5 @@ HANDLERS: dict[str, Callable[[Instruction, Views], Issue]] = {
     fn.__name__: fn
     for fn in (dma_copy, dma_gather, nc_matmul, nc_transpose, activation, tensor_tensor, tensor_scalar,
                scalar_tensor_tensor, tensor_copy,
-               tensor_copy_predicated, tensor_reduce, memset, iota)
+               tensor_copy_predicated, tensor_reduce, bn_stats, bn_aggr, memset, iota)
 }

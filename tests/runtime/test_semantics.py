@@ -238,3 +238,22 @@ def test_erf_gives_the_bits_of_the_term_by_term_series():
     with np.errstate(all="ignore"):
         for values in (x, x[:1 << 20].reshape(128, -1)):  # tiles are (partitions, n)
             np.testing.assert_array_equal(_erf(values).view(np.uint32), _erf_term_by_term(values).view(np.uint32))
+
+
+def test_bn_stats_then_bn_aggr_give_the_mean_and_variance():
+    """Two bn_stats over a row's halves (odd lengths: the odd elements are one fewer), one bn_aggr: numpy's mean
+    and population variance of the whole row."""
+    x = (np.random.default_rng(7).standard_normal((4, 13)) * 3 + 5).astype(np.float32)
+    first, second = sbuf(4, 7), sbuf(4, 6, 7 * 4)  # elements 0..6 and 7..12 of each row
+    stats = sbuf(4, 12, 8192)
+    halves = [sbuf(4, 6, 8192 + 24 * k) for k in range(2)]
+    m = model({
+        "DMA0": [make("dma_copy", dst=sbuf(4, 13), src=hbm(X, 4, 13), signal=5),
+                 make("dma_copy", dst=hbm(OUT, 4, 2), src=sbuf(4, 2, 4096), waits=((2, 1),))],
+        "DVE": [make("bn_stats", dst=halves[0], src=first, waits=((5, 1),)),
+                make("bn_stats", dst=halves[1], src=second),
+                make("bn_aggr", dst=sbuf(4, 2, 4096), src=stats, signal=2)],
+    }, {"x": (X, (4, 13))}, {"y": (OUT, (4, 2))})
+    y = m.run({"x": x})["y"]
+    np.testing.assert_allclose(y[:, 0], x.astype(np.float64).mean(axis=1), rtol=1e-6)
+    np.testing.assert_allclose(y[:, 1], x.astype(np.float64).var(axis=1), rtol=1e-6)
