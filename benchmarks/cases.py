@@ -63,13 +63,11 @@ def add(n: int) -> onnx.ModelProto:
 
 
 def bert12() -> onnx.ModelProto:
-    _, transformers = _model_builders()
-    sizes = transformers.Sizes(batch=1, seq=128, vocab=1000, max_pos=128, hidden=256, heads=4, ffn=1024, layers=12)
-    return transformers.bert(legacy=False, sizes=sizes)
+    return bert_layers(12)
 
 
 def bert_layers(layers: int) -> onnx.ModelProto:
-    """The benchmark's encoder with another number of layers (compile-time scaling)."""
+    """The benchmark's encoder with `layers` layers (1 for compile-time scaling)."""
     _, transformers = _model_builders()
     sizes = transformers.Sizes(batch=1, seq=128, vocab=1000, max_pos=128, hidden=256, heads=4, ffn=1024,
                                layers=layers)

@@ -30,7 +30,7 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import runtime  # noqa: E402
-from benchmarks.cases import CASES, Case, model_cases  # noqa: E402
+from benchmarks.cases import CASES, Case, bert_layers, model_cases  # noqa: E402
 from isa import bundle as bundle_format  # noqa: E402
 from neuronx_cc_lite.compiler import Options, compile_model  # noqa: E402
 from neuronx_cc_lite.reference import bundle_inputs, error_over_rms, onnxruntime_session  # noqa: E402
@@ -92,6 +92,15 @@ def measure(case: Case, repeat: int = 2) -> Row:
                compile_s, sim * 1000, ort * 1000, err)
 
 
+def compile_scaling(repeat: int = 3) -> tuple[float, float]:
+    """Best-of compile times of the encoder at 1 and at 12 layers (fp32): compile time must stay linear."""
+    times = []
+    for layers in (1, 12):
+        proto = bert_layers(layers)
+        times.append(_best_of(lambda: compile_model(proto, Options()), repeat))
+    return times[0], times[1]
+
+
 HEADER = (f"{'case':<16} {'latency us':>11} {'roofline us':>11} {'ratio':>6} {'MFU':>5} {'MBU':>5}  "
           f"{'PE':>4} {'ACT':>4} {'DVE':>4} {'POOL':>4} {'DMA':>4} {'q':>2}  {'compile s':>9} {'sim ms':>8} "
           f"{'ORT ms':>7} {'sim/ORT':>7} {'err/rms':>8}")
@@ -124,6 +133,9 @@ def main(argv: list[str] | None = None) -> int:
         row = measure(case)
         rows.append(row)
         print(format_row(row), flush=True)
+    if any(c.name.startswith("bert12") for c in chosen):
+        one, twelve = compile_scaling()
+        print(f"compile time of the encoder: {one:.2f} s at 1 layer, {twelve:.2f} s at 12 ({twelve / one:.1f}x)")
     if args.json:
         with open(args.json, "w") as f:
             json.dump([asdict(r) for r in rows], f, indent=1)

@@ -7,6 +7,7 @@ settles those that depend on shape arithmetic, and the verifier before lowering 
 
 from __future__ import annotations
 
+import math
 import os
 from typing import Any, Mapping
 
@@ -71,8 +72,38 @@ def _pin_inputs(model: onnx.ModelProto, shapes: Mapping[str, tuple[int, ...]]) -
             dims.add().dim_value = n
 
 
+# Initializers with more elements than this go around the checker and shape inference as typed graph inputs: both
+# serialise the whole model (and inference parses it back), yet need only the weights' types; small ones stay, as
+# data propagation reads their values (a Reshape's shape)
+ELEMENTS_CHECKED_AS_TYPES = 1024
+
+
+def _weights_apart(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[onnx.TensorProto]]:
+    """A copy of the model (never change the caller's) with its large initializers declared as typed inputs, and
+    those initializers, read from the caller's model."""
+    large = [i for i in model.graph.initializer if math.prod(i.dims) > ELEMENTS_CHECKED_AS_TYPES]
+    light = onnx.ModelProto()
+    light.CopyFrom(model)
+    names = {i.name for i in large}
+    small = [i for i in light.graph.initializer if i.name not in names]
+    del light.graph.initializer[:]
+    light.graph.initializer.extend(small)
+    declared = {vi.name for vi in light.graph.input}
+    light.graph.input.extend(helper.make_tensor_value_info(i.name, i.data_type, list(i.dims))
+                             for i in large if i.name not in declared)
+    return light, large
+
+
+def _weight(init: onnx.TensorProto) -> np.ndarray:
+    try:
+        return numpy_helper.to_array(init)
+    except Exception as e:  # a payload that does not match its dims or type
+        raise CompileError("NCC_ONNX_INVALID", f"initializer {init.name!r} cannot be read: "
+                           f"{str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}") from None
+
+
 def import_model(model: onnx.ModelProto, input_shapes: Mapping[str, tuple[int, ...]] | None = None) -> Graph:
-    model = onnx.ModelProto.FromString(model.SerializeToString())  # never change the caller's model
+    model, large = _weights_apart(model)
     if input_shapes:
         _pin_inputs(model, input_shapes)
     try:
@@ -93,15 +124,16 @@ def import_model(model: onnx.ModelProto, input_shapes: Mapping[str, tuple[int, .
                                "tensors are supported")
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
     tensors: dict[str, Tensor] = {}
-    for init in g.initializer:
-        value = numpy_helper.to_array(init)
+    for init in (*g.initializer, *large):
+        value = _weight(init)
         tensors[init.name] = Tensor(init.name, tuple(value.shape), value.dtype, value)
     for vi in (*g.input, *g.value_info, *g.output):
         if vi.name in tensors:
             continue
         shape, dtype = _type_of(vi)
         tensors[vi.name] = Tensor(vi.name, shape, dtype)  # type: ignore[arg-type]
-    inputs = [vi.name for vi in g.input if vi.name not in {i.name for i in g.initializer}]
+    weights = {i.name for i in (*g.initializer, *large)}
+    inputs = [vi.name for vi in g.input if vi.name not in weights]
     for name in inputs:
         t = tensors[name]
         if t.shape is None:

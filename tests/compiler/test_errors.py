@@ -67,3 +67,17 @@ def test_unknown_target():
                        {"y": ([2], TensorProto.FLOAT)})
     with pytest.raises(CompileError, match="NCC_TARGET: unknown target 'trn7'"):
         compile_model(model, Options(target="trn7"))
+
+
+@pytest.mark.parametrize("elements", [16, 4096])  # checked by the ONNX checker; read apart from it (frontend.py)
+def test_an_initializer_whose_payload_does_not_match_its_dims_is_named(elements):
+    model = make_model([helper.make_node("Add", ["x", "w"], ["y"], name="add")],
+                       {"x": ([elements], TensorProto.FLOAT)}, {"y": ([elements], TensorProto.FLOAT)})
+    weight = model.graph.initializer.add()
+    weight.name, weight.data_type, weight.raw_data = "w", TensorProto.FLOAT, b"\0\0\0\0"  # 4 bytes, not 4 * elements
+    weight.dims.append(elements)
+    with pytest.raises(CompileError) as e:
+        compile_model(model)
+    assert e.value.code in ("NCC_ONNX_INVALID", "NCC_SHAPE_INFERENCE") and "\n" not in str(e.value)
+    if elements > 1024:
+        assert "'w'" in str(e.value)
