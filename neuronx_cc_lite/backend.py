@@ -52,9 +52,9 @@ from neuronx_cc_lite.passes.verify import verify
 # Error codes that say the compiler is broken rather than that the model is unsupported: never a skip.
 INTERNAL_CODES = frozenset({"NCC_INTERNAL", "NCC_VERIFY"})
 
-# The keyword arguments of prepare/run_model that become compile options; any other keyword is accepted and
-# ignored (later: auto_cast, optimisation level...).
-_OPTION_KWARGS = ("target", "input_shapes", "auto_cast", "auto_cast_type")
+# The keyword arguments of prepare/run_model/is_compatible: compile options; any other is refused (a misspelt
+# option silently ignored would compile something else than asked)
+_OPTION_KWARGS = ("target", "input_shapes", "auto_cast", "auto_cast_type", "optimize")
 
 
 class NotCompatibleError(CompileError, unittest.SkipTest):
@@ -84,6 +84,10 @@ _LOCK = threading.Lock()
 def _options(kwargs: Mapping[str, Any]) -> Options:
     """Compile options from prepare's keyword arguments. An unknown target is the caller's error, raised (a
     CompileError NCC_TARGET, not a skip): it must not turn every test into "not compatible"."""
+    unknown = sorted(set(kwargs) - set(_OPTION_KWARGS))
+    if unknown:
+        raise TypeError(f"unknown keyword argument(s) {', '.join(unknown)}; the backend takes "
+                        f"{', '.join(_OPTION_KWARGS)}")
     known = {k: kwargs[k] for k in _OPTION_KWARGS if kwargs.get(k) is not None}
     if "input_shapes" in known:
         known["input_shapes"] = {k: tuple(v) for k, v in known["input_shapes"].items()}

@@ -169,10 +169,15 @@ def _engine(name: str, target: Target) -> Engine:
     return engine
 
 
-def load(path: str | os.PathLike[str]) -> Model:
-    """Load a bundle file; a truncated, corrupted, foreign or invalid bundle raises LoadError."""
+def load(source: str | os.PathLike[str] | bundle_format.Bundle) -> Model:
+    """Load a bundle file, or a Bundle made in this process (as `neuronx_cc_lite.compile` returns it), which goes
+    through the same encoding and checks as a file; a truncated, corrupted, foreign or invalid bundle raises
+    LoadError."""
     try:
-        b = bundle_format.read(path)
+        if isinstance(source, bundle_format.Bundle):
+            b = bundle_format.from_bytes(bundle_format.to_bytes(source))
+        else:
+            b = bundle_format.read(source)
     except IsaError as e:
         raise LoadError(e.args[0] if e.args else type(e).__name__) from None
     return Model(b)
