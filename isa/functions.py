@@ -27,6 +27,8 @@ class ActFunc(enum.IntEnum):
     sin = 17
     arctan = 18
     mish = 19
+    cos = 20
+    tan = 21
 
 
 class AluOp(enum.IntEnum):
@@ -53,6 +55,7 @@ class AluOp(enum.IntEnum):
     bitwise_xor = 20
     left_shift = 21
     right_shift = 22
+    mod = 23  # remainder with the dividend's sign, as C's fmod (nki.language.fmod)
 
 
 BITVEC_OPS = frozenset(

@@ -187,6 +187,8 @@ ACTIVATIONS: dict[ActFunc, Callable[[np.ndarray], np.ndarray]] = {
     ActFunc.sin: np.sin,
     ActFunc.arctan: np.arctan,
     ActFunc.mish: lambda x: x * np.tanh(_softplus(x)),
+    ActFunc.cos: np.cos,
+    ActFunc.tan: np.tan,
 }
 
 
@@ -223,6 +225,7 @@ ALU: dict[AluOp, Callable[[Any, Any], np.ndarray]] = {
     AluOp.bitwise_xor: _bits(np.bitwise_xor),
     AluOp.left_shift: _bits(np.left_shift),
     AluOp.right_shift: _bits(np.right_shift),
+    AluOp.mod: np.fmod,
 }
 
 REDUCE: dict[AluOp, Callable[..., np.ndarray]] = {

@@ -137,7 +137,7 @@ UNARY = {
     "Relu": ActFunc.relu, "Sigmoid": ActFunc.sigmoid, "Tanh": ActFunc.tanh, "Exp": ActFunc.exp,
     "Erf": ActFunc.erf, "Sqrt": ActFunc.sqrt, "Reciprocal": ActFunc.reciprocal, "Abs": ActFunc.abs,
     "Sign": ActFunc.sign, "Log": ActFunc.log, "Softplus": ActFunc.softplus, "Sin": ActFunc.sin,
-    "Atan": ActFunc.arctan, "Mish": ActFunc.mish,
+    "Atan": ActFunc.arctan, "Mish": ActFunc.mish, "Cos": ActFunc.cos, "Tan": ActFunc.tan,
 }
 ARITHMETIC = {"Add": AluOp.add, "Sub": AluOp.subtract, "Mul": AluOp.multiply, "Div": AluOp.divide}
 VARIADIC = {"Sum": fold(AluOp.add), "Max": fold(AluOp.maximum), "Min": fold(AluOp.minimum),
@@ -154,15 +154,19 @@ def lower_neg(ctx: LowerCtx, node: Node) -> None:
     elementwise(ctx, node, lambda prog, dst, s: ts(prog, dst, s[0], AluOp.multiply, -1.0))
 
 
-def _check_arithmetic(node: Node, g: Graph) -> str | None:
-    if node.op == "Div" and not is_float(g, node.outputs[0]):
-        return "integer Div (truncating) is not supported"
-    return small_integers_ok(node, g)
+def truncating_divide(prog: Program, dst: TileAccess, srcs: list[Operand]) -> None:
+    """Integer Div rounds toward zero: (a - fmod(a, b)) / b, where a - fmod(a, b) is an exact multiple of b, so
+    the fp32 division is exact while magnitudes stay below 2**24 (small_integers_ok)."""
+    a, b = srcs
+    apply(prog, dst, a, b, AluOp.mod)
+    apply(prog, dst, a, dst, AluOp.subtract)
+    apply(prog, dst, dst, b, AluOp.divide)
 
 
-@lowering(*ARITHMETIC, check=_check_arithmetic, since=7)
+@lowering(*ARITHMETIC, check=small_integers_ok, since=7)
 def lower_arithmetic(ctx: LowerCtx, node: Node) -> None:
-    elementwise(ctx, node, fold(ARITHMETIC[node.op]))
+    integer_div = node.op == "Div" and not is_float(ctx.graph, node.outputs[0])
+    elementwise(ctx, node, truncating_divide if integer_div else fold(ARITHMETIC[node.op]))
 
 
 def _check_variadic(node: Node, g: Graph) -> str | None:

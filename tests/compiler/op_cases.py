@@ -18,8 +18,11 @@ class Input:
     dtype: Any = np.float32
     kind: str = "normal"  # normal, positive, int:<low>:<high>, bool
     const: np.ndarray | None = None  # an initializer instead of a graph input
+    fixed: np.ndarray | None = None  # a graph input fed with these values (edge cases the device must compute)
 
     def sample(self, rng: np.random.Generator) -> np.ndarray:
+        if self.fixed is not None:
+            return self.fixed
         if self.kind == "positive":
             return (np.abs(rng.standard_normal(self.shape)) + 0.1).astype(self.dtype)
         if self.kind == "bool":
@@ -33,6 +36,11 @@ class Input:
 def const(value: Any, dtype: Any = None) -> Input:
     array = np.asarray(value, dtype=dtype)
     return Input(array.shape, array.dtype, const=array)
+
+
+def fixed(value: Any, dtype: Any = None) -> Input:
+    array = np.asarray(value, dtype=dtype)
+    return Input(array.shape, array.dtype, fixed=array)
 
 
 @dataclass
@@ -95,6 +103,18 @@ CASES: list[Case] = [
     Case("Mul", [Input((129, 300)), const(0.125, F)], name="Mul_immediate"),
     Case("Sub", [const(1.0, F), Input((7, 9))], name="Sub_immediate_left"),
     Case("Add", [Input((5, 6), I64, "int:-100:100"), Input((6,), I64, "int:-100:100")], name="Add_int64"),
+    *[unary(op) for op in ("Cos", "Tan", "Floor", "Ceil")],
+    *[Case(op, [fixed([-1.5, -1.0, -0.25, 0.0, 0.5, 2.0, 3e7 + 0.5, -3e7, -np.inf, np.inf, np.nan], F)],
+           name=f"{op}_edges") for op in ("Floor", "Ceil")],
+    Case("Mod", [Input((6, 40)), Input((40,), kind="positive")], {"fmod": 1}, name="Mod_fmod_float"),
+    Case("Mod", [fixed([[-4.5, 4.5, -1.0, 1.0, 0.0, 3.0]] * 2, F),
+                 fixed([[2.0] * 6, [-2.0, -2.0, np.inf, -np.inf, 3.0, 0.0]], F)],
+         opset=28, name="Mod_float_divisor_sign"),  # fmod=0 on floats: from opset 28
+    *[Case("Mod", [Input((6, 40), t, "int:-50:50"), Input((40,), t, f"int:{lo}:{hi}")], name=f"Mod_{t.__name__}{lo}")
+      for t in (I64, I32) for lo, hi in ((1, 9), (-9, -1))],
+    Case("Mod", [Input((6, 40), I32, "int:-50:50"), const(np.int32(-7))], {"fmod": 1}, name="Mod_fmod_int"),
+    Case("Div", [Input((6, 40), I64, "int:-50:50"), Input((40,), I64, "int:1:9")], name="Div_int64"),
+    Case("Div", [const(np.int32(-37)), Input((5, 9), I32, "int:-9:-1")], name="Div_int32_const_dividend"),
     Case("Pow", [Input((4, 33), kind="positive"), Input((4, 33))], name="Pow_tensor"),
     Case("Pow", [Input((4, 33)), const(2.0, F)], name="Pow_square"),
     Case("Pow", [Input((4, 33)), const(3.0, F)], name="Pow_cube"),

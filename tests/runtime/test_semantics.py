@@ -61,6 +61,8 @@ REFERENCE = {
     ActFunc.sin: np.sin,
     ActFunc.arctan: np.arctan,
     ActFunc.mish: lambda x: x * np.tanh(np.log1p(np.exp(x.astype(np.float64)))),
+    ActFunc.cos: np.cos,
+    ActFunc.tan: np.tan,
 }
 
 
@@ -129,6 +131,18 @@ def test_tensor_scalar_with_reverse(op, reverse):
     y = _run_unary(instr, "DVE", x)
     a, b = (np.float32(1.5), x) if reverse else (x, np.float32(1.5))
     np.testing.assert_allclose(y, ALU[op](a, b).astype(np.float32) * 2, rtol=1e-6)
+
+
+def test_mod_keeps_the_dividends_sign():
+    """AluOp.mod is C's fmod: -7 mod 3 is -1 (Python's % would give 2), 7.5 mod -2 is 1.5."""
+    x = np.array([[-7, 7, 7.5, -7.5, 0.25, -0.25, 6, -6]] * 4, np.float32)
+    instr = make("tensor_scalar", dst=sbuf(4, 8, 4096), src=sbuf(4, 8), op0=AluOp.mod, scalar0=-2.0, reverse0=False,
+                 op1=None, scalar1=None, reverse1=False)
+    y = _run_unary(instr, "DVE", x)
+    np.testing.assert_array_equal(y, np.vectorize(lambda v: math.fmod(v, -2.0))(x).astype(np.float32))
+    instr = make("tensor_scalar", dst=sbuf(4, 8, 4096), src=sbuf(4, 8), op0=AluOp.mod, scalar0=3.0, reverse0=False,
+                 op1=None, scalar1=None, reverse1=False)
+    np.testing.assert_array_equal(_run_unary(instr, "DVE", x)[0, :2], [-1, 1])
 
 
 def test_scalar_tensor_tensor_scales_then_combines():

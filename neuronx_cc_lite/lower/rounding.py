@@ -1,0 +1,63 @@
+"""Floor, Ceil and Mod, from the ALU's fmod (remainder with the dividend's sign, AluOp.mod).
+
+fmod is exact in floating point, so x - fmod(x, 1) is x truncated toward zero, exactly; Floor and Ceil then step
+by one where the remainder was negative (Floor) or positive (Ceil). Mod with fmod=0 takes the divisor's sign, as
+numpy.mod: a remainder whose sign differs from the divisor's gets the divisor added (so mod(-1, inf) is inf).
+"""
+
+from __future__ import annotations
+
+from isa.functions import AluOp
+from neuronx_cc_lite.ir import Node
+from neuronx_cc_lite.lower.context import LowerCtx
+from neuronx_cc_lite.lower.elementwise import Operand, apply, elementwise, floats_only, small_integers_ok
+from neuronx_cc_lite.lower.instr import scratch, select, ts, tt
+from neuronx_cc_lite.lower.program import Program, TileAccess
+from neuronx_cc_lite.lower.registry import lowering
+
+
+def _round_to_integer(step: AluOp, past: AluOp):  # type: ignore[no-untyped-def]
+    """trunc(x), then `step` (add or subtract) one where the remainder is `past` (greater or less than) 0."""
+    def compute(prog: Program, dst: TileAccess, s: list[Operand]) -> None:
+        x = s[0]
+        assert isinstance(x, TileAccess)
+        frac, flag = scratch(prog, dst, "frac"), scratch(prog, dst, "flag")
+        ts(prog, frac, x, AluOp.mod, 1.0)
+        tt(prog, dst, x, frac, AluOp.subtract)
+        ts(prog, flag, frac, past, 0.0)
+        tt(prog, dst, dst, flag, step)
+        # fmod(inf, 1) is NaN: infinities are their own floor and ceiling.
+        ts(prog, flag, x, AluOp.abs_max, 0.0, AluOp.equal, float("inf"))
+        select(prog, dst, x, flag)
+
+    return compute
+
+
+@lowering("Floor", check=floats_only, since=6)
+def lower_floor(ctx: LowerCtx, node: Node) -> None:
+    elementwise(ctx, node, _round_to_integer(AluOp.subtract, AluOp.less))
+
+
+@lowering("Ceil", check=floats_only, since=6)
+def lower_ceil(ctx: LowerCtx, node: Node) -> None:
+    elementwise(ctx, node, _round_to_integer(AluOp.add, AluOp.greater))
+
+
+def _divisor_signed_mod(prog: Program, dst: TileAccess, s: list[Operand]) -> None:
+    """r = fmod(a, b); r + b where r * b < 0 (r non-zero with the other sign than b). Selected, not added as
+    flag * b, since 0 * inf would be NaN."""
+    a, b = s
+    wrong_sign, shifted = scratch(prog, dst, "wrong_sign"), scratch(prog, dst, "shifted")
+    apply(prog, dst, a, b, AluOp.mod)
+    apply(prog, wrong_sign, dst, b, AluOp.multiply)
+    ts(prog, wrong_sign, wrong_sign, AluOp.less, 0.0)
+    apply(prog, shifted, dst, b, AluOp.add)
+    select(prog, dst, shifted, wrong_sign)
+
+
+@lowering("Mod", check=small_integers_ok, since=10)
+def lower_mod(ctx: LowerCtx, node: Node) -> None:
+    if node.attrs.get("fmod", 0):
+        elementwise(ctx, node, lambda prog, dst, s: apply(prog, dst, s[0], s[1], AluOp.mod))
+    else:
+        elementwise(ctx, node, _divisor_signed_mod)
