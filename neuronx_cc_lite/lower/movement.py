@@ -40,8 +40,14 @@ def lower_expand(ctx: LowerCtx, node: Node) -> None:
     ctx.alias(node.outputs[0], ctx.view(node.inputs[0]).broadcast_to(ctx.shape(node.outputs[0])))
 
 
+# A slice that walks an axis backwards is copied one reversed index at a time (access patterns only walk
+# forwards); beyond this many pieces the DMA queue overhead would dwarf the data, so the node is refused.
+MAX_REVERSED_PIECES = 4096
+
+
 def _slice_params(node: Node, g: Graph) -> list[tuple[int, int, int, int]] | str:
-    """(axis, start, stop, step) per sliced axis, clamped as numpy does."""
+    """(axis, start, stop, step) per sliced axis, clamped as numpy does; a negative step becomes the ascending
+    slice of the same elements with its step negated (the lowering reverses that axis)."""
     shape = g.tensors[node.inputs[0]].shape
     if g.opset_of(node) < 10:
         starts, ends = node.attrs["starts"], node.attrs["ends"]
@@ -52,23 +58,49 @@ def _slice_params(node: Node, g: Graph) -> list[tuple[int, int, int, int]] | str
         steps = _constant_input(node, g, 4)
         axes = range(len(starts)) if axes is None else axes
         steps = [1] * len(starts) if steps is None else steps
-    params = []
+    params, pieces = [], 1
     for axis, start, end, step in zip(axes, starts, ends, steps):
         axis = int(axis) + len(shape) if int(axis) < 0 else int(axis)
-        if int(step) <= 0:
-            return "slices with negative steps are not supported"
+        if int(step) == 0:
+            return "Slice with a zero step"
         start, stop, step = slice(int(start), int(end), int(step)).indices(shape[axis])
-        params.append((axis, start, max(start, stop), step))
+        count = len(range(start, stop, step))
+        if step < 0 and count > 1:  # the same elements, ascending: lowest first
+            lowest = start + (count - 1) * step
+            params.append((axis, lowest, start + 1, step))
+            pieces *= count
+        else:
+            params.append((axis, start, start + count * abs(step), abs(step)))
+    if pieces > MAX_REVERSED_PIECES:
+        return f"Slice with negative steps needs {pieces} reversed pieces (at most {MAX_REVERSED_PIECES})"
     return params
+
+
+def _reversed_pieces(out: HbmView, src: HbmView, axes: list[int]) -> list[tuple[HbmView, HbmView]]:
+    """(piece of `out`, piece of `src`) pairs that copy `src` into `out` with `axes` reversed: one pair per index
+    combination of those axes, each a positive-stride view."""
+    pairs = [(out, src)]
+    for axis in axes:
+        n = src.shape[axis]
+        pairs = [(o.slice(axis, i, i + 1), s.slice(axis, n - 1 - i, n - i)) for o, s in pairs for i in range(n)]
+    return pairs
 
 
 @lowering("Slice", check=lambda n, g: p if isinstance(p := _slice_params(n, g), str) else None,
           constant_inputs=(1, 2, 3, 4))
 def lower_slice(ctx: LowerCtx, node: Node) -> None:
+    """A view; with negative steps, the ascending view copied out with those axes reversed."""
     view = ctx.view(node.inputs[0])
-    for axis, start, stop, step in _slice_params(node, ctx.graph):  # type: ignore[union-attr]
-        view = view.slice(axis, start, stop, step)
-    ctx.alias(node.outputs[0], view)
+    params = _slice_params(node, ctx.graph)
+    assert not isinstance(params, str)
+    for axis, start, stop, step in params:
+        view = view.slice(axis, start, stop, abs(step))
+    backwards = [axis for axis, _, _, step in params if step < 0]
+    if not backwards:
+        ctx.alias(node.outputs[0], view)
+        return
+    for dst, src in _reversed_pieces(ctx.output(node.outputs[0]), view, backwards):
+        ctx.program.dma(dst, src)
 
 
 def copy_view(ctx: LowerCtx, name: str, view: HbmView) -> None:
