@@ -112,6 +112,21 @@ class LowerCtx:
         self.graph.tensors[name] = Tensor(name, tuple(value.shape), value.dtype, value)
         return name
 
+    def reshaped(self, name: str, shape: tuple[int, ...]) -> str:
+        """A new tensor name for `name` read with another shape of the same size (a size-1 axis inserted so that
+        it broadcasts against a result), for lowerings that hand names to `elementwise`: a view when the data
+        allows, else a contiguous copy."""
+        new = f"{name}/as{'x'.join(map(str, shape))}"
+        if new not in self.views:
+            src = self.view(name)
+            self.graph.tensors[new] = Tensor(new, tuple(shape), self.graph.tensors[name].dtype)
+            view = src.reshape(tuple(shape))
+            if view is None:
+                view = self.output(new)
+                self.program.dma(view.reshape(src.shape), src)  # type: ignore[union-attr]
+            self.views[new] = view
+        return new
+
     def output(self, name: str, partition_axes: tuple[int, int] | None = None,
                follow_transpose: bool = False) -> HbmView:
         """A fresh HBM tensor for a result a lowering computes, contiguous unless `follow_transpose` lets it be

@@ -178,6 +178,11 @@ CASES: list[Case] = [
     Case("Gather", [Input((5, 6)), const([[4, 0], [2, 2]], I64)], {"axis": 0}, name="Gather_const"),
     Case("GatherElements", [Input((4, 5)), const(np.array([[0, 4], [1, 2], [3, 3], [2, 0]]), I64)], {"axis": 1}),
     Case("GatherND", [Input((3, 4, 5)), const(np.array([[0, 1], [2, 3]]), I64)]),
+    Case("OneHot", [Input((4, 130), I64, "int:-7:7"), const(7, I64), const([0.0, 2.5], F)], name="OneHot_last"),
+    Case("OneHot", [Input((3, 5), I64, "int:-4:4"), const([4.0], F), const([-1, 3], I32)], {"axis": 1},
+         name="OneHot_axis1_int"),  # (onnxruntime implements a few type combinations only)
+    Case("OneHot", [Input((2, 3), kind="int:-6:6"), const(6.0, F), const([1.0, 0.0], F)], {"axis": 0},
+         name="OneHot_float_indices_axis0"),
     Case("DepthToSpace", [Input((1, 8, 2, 3))], {"blocksize": 2, "mode": "CRD"}),
     Case("SpaceToDepth", [Input((1, 2, 4, 6))], {"blocksize": 2}),
     Case("Dropout", [Input((5, 6))], outputs=2),
