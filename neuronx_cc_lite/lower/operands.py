@@ -93,8 +93,12 @@ class BSource:
         prog = ctx.program
         width = len(k_tiles) * n_size * dtype.size
         # column groups of one PSUM bank: the first column block needs only its group of every K tile, so the
-        # multiplying starts after a fraction of B has arrived; the groups stay for every row block when all fit
-        self.group = min(n_size, prog.target.psum_bank_fmax)
+        # multiplying starts after a fraction of B has arrived; the groups stay for every row block when all fit.
+        # A group (its columns of every K tile) is live whole, so a long K narrows it (a matrix-vector layer's
+        # 144 K tiles of 512 fp32 columns would not fit SBUF), to whole stationary blocks at least
+        block = prog.target.gemm_stationary_fmax
+        fit = RESIDENT_BYTES // (len(k_tiles) * dtype.size) // block * block
+        self.group = min(n_size, prog.target.psum_bank_fmax, max(block, fit))
         self.groups = blocks(n_size, self.group)
         self.resident = width <= RESIDENT_BYTES
         self.tiles: dict[tuple, Tile] = {}
