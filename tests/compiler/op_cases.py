@@ -183,6 +183,11 @@ CASES: list[Case] = [
          name="OneHot_axis1_int"),  # (onnxruntime implements a few type combinations only)
     Case("OneHot", [Input((2, 3), kind="int:-6:6"), const(6.0, F), const([1.0, 0.0], F)], {"axis": 0},
          name="OneHot_float_indices_axis0"),
+    *[Case("CumSum", [Input((3, 130, 37)), const(a, I64)], {"exclusive": e, "reverse": r},
+           name=f"CumSum_axis{a}_{e}{r}") for a, e, r in ((1, 0, 0), (-1, 1, 0), (2, 0, 1), (0, 1, 1))],
+    Case("CumSum", [Input((2, 5000)), const(1, I32)], {"reverse": 1}, name="CumSum_long_reverse"),
+    Case("CumSum", [Input((4, 9000)), const(1, I32)], {"exclusive": 1}, name="CumSum_long_exclusive"),
+    Case("CumSum", [Input((7, 9), I64, "int:-1000:1000"), const(0, I64)], name="CumSum_int64"),
     Case("DepthToSpace", [Input((1, 8, 2, 3))], {"blocksize": 2, "mode": "CRD"}),
     Case("SpaceToDepth", [Input((1, 2, 4, 6))], {"blocksize": 2}),
     Case("Dropout", [Input((5, 6))], outputs=2),
