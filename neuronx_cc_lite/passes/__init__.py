@@ -11,8 +11,8 @@ from typing import Callable
 
 from neuronx_cc_lite.errors import CompileError
 from neuronx_cc_lite.ir import Graph, print_graph
-from neuronx_cc_lite.passes import (canonicalize, eliminate_dead_code, expand_functions, fold_batchnorm,
-                                    fold_constants, fuse_epilogues)
+from neuronx_cc_lite.passes import (canonicalize, eliminate_dead_code, expand_einsum, expand_functions,
+                                    fold_batchnorm, fold_constants, fuse_epilogues)
 from neuronx_cc_lite.passes.verify import verify
 
 
@@ -31,6 +31,8 @@ PIPELINE: list[Pass] = [
          "ops ONNX defines as functions of simpler ops need no lowering of their own"),
     Pass("fold-function-bodies", fold_constants.run,
          "the bodies just expanded hold shape arithmetic of their own (Attention's Shape, Gather and Range)"),
+    Pass("expand-einsum", expand_einsum.run,
+         "an Einsum of one or two operands is a ReduceSum, Transposes and a MatMul, which lower already"),
     Pass("canonicalize", canonicalize.run,
          "older exporters spell LayerNorm and GELU as chains of small ops: one op each lowers far better"),
     Pass("fold-batchnorm", fold_batchnorm.run,

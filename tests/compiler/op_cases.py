@@ -160,6 +160,13 @@ CASES: list[Case] = [
     Case("LpNormalization", [Input((4, 7))], {"axis": 1, "p": 1}),
     Case("MatMul", [Input((2, 1, 7, 130)), Input((3, 130, 9))], name="MatMul_batch_broadcast"),
     Case("MatMul", [Input((130,)), Input((4, 130, 6))], name="MatMul_vector_batch"),
+    *[Case("Einsum", [Input(a), Input(b)], {"equation": eq}, name=f"Einsum_{name}") for name, eq, a, b in (
+        ("matmul", "ij,jk->ik", (7, 130), (130, 9)), ("batch", "bij,bjk->bik", (3, 5, 6), (3, 6, 4)),
+        ("heads", "bhqd,bhkd->bhqk", (2, 3, 5, 8), (2, 3, 7, 8)), ("outer", "i,j->ij", (5,), (6,)),
+        ("inner", "i,i->", (40,), (40,)), ("ellipsis", "...ij,...jk->...ik", (2, 3, 4, 5), (1, 3, 5, 2)),
+        ("summed_alone", "ijk,jl->li", (4, 5, 6), (5, 3)), ("batched_dot", "bi,bi->b", (6, 33), (1, 33)))],
+    *[Case("Einsum", [Input((3, 4, 5))], {"equation": eq}, name=f"Einsum_{name}") for name, eq in (
+        ("transpose", "ijk->kij"), ("sum", "ijk->j"), ("implicit", "kji"))],
     Case("Transpose", [Input((2, 3, 130))], {"perm": (2, 0, 1)}),
     Case("Slice", [Input((20, 10, 5)), const([1, 0], I64), const([1000, 10], I64), const([0, 1], I64),
                    const([3, 4], I64)]),
