@@ -3,9 +3,9 @@
 A constant index that walks an axis with a fixed step is only a view (a slice). Anything else goes through the
 indirect DMA, `dma_gather`: up to pmax indices are loaded into a partition column and each partition receives
 the table row its index names. For Gather the rows are the slices along the gathered axis and the indices may be
-known only at run time (embedding lookups); for GatherElements and GatherND, whose indices must be constants, the
-compiler computes the element offset every output element comes from and gathers one-element "rows" at those
-offsets.
+known only at run time (embedding lookups); for GatherElements and GatherND the element offset every output
+element comes from is computed (by the compiler for constant indices, on VectorE for GatherElements' run-time
+indices) and one-element "rows" are gathered at those offsets.
 """
 
 from __future__ import annotations
@@ -18,13 +18,13 @@ from isa.dtypes import DType
 from isa.functions import AluOp
 from isa.operand import Engine
 from neuronx_cc_lite.errors import CompileError
-from neuronx_cc_lite.ir import Graph, Node
+from neuronx_cc_lite.ir import Graph, Node, Tensor
 from neuronx_cc_lite.lower.context import LowerCtx
-from neuronx_cc_lite.lower.elementwise import tile_free_max
+from neuronx_cc_lite.lower.elementwise import Operand, elementwise, tile_free_max
 from neuronx_cc_lite.lower.hbm import HbmView, coalesce
-from neuronx_cc_lite.lower.instr import ts, tt
+from neuronx_cc_lite.lower.instr import scratch, ts, tt
 from neuronx_cc_lite.lower.patterns import contiguous
-from neuronx_cc_lite.lower.program import HbmAccess
+from neuronx_cc_lite.lower.program import HbmAccess, Program, TileAccess
 from neuronx_cc_lite.lower.registry import lowering
 from neuronx_cc_lite.lower.rows import free_chunks
 from isa.operand import MAX_FREE_DIMS
@@ -139,14 +139,53 @@ def _element_offsets(node: Node, g: Graph, data: HbmView) -> np.ndarray:
     return (starts.reshape(starts.shape + (1,) * len(inner)) + within).reshape(-1)
 
 
-@lowering("GatherElements", "GatherND", check=_check_gather, since=11, constant_inputs=(1,))
+def _runtime_offsets(ctx: LowerCtx, node: Node, data: HbmView) -> HbmView:
+    """GatherElements with indices known at run time: each output element's offset in the data, computed on
+    VectorE as base + wrap(index) * stride(axis), where the constant `base` is the offset with the axis
+    coordinate 0. Exact in the fp32 ALU below 2**24 (the check makes sure)."""
+    idx_shape = ctx.shape(node.inputs[1])
+    axis = int(node.attrs.get("axis", 0)) % len(data.shape)
+    coords = np.indices(idx_shape, dtype=np.int64)
+    base = sum((c * s for a, (c, s) in enumerate(zip(coords, data.strides)) if a != axis),
+               np.zeros(idx_shape, dtype=np.int64))
+    size, stride = data.shape[axis], data.strides[axis]
+    name = f"{node.name}/offsets"
+    ctx.graph.tensors[name] = Tensor(name, tuple(idx_shape), np.dtype(np.int32))
+    base_name = ctx.constant(f"{node.name}/base", base.astype(np.int32))
+
+    def compute(prog: Program, dst: TileAccess, s: list[Operand]) -> None:
+        index, start = s
+        assert isinstance(index, TileAccess) and isinstance(start, TileAccess)
+        wrapped = scratch(prog, dst, "wrapped")
+        ts(prog, wrapped, index, AluOp.less, 0.0, AluOp.multiply, float(size))  # negatives count from the end
+        tt(prog, wrapped, wrapped, index, AluOp.add)
+        ts(prog, wrapped, wrapped, AluOp.multiply, float(stride))
+        tt(prog, dst, wrapped, start, AluOp.add)
+
+    elementwise(ctx, Node("GatherElements", node.name, [node.inputs[1], base_name], [name]), compute,
+                immediates=False)
+    return ctx.view(name).reshape((math.prod(idx_shape),))  # type: ignore[return-value]
+
+
+def _check_gather_elements(node: Node, g: Graph) -> str | None:
+    data = g.tensors[node.inputs[0]]
+    if not g.tensors[node.inputs[1]].is_constant and data.size >= 2**24:
+        return f"GatherElements with run-time indices into {data.size} elements (offsets exact below 2**24)"
+    return _check_gather(node, g)
+
+
+@lowering("GatherElements", check=_check_gather_elements, since=11)
+@lowering("GatherND", check=_check_gather, since=11, constant_inputs=(1,))
 def lower_gather_elements(ctx: LowerCtx, node: Node) -> None:
     data = ctx.view(node.inputs[0])
-    offsets = _element_offsets(node, ctx.graph, data)
     extent = sum((n - 1) * s for n, s in zip(data.shape, data.strides)) + 1
-    if np.any((offsets < 0) | (offsets >= extent)):
-        raise CompileError("NCC_INDEX", "an index is outside the data", node.name, node.op)
+    if ctx.graph.tensors[node.inputs[1]].is_constant:
+        offsets = _element_offsets(node, ctx.graph, data)
+        if np.any((offsets < 0) | (offsets >= extent)):
+            raise CompileError("NCC_INDEX", "an index is outside the data", node.name, node.op)
+        index_view = ctx.view(ctx.constant(f"{node.name}/offsets", offsets.astype(np.int32)))
+    else:  # an index outside the data stops the run: dma_gather checks every index against the extent
+        index_view = _runtime_offsets(ctx, node, HbmView(data.tensor, data.dtype, data.shape, data.strides, 0))
     out = ctx.output(node.outputs[0])
-    index_view = ctx.view(ctx.constant(f"{node.name}/offsets", offsets.astype(np.int32)))
     element = HbmView(data.tensor, data.dtype, (1, 1), (0, 1), data.offset)
     gather_rows(ctx, element, index_view, out.reshape((out.size, 1)), int(extent), 1, fix_negative=False)
