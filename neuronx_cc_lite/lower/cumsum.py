@@ -9,37 +9,16 @@ cut into chunks; each chunk then adds the running total its predecessor ended wi
 
 from __future__ import annotations
 
-import itertools
-
 import numpy as np
 
 from isa.functions import AluOp
 from neuronx_cc_lite.ir import Node
 from neuronx_cc_lite.lower.context import LowerCtx
 from neuronx_cc_lite.lower.elementwise import small_integers_ok, tile_free_max
-from neuronx_cc_lite.lower.hbm import HbmView, coalesce
 from neuronx_cc_lite.lower.instr import fill, ts, tt
 from neuronx_cc_lite.lower.program import TileAccess
 from neuronx_cc_lite.lower.registry import lowering
-
-
-def _rows(ctx: LowerCtx, x: HbmView, out: HbmView, axis: int) -> list[tuple[int, int, int, int, int]]:
-    """(x offset, x row stride, out offset, out row stride, rows) per group of rows: the indices
-    other than `axis`, merged where both views allow, the last merged axis on partitions in blocks."""
-    keep = [a for a in range(len(x.shape)) if a != axis]
-    lead = [HbmView(v.tensor, v.dtype, tuple(v.shape[a] for a in keep), tuple(v.strides[a] for a in keep),
-                    v.offset) for v in (x, out)]
-    shape, (sx, so) = coalesce(lead)
-    if not shape:
-        shape, sx, so = (1,), (0,), (0,)
-    pmax = ctx.program.target.partitions
-    groups = []
-    for index in itertools.product(*(range(n) for n in shape[:-1])):
-        ox = x.offset + sum(i * s for i, s in zip(index, sx))
-        oo = out.offset + sum(i * s for i, s in zip(index, so))
-        for first in range(0, shape[-1], pmax):
-            groups.append((ox + first * sx[-1], sx[-1], oo + first * so[-1], so[-1], min(pmax, shape[-1] - first)))
-    return groups
+from neuronx_cc_lite.lower.rows import move_to_end, row_boxes
 
 
 def _scan(ctx: LowerCtx, t: TileAccess, width: int, reverse: bool) -> None:
@@ -68,7 +47,9 @@ def lower_cumsum(ctx: LowerCtx, node: Node) -> None:
     chunks = [(c, min(n, c + budget)) for c in range(0, n, budget)]
     if reverse:
         chunks.reverse()
-    for ox, rx, oo, ro, rows in _rows(ctx, x, out, axis):
+    for row, dst in row_boxes([move_to_end(x, (axis,)), move_to_end(out, (axis,))], rank - 1,
+                              prog.target.partitions):
+        rows = row.shape[0]
         carry: TileAccess | None = None
         for c0, c1 in chunks:
             width = c1 - c0
@@ -79,12 +60,9 @@ def lower_cumsum(ctx: LowerCtx, node: Node) -> None:
             if hi - lo < width:
                 fill(prog, t.ap(), 0.0)
             if hi > lo:
-                src = HbmView(x.tensor, x.dtype, (rows, hi - lo), (rx, x.strides[axis]),
-                              ox + lo * x.strides[axis])
-                prog.dma(t.region(lo - (c0 + shift), hi - lo), src)
+                prog.dma(t.region(lo - (c0 + shift), hi - lo), row.slice(1, lo, hi))
             _scan(ctx, t.ap(), width, reverse)
             if carry is not None:
                 ts(prog, t.ap(), t.ap(), AluOp.add, carry)
             carry = t.region(0 if reverse else width - 1, 1)
-            prog.dma(HbmView(out.tensor, out.dtype, (rows, width), (ro, out.strides[axis]),
-                             oo + c0 * out.strides[axis]), t.ap())
+            prog.dma(dst.slice(1, c0, c1), t.ap())
