@@ -108,6 +108,10 @@ def _add_compile_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dump-ir-after", action="append", default=[], metavar="PASS",
                    help=f"print the graph IR after a pass to stderr: import, {', '.join(PASS_NAMES)} or all")
     p.add_argument("--stop-after", metavar="PASS", help="stop after a pass and print the IR instead of compiling")
+    p.add_argument("--cache-dir", metavar="DIR",
+                   help="the compile cache: bundles of models compiled before with the same options and compiler "
+                        "(default: $NEURONX_CC_LITE_CACHE, else ~/.cache/neuronx-cc-lite)")
+    p.add_argument("--no-cache", action="store_true", help="compile without reading or writing the cache")
 
 
 def _options(args: argparse.Namespace) -> Any:
@@ -125,26 +129,40 @@ def _options(args: argparse.Namespace) -> Any:
                    optimize=min(args.optimize, 2))  # -O3 is -O2 until some pass runs only at 3
 
 
+def _compile_cached(args: argparse.Namespace, options: Any, model: Any) -> Any:
+    """The bundle for `model`, from the compile cache when it has it; IR dumps need the passes, so they skip it."""
+    from neuronx_cc_lite.cache import cached, default_dir
+    from neuronx_cc_lite.compiler import compile_graph, prepare
+
+    def build() -> Any:
+        start = time.perf_counter()
+        graph = prepare(model, options, _dump)
+        log.debug(f"import and graph passes: {time.perf_counter() - start:.3f} s")
+        lowered = time.perf_counter()
+        b = compile_graph(graph, options)
+        log.debug(f"lowering to the bundle: {time.perf_counter() - lowered:.3f} s")
+        return b
+
+    use = not (args.no_cache or options.dump_ir_after)
+    return cached(args.model, options.flags(), (args.cache_dir or default_dir()) if use else None, build)
+
+
 def _dump(name: str, text: str) -> None:
     print(f"// IR after {name}\n{text}", file=sys.stderr, end="")
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
     from isa import bundle as bundle_format
-    from neuronx_cc_lite.compiler import compile_graph, prepare
+    from neuronx_cc_lite.compiler import prepare
     from neuronx_cc_lite.ir import print_graph
 
     options = _options(args)
     start = time.perf_counter()
-    graph = prepare(args.model, options, _dump)
-    log.debug(f"import and graph passes: {time.perf_counter() - start:.3f} s")
     if options.stop_after:
-        sys.stdout.write(print_graph(graph))
+        sys.stdout.write(print_graph(prepare(args.model, options, _dump)))
         return 0
-    lowered = time.perf_counter()
-    b = compile_graph(graph, options)
+    b = _compile_cached(args, options, args.model)
     b.flags["model_type"] = args.model_type  # what neuronx-cc users state; the compiler does not use it yet
-    log.debug(f"lowering to the bundle: {time.perf_counter() - lowered:.3f} s")
     bundle_format.write(b, args.output)
     counts = Counter()
     for name, s in b.cores[0].items():
@@ -361,14 +379,13 @@ def cmd_check(args: argparse.Namespace) -> int:
 
     import runtime
     from isa import bundle as bundle_format
-    from neuronx_cc_lite.compiler import compile_graph, prepare
     from neuronx_cc_lite.frontend import load_model
     from neuronx_cc_lite.precision import error_bound
     from neuronx_cc_lite.reference import bundle_inputs, compare, error_over_rms, onnxruntime_outputs, within
 
     options = _options(args)
     proto = load_model(args.model)
-    b = compile_graph(prepare(proto, options, _dump), options)
+    b = _compile_cached(args, options, proto)
     with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
         path = os.path.join(tmp, "model.neff")
         bundle_format.write(b, path)

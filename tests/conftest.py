@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import sys
+import tempfile
 
 # the simulator's matmuls are small: with two BLAS threads each on a 2-core machine, parallel test processes make
 # OpenBLAS spin against each other (seconds per run); set before numpy loads OpenBLAS
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+# the compile cache of the CLI and the Python API lives in a directory of this run's, never the user's
+os.environ["NEURONX_CC_LITE_CACHE"] = tempfile.mkdtemp(prefix="ncc-cache-")
+atexit.register(shutil.rmtree, os.environ["NEURONX_CC_LITE_CACHE"], True)
 
 import numpy as np  # noqa: E402
 import onnx
