@@ -18,7 +18,8 @@ if TYPE_CHECKING:  # the package imports onnx and the compiler only when compile
 __version__ = "0.1.0"
 
 
-def compile(model: str | os.PathLike[str] | onnx.ModelProto, *, target: str = "trn1",  # noqa: A001 - the name users expect
+def compile(model: str | os.PathLike[str] | onnx.ModelProto, *,  # noqa: A001 - the name users expect
+            target: str = "trn1",
             auto_cast: str = "none", auto_cast_type: str = "bf16",
             input_shapes: Mapping[str, Sequence[int]] | None = None, optimize: int = 2,
             output: str | os.PathLike[str] | None = None, cache: bool = True,

@@ -57,9 +57,10 @@ class Options:
 
     def check(self) -> None:
         if self.auto_cast not in MODES:
-            raise CompileError("NCC_OPTION", f"--auto-cast must be one of {', '.join(MODES)}")
+            raise CompileError("NCC_OPTION", f"auto-cast (--auto-cast, auto_cast=) must be one of {', '.join(MODES)}")
         if self.auto_cast_type not in TYPES:
-            raise CompileError("NCC_OPTION", f"--auto-cast-type must be one of {', '.join(TYPES)}")
+            raise CompileError("NCC_OPTION", f"the auto-cast type (--auto-cast-type, auto_cast_type=) must be one of "
+                                             f"{', '.join(TYPES)}")
         if self.optimize not in (1, 2):
             raise CompileError("NCC_OPTION", "the optimisation level must be 1 or 2")
 

@@ -61,11 +61,11 @@ def _pin_inputs(model: onnx.ModelProto, shapes: Mapping[str, tuple[int, ...]]) -
     by_name = {vi.name: vi for vi in model.graph.input}
     for name, shape in shapes.items():
         if name not in by_name:
-            raise CompileError("NCC_INPUT_SHAPE", f"--input-shape names {name!r}, which is not a model input "
-                               f"(inputs: {', '.join(by_name)})")
+            raise CompileError("NCC_INPUT_SHAPE", f"an input shape is given for {name!r}, which is not a model "
+                               f"input (inputs: {', '.join(by_name)})")
         dims = by_name[name].type.tensor_type.shape.dim
         if len(dims) not in (0, len(shape)):
-            raise CompileError("NCC_INPUT_SHAPE", f"input {name!r} has rank {len(dims)}, --input-shape gives "
+            raise CompileError("NCC_INPUT_SHAPE", f"input {name!r} has rank {len(dims)}, its given shape has "
                                f"{len(shape)} dimensions")
         del dims[:]
         for n in shape:
@@ -137,8 +137,8 @@ def import_model(model: onnx.ModelProto, input_shapes: Mapping[str, tuple[int, .
     for name in inputs:
         t = tensors[name]
         if t.shape is None:
-            raise CompileError("NCC_SHAPE_DYNAMIC", f"input {name!r} has a dynamic shape; pin it with "
-                               f"--input-shape {name}=D0,D1,...")
+            raise CompileError("NCC_SHAPE_DYNAMIC", f"input {name!r} has a dynamic shape; pin it with --input-shape "
+                               f"{name}=D0,D1,... (from Python: input_shapes={{{name!r}: (D0, D1, ...)}})")
     nodes = []
     for index, n in enumerate(g.node):
         name = (n.name or f"{n.op_type}_{index}").replace("\n", " ")

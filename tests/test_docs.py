@@ -24,5 +24,6 @@ def test_every_error_code_is_in_the_readme_table():
         readme = f.read()
     table = readme[readme.index("### Error codes"):]
     codes = set(re.findall(r'"((?:NCC|NRT)_[A-Z_]+)"', _sources())) - {"NCC_ISA"}
-    missing = sorted(c for c in codes if f"`{c}`" not in table and not (c.startswith("NCC_ISA") and "`NCC_ISA_*`" in table))
+    missing = sorted(c for c in codes
+                     if f"`{c}`" not in table and not (c.startswith("NCC_ISA_") and "`NCC_ISA_*`" in table))
     assert not missing, f"error codes missing from the README's table: {missing}"
