@@ -262,7 +262,10 @@ def _rewrite(program: Program, homes: dict[HbmTensor, Tile], layouts: dict[HbmTe
             continue
         dst, src = pair
         if isinstance(p.args["dst"], HbmAccess) and p.args["dst"].tensor.kind == "output":
-            kept.append(p)  # a graph output is stored all the same: from its tile, or from the home it becomes
+            # a graph output is stored all the same: from its tile, or from the home it becomes; a copy into it
+            # from a tensor now homed (a Reshape of a result) reads the home
+            kept.append(p if src is p.args["src"] else
+                        PendingInstr(p.op, p.engine, p.queue, {**p.args, "src": src}, p.node))
             if dst is p.args["dst"]:
                 continue  # not homed
         if isinstance(dst, TileAccess) and isinstance(src, TileAccess):
