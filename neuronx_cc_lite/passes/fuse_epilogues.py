@@ -66,6 +66,8 @@ def _other(node: Node, name: str) -> str:
 def _fuse(g: Graph, users: dict[str, list[Node]], head: Node) -> tuple[Node, list[Node]] | None:
     out = head.outputs[0]
     shape = g.tensors[out].shape
+    if shape is None or any(g.tensors[i].shape is None for i in head.inputs[:2]):
+        return None  # a shape not yet static (a computed Reshape target): the op keeps its own lowering
     attrs: dict = {"alpha": 1.0, "activation": ""}
     inputs = [head.inputs[0], head.inputs[1], "", ""]
     bias: np.ndarray | None = None
