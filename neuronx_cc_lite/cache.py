@@ -58,8 +58,9 @@ def _model_digest(model: str | os.PathLike[str] | onnx.ModelProto) -> str:
         return h.hexdigest()
     path = os.fspath(model)
     with open(path, "rb") as f:
-        h.update(f.read())
-    proto = onnx.load(path, load_external_data=False)
+        data = f.read()
+    h.update(data)
+    proto = onnx.ModelProto.FromString(data)  # external data is not loaded: only its locations are wanted
     locations = sorted({entry.value for init in proto.graph.initializer
                         if init.data_location == onnx.TensorProto.EXTERNAL
                         for entry in init.external_data if entry.key == "location"})

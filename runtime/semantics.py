@@ -411,13 +411,13 @@ def _moments(x: np.ndarray) -> np.ndarray:
 
 
 def bn_stats(instr: Instruction, v: Views) -> Issue:
-    """Statistics of the even and odd elements apart, as the hardware gives them; computed in fp64 from the fp32
-    inputs and rounded once, so that bn_aggr's result is the exact mean and variance rounded to fp32."""
-    src, store = read_f32(v["src"]), write_to(v["dst"])
+    """Statistics of the even and odd elements apart, as the hardware gives them; computed in fp64 from the inputs
+    (every input type is exact in fp64) and rounded to fp32 once, as they are stored."""
+    src, store = snapshot(v["src"], np.float64), write_to(v["dst"])
 
     def issue() -> Commit:
         with np.errstate(all="ignore"):
-            x = src().astype(np.float64)
+            x = src()
             result = np.concatenate([_moments(x[:, 0::2]), _moments(x[:, 1::2])], axis=1).astype(F32)
         return lambda: store(result)
 
@@ -426,11 +426,11 @@ def bn_stats(instr: Instruction, v: Views) -> Issue:
 
 def bn_aggr(instr: Instruction, v: Views) -> Issue:
     """Chan et al.'s pairwise combination of (count, mean, M2) triples: mean, then M2 / count."""
-    src, store = read_f32(v["src"]), write_to(v["dst"])
+    src, store = snapshot(v["src"], np.float64), write_to(v["dst"])
 
     def issue() -> Commit:
         with np.errstate(all="ignore"):
-            t = src().astype(np.float64).reshape(v["src"].shape[0], -1, 3)
+            t = src().reshape(v["src"].shape[0], -1, 3)
             count, mean, m2 = t[..., 0], t[..., 1], t[..., 2]
             total = count.sum(axis=1)
             grand = (count * mean).sum(axis=1) / total

@@ -95,11 +95,9 @@ def window_strides(block: Block, axes: list[Axis]) -> tuple[tuple[int, ...], int
     return tuple(math.prod(spans[k + 1:]) for k in range(len(spans))), math.prod(spans)
 
 
-def needs_fill(block: Block, axes: list[Axis], shift: int = 0) -> bool:
+def needs_fill(block: Block, axes: list[Axis]) -> bool:
     """Whether some of the block's window has no input element (padding, or zeros between inputs)."""
-    shifts = [0] * (len(axes) - 1) + [shift]
-    return any(ax.up != 1 or ax.interior(s, c, sh)[1] != ax.span(c)
-               for ax, s, c, sh in zip(axes, block.starts, block.counts, shifts))
+    return any(ax.up != 1 or ax.interior(s, c)[1] != ax.span(c) for ax, s, c in zip(axes, block.starts, block.counts))
 
 
 def fill_edges(prog: Program, tile: Tile, block: Block, axes: list[Axis], shifts: list[int], value: float) -> None:
@@ -116,7 +114,8 @@ def fill_edges(prog: Program, tile: Tile, block: Block, axes: list[Axis], shifts
         for lo, hi in ((0, before), (after, spans[k])):
             if hi <= lo:
                 continue
-            dims = [(block.images, image)] + [((hi - lo) if j == k else spans[j], strides[j]) for j in range(len(axes))]
+            dims = [(block.images, image)] + [((hi - lo) if j == k else spans[j], strides[j])
+                                              for j in range(len(axes))]
             dims = [d for d in dims if d[0] > 1] or [(1, 1)]
             prog.emit("memset", Engine.POOL, dst=tile.ap(tuple(dims), lo * strides[k]), value=float(value))
 
@@ -129,7 +128,8 @@ def fill_window(prog: Program, tile: Tile, src: HbmView, block: Block, axes: lis
     shifts = [0] * (len(axes) - 1) + [shift]
     inside = [ax.interior(s, c, sh) for ax, s, c, sh in zip(axes, block.starts, block.counts, shifts)]
     if all(n > 0 for _, n, _ in inside):
-        box = src.box((0, block.n0, *(f for f, _, _ in inside)), (src.shape[0], block.images, *(n for _, n, _ in inside)))
+        box = src.box((0, block.n0, *(f for f, _, _ in inside)),
+                      (src.shape[0], block.images, *(n for _, n, _ in inside)))
         offset = sum(pos * st for (_, _, pos), st in zip(inside, strides))
         dma_tile(prog, tile, box, (image, *(ax.up * st for ax, st in zip(axes, strides))), offset, first)
 
