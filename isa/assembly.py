@@ -2,18 +2,20 @@
 `assemble(disassemble(b))` giving a bundle of identical bytes.
 
     ; comments start with a semicolon
-    .bundle {"compiler": "...", "flags": {...}, "hbm_size": 8192, "stats": {...}, "target": "trn1"}
-    .input {"device_dtype": "fp32", "dtype": "float32", "hbm_offset": 0, "name": "x", "shape": [1, 784]}
+    .bundle {"compiler": "...", "flags": {...}, "groups": [], "hbm_size": 8192, "lnc": 1, "stats": {...},
+             "target": "trn1"}
+    .input {"device_dtype": "fp32", "dtype": "float32", "name": "x", "placements": [{"axis": 0,
+            "hbm_offset": 0, "rank": 0, "start": 0, "stop": 1}], "shape": [1, 784]}
     .output {...}
     .tensor {"hbm_offset": 4096, "kind": "weight", "name": "fc1.weight", "size": 16384}
     .core 0
     .stream PE
          0  nc_matmul dst=... accumulate=false wait[s5>=1] inc[s0]      ; /fc1/Gemm
-    .data 4096 16384
-    <base64 of the weight segment at HBM offset 4096, 16384 bytes>
+    .data 0 4096 16384
+    <base64 of the weight segment of rank 0 at HBM offset 4096, 16384 bytes>
     .end
 
-Each instruction line is its index in the stream, the instruction (isa/listing.py), and after a semicolon the ONNX
+`.core N` opens the streams of rank N. Each instruction line is its index in the stream, the instruction (isa/listing.py), and after a semicolon the ONNX
 node it came from. Directives carry JSON so that any tensor name survives the trip.
 """
 
@@ -38,7 +40,8 @@ def disassemble(bundle: Bundle, data: bool = True, cores: set[int] | None = None
              "elements); wait[sK>=V] holds an instruction until semaphore K reaches V; inc[sK] adds one to K "
              "when it completes"]
     header = {"target": bundle.target, "hbm_size": bundle.hbm_size, "compiler": bundle.compiler,
-              "flags": bundle.flags, "stats": bundle.stats}
+              "flags": bundle.flags, "stats": bundle.stats, "lnc": bundle.lnc,
+              "groups": [list(g) for g in bundle.groups]}
     lines.append(".bundle " + json.dumps(header, sort_keys=True))
     lines += [".input " + json.dumps(t.to_json(), sort_keys=True) for t in bundle.inputs]
     lines += [".output " + json.dumps(t.to_json(), sort_keys=True) for t in bundle.outputs]
@@ -60,7 +63,7 @@ def disassemble(bundle: Bundle, data: bool = True, cores: set[int] | None = None
                 text = f"{i:>6}  {format_instruction(instr)}"
                 lines.append(f"{text}  ; {node}" if node else text)
     for seg in bundle.weights:
-        lines.append(f".data {seg.hbm_offset} {len(seg.data)}")
+        lines.append(f".data {seg.rank} {seg.hbm_offset} {len(seg.data)}")
         if data:
             encoded = base64.b64encode(seg.data).decode()
             lines += [encoded[i:i + _LINE] for i in range(0, len(encoded), _LINE)]
@@ -88,19 +91,19 @@ def assemble(text: str, weights_from: Bundle | None = None) -> Bundle:
     weights: list[Segment] = []
     stream: Stream | None = None
     data_lines: list[str] | None = None
-    pending: tuple[int, int, int] | None = None  # offset, size, line of a .data directive
+    pending: tuple[int, int, int, int] | None = None  # rank, offset, size, line of a .data directive
 
     def close_data(lineno: int) -> None:
         nonlocal pending, data_lines
         if pending is None:
             return
-        offset, size, at = pending
+        rank, offset, size, at = pending
         if data_lines is None:
-            source = {s.hbm_offset: s.data for s in weights_from.weights} if weights_from else {}
-            if offset not in source or len(source[offset]) != size:
-                raise ParseError(f"line {at}: .data {offset} has no bytes in the listing; give a bundle to take "
-                                 "the weights from")
-            weights.append(Segment(offset, source[offset]))
+            source = {(s.rank, s.hbm_offset): s.data for s in weights_from.weights} if weights_from else {}
+            if (rank, offset) not in source or len(source[rank, offset]) != size:
+                raise ParseError(f"line {at}: .data {rank} {offset} has no bytes in the listing; give a bundle to "
+                                 "take the weights from")
+            weights.append(Segment(offset, source[rank, offset], rank))
         else:
             raise ParseError(f"line {at}: .data without .end")
         pending = None
@@ -113,10 +116,10 @@ def assemble(text: str, weights_from: Bundle | None = None) -> Bundle:
                 try:
                     blob = base64.b64decode("".join(data_lines), validate=True)
                 except binascii.Error as e:
-                    raise ParseError(f"line {pending[2]}: the .data block is not base64: {e}") from None
-                if len(blob) != pending[1]:
-                    raise ParseError(f"line {pending[2]}: .data says {pending[1]} bytes, found {len(blob)}")
-                weights.append(Segment(pending[0], blob))
+                    raise ParseError(f"line {pending[3]}: the .data block is not base64: {e}") from None
+                if len(blob) != pending[2]:
+                    raise ParseError(f"line {pending[3]}: .data says {pending[2]} bytes, found {len(blob)}")
+                weights.append(Segment(pending[1], blob, pending[0]))
                 pending, data_lines = None, None
             else:
                 data_lines.append(line)
@@ -127,10 +130,10 @@ def assemble(text: str, weights_from: Bundle | None = None) -> Bundle:
         if word == ".data":
             close_data(lineno)
             try:
-                offset, size = (int(v) for v in rest.split())
+                rank, offset, size = (int(v) for v in rest.split())
             except ValueError:
-                raise ParseError(f"line {lineno}: .data needs an HBM offset and a size") from None
-            pending = (offset, size, lineno)
+                raise ParseError(f"line {lineno}: .data needs a rank, an HBM offset and a size") from None
+            pending = (rank, offset, size, lineno)
             continue
         if pending is not None:
             if not line.startswith("."):  # base64 follows its .data line
@@ -181,6 +184,6 @@ def assemble(text: str, weights_from: Bundle | None = None) -> Bundle:
     try:
         return Bundle(str(header["target"]), int(header["hbm_size"]), inputs, outputs, cores, weights,
                       str(header.get("compiler", "")), dict(header.get("flags", {})), dict(header.get("stats", {})),
-                      tensors)
+                      tensors, int(header["lnc"]), [tuple(int(r) for r in g) for g in header["groups"]])
     except (KeyError, TypeError, ValueError) as e:
         raise ParseError(f".bundle directive: {e}") from None

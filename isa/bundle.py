@@ -1,14 +1,21 @@
 """The bundle file (our NEFF): a fixed-size header, then a zip archive.
 
-Header (96 bytes, little-endian): magic "NXCLNEFF", format version (u16), header size (u16), number of cores (u16),
+Header (96 bytes, little-endian): magic "NXCLNEFF", format version (u16), header size (u16), number of ranks (u16),
 payload size (u64), sha256 of the payload (32 bytes), target name (16 bytes, NUL-padded), zero padding.
 
+A bundle holds the program of every rank. A rank is a logical NeuronCore: `lnc` physical cores acting as one
+(trn2's LNC=2; 1 elsewhere). Ranks fill chips in order (`Target.ranks_per_chip(lnc)` per chip) and chips fill
+instances. Each rank addresses its own HBM space of `hbm_size` bytes, its share of its chip's HBM (the ranks of a
+chip share the chip's HBM bandwidth). Ranks exchange data only by collective instructions on a replica group:
+`groups[g]` lists the ranks of group g.
+
 Archive (stored, fixed timestamps, sorted names, so that equal bundles are equal bytes):
-- manifest.json: target, HBM size, inputs and outputs (name, shape, dtype, device dtype, HBM offset), the weight
-  segments (HBM offset and size), per core the streams in order with their files, compiler version and flags,
-  and what the compiler knows that only the profiler reads: the model's FLOPs, bytes spilled, and the name, kind
-  and place of every HBM tensor;
-- core<N>/<STREAM>.bin: the encoded instruction stream of one engine or DMA queue;
+- manifest.json: target, lnc, HBM size per rank, replica groups, inputs and outputs (name, shape, dtype, device
+  dtype, and where each piece lives: rank, HBM offset, the slice of one axis), the weight segments (rank, HBM
+  offset and size), per rank the streams in order with their files, compiler version and flags, and what the
+  compiler knows that only the profiler reads: the model's FLOPs, bytes spilled, and the name, kind and place of
+  every HBM tensor (of rank 0);
+- core<N>/<STREAM>.bin: the encoded instruction stream of one engine or DMA queue of rank N;
 - weights.bin: the weight segments, back to back, copied into HBM at load;
 - debug.json: for each stream, the ONNX node each instruction came from.
 """
@@ -30,7 +37,7 @@ from isa.errors import IsaError
 from isa.instructions import Instruction
 
 MAGIC = b"NXCLNEFF"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: ranks, replica groups, collectives, tensors placed per rank
 HEADER = struct.Struct("<8sHHHQ32s16s")
 HEADER_SIZE = 96
 _ZIP_TIME = (1980, 1, 1, 0, 0, 0)
@@ -41,29 +48,65 @@ class BundleError(IsaError):
 
 
 @dataclass(frozen=True)
+class Placement:
+    """One piece of a model input or output in a rank's HBM: indices [start, stop) of `axis` (the whole tensor
+    when they span the axis), row-major at `hbm_offset`."""
+
+    rank: int
+    hbm_offset: int
+    axis: int
+    start: int
+    stop: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"rank": self.rank, "hbm_offset": self.hbm_offset, "axis": self.axis, "start": self.start,
+                "stop": self.stop}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Placement:
+        return cls(int(d["rank"]), int(d["hbm_offset"]), int(d["axis"]), int(d["start"]), int(d["stop"]))
+
+
+@dataclass(frozen=True)
 class TensorInfo:
+    """A model input or output. An input is written to every placement (its slice of the tensor); an output is
+    read from its placements, which together cover it."""
+
     name: str
     shape: tuple[int, ...]
     dtype: str  # numpy name of what the user passes or receives
     device_dtype: str  # DType name of the bytes in HBM
-    hbm_offset: int
+    placements: tuple[Placement, ...]
+
+    @classmethod
+    def whole(cls, name: str, shape: tuple[int, ...], dtype: str, device_dtype: str, hbm_offset: int,
+              rank: int = 0) -> TensorInfo:
+        """The whole tensor on one rank."""
+        return cls(name, shape, dtype, device_dtype,
+                   (Placement(rank, hbm_offset, 0, 0, shape[0] if shape else 1),))
+
+    @property
+    def hbm_offset(self) -> int:
+        """Where the first placement starts (the whole tensor, in a one-rank bundle)."""
+        return self.placements[0].hbm_offset
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "shape": list(self.shape), "dtype": self.dtype,
-                "device_dtype": self.device_dtype, "hbm_offset": self.hbm_offset}
+                "device_dtype": self.device_dtype, "placements": [p.to_json() for p in self.placements]}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> TensorInfo:
         return cls(str(d["name"]), tuple(int(n) for n in d["shape"]), str(d["dtype"]), str(d["device_dtype"]),
-                   int(d["hbm_offset"]))
+                   tuple(Placement.from_json(p) for p in d["placements"]))
 
 
 @dataclass(frozen=True)
 class Segment:
-    """Bytes placed in HBM at load: weights and other constants."""
+    """Bytes placed in a rank's HBM at load: weights and other constants."""
 
     hbm_offset: int
     data: bytes
+    rank: int = 0
 
 
 @dataclass(frozen=True)
@@ -95,12 +138,18 @@ class Bundle:
     hbm_size: int
     inputs: list[TensorInfo]
     outputs: list[TensorInfo]
-    cores: list[dict[str, Stream]]  # per core: stream name -> stream
+    cores: list[dict[str, Stream]]  # per rank: stream name -> stream
     weights: list[Segment] = field(default_factory=list)
     compiler: str = ""
     flags: dict[str, Any] = field(default_factory=dict)
     stats: dict[str, Any] = field(default_factory=dict)  # model_flops, spill_bytes, ...
     hbm_tensors: list[HbmTensorInfo] = field(default_factory=list)
+    lnc: int = 1  # physical cores per rank
+    groups: list[tuple[int, ...]] = field(default_factory=list)  # replica groups of the collectives
+
+    @property
+    def ranks(self) -> int:
+        return len(self.cores)
 
 
 def _stream_path(core: int, name: str) -> str:
@@ -111,9 +160,11 @@ def to_bytes(bundle: Bundle) -> bytes:
     manifest = {
         "target": bundle.target,
         "hbm_size": bundle.hbm_size,
+        "lnc": bundle.lnc,
+        "groups": [list(g) for g in bundle.groups],
         "inputs": [t.to_json() for t in bundle.inputs],
         "outputs": [t.to_json() for t in bundle.outputs],
-        "weights": [{"hbm_offset": s.hbm_offset, "size": len(s.data)} for s in bundle.weights],
+        "weights": [{"rank": s.rank, "hbm_offset": s.hbm_offset, "size": len(s.data)} for s in bundle.weights],
         "cores": [[{"stream": name, "file": _stream_path(c, name)} for name in streams]
                   for c, streams in enumerate(bundle.cores)],
         "compiler": bundle.compiler,
@@ -176,7 +227,8 @@ def read_header(data: bytes) -> Header:
     if magic != MAGIC:
         raise BundleError("not a neuronx-cc-lite bundle (bad magic)")
     if version != FORMAT_VERSION:
-        raise BundleError(f"bundle format version {version}; this tool reads version {FORMAT_VERSION}")
+        raise BundleError(f"bundle format version {version}; this tool reads version {FORMAT_VERSION} "
+                          f"(recompile the model with this neuronx-cc-lite)")
     if header_size != HEADER_SIZE:
         raise BundleError(f"header size {header_size}, expected {HEADER_SIZE}")
     return Header(version, cores, size, digest, target.rstrip(b"\0").decode("ascii", "replace"))
@@ -210,7 +262,7 @@ def from_bytes(data: bytes) -> Bundle:
             segments, at = [], 0
             for w in manifest["weights"]:
                 size = int(w["size"])
-                segments.append(Segment(int(w["hbm_offset"]), weights_blob[at:at + size]))
+                segments.append(Segment(int(w["hbm_offset"]), weights_blob[at:at + size], int(w["rank"])))
                 at += size
             if at != len(weights_blob):
                 raise BundleError("weights.bin does not match the manifest's weight segments")
@@ -225,6 +277,8 @@ def from_bytes(data: bytes) -> Bundle:
                 flags=dict(manifest["flags"]),
                 stats=dict(manifest.get("stats", {})),
                 hbm_tensors=[HbmTensorInfo.from_json(t) for t in manifest.get("hbm_tensors", [])],
+                lnc=int(manifest["lnc"]),
+                groups=[tuple(int(r) for r in g) for g in manifest["groups"]],
             )
     except IsaError:
         raise

@@ -95,6 +95,8 @@ class OpSpec:
     doc: str = ""
     # Memory read beyond the operands' own footprints, by name (the whole table of an indirect DMA).
     implicit_reads: Callable[[Instruction], dict[str, Operand]] | None = None
+    # A collective: every rank of its replica group runs it together (the runtime's collective model times it).
+    collective: bool = False
     field_index: dict[str, Field] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -248,6 +250,23 @@ def _check_iota(instr: Instruction, target: Any) -> Iterator[str]:
         yield "iota needs one step per free dimension of dst"
 
 
+COLLECTIVE_REDUCE_OPS = frozenset({AluOp.add, AluOp.maximum, AluOp.minimum, AluOp.multiply})
+
+
+def _check_collective(instr: Instruction, target: Any) -> Iterator[str]:
+    """What one rank can check alone; sizes against the group's size are checked where the groups are known
+    (isa/collectives.py)."""
+    if instr.args["group"] < 0:
+        yield f"group {instr.args['group']} is negative"
+    op = instr.args.get("op")
+    if op is not None and op not in COLLECTIVE_REDUCE_OPS:
+        yield f"a collective reduces with {', '.join(o.name for o in sorted(COLLECTIVE_REDUCE_OPS))}, not {op.name}"
+    if instr.op in ("all_reduce", "all_to_all", "permute"):
+        yield from _same_elements(instr, ("src",))
+    if instr.args["dst"].dtype != instr.args["src"].dtype:
+        yield f"a collective keeps its type: dst is {instr.args['dst'].dtype.name}, src {instr.args['src'].dtype.name}"
+
+
 # ---- costs in engine cycles (CHIP.md's table) -----------------------------------------------------------------
 
 def _free(instr: Instruction, name: str = "dst") -> int:
@@ -382,6 +401,26 @@ _ROWS = (
             Field("steps", Kind.INTS)),
            lambda i, t: 150 + _free(i), _check_iota,
            "dst[p, i...] = base + p * channel_multiplier + sum(steps[k] * i[k])"),
+)
+
+
+def _collective(name: str, opcode: int, reduces: bool, doc: str, *extra: Field) -> OpSpec:
+    op = (Field("op", Kind.ENUM, AluOp),) if reduces else ()
+    return OpSpec(name, opcode, frozenset({Engine.CC}),
+                  (dst(Mem.HBM), src("src", Mem.HBM), *op, Field("group", Kind.INT), *extra),
+                  None, _check_collective, doc, collective=True)
+
+
+# Collectives over the ranks of replica group `group` (the bundle's groups[group], in rank order; i is this rank's
+# place in it, n its size). A buffer is its operand's elements in order (partition, then free dimensions); a block
+# is one n-th of it. Every rank of the group runs the same collective, as its k-th on that group.
+_ROWS += (
+    _collective("all_reduce", 0x50, True, "dst = src of every rank of the group, combined with op"),
+    _collective("all_gather", 0x51, False, "dst = the src of every rank of the group, block j from rank j"),
+    _collective("reduce_scatter", 0x52, True, "dst = block i of src of every rank, combined with op"),
+    _collective("all_to_all", 0x53, False, "dst block j = block i of src on rank j"),
+    _collective("permute", 0x54, False, "send src to rank (i + shift) % n of the group; dst = what rank "
+                "(i - shift) % n sends", Field("shift", Kind.INT)),
 )
 
 OPS: dict[str, OpSpec] = {row.name: row for row in _ROWS}

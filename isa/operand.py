@@ -32,6 +32,7 @@ class Engine(enum.IntEnum):
     POOL = 3
     SP = 4
     DMA = 5
+    CC = 6  # the collective engine of a rank: runs the collectives, one at a time, in its own stream "CC"
 
 
 COMPUTE_ENGINES = frozenset({Engine.PE, Engine.ACT, Engine.DVE, Engine.POOL})
@@ -45,14 +46,16 @@ READABLE: dict[Engine, frozenset[Mem]] = {
     Engine.POOL: frozenset({Mem.SBUF}),
     Engine.SP: frozenset({Mem.HBM, Mem.SBUF}),
     Engine.DMA: frozenset({Mem.HBM, Mem.SBUF}),
+    Engine.CC: frozenset({Mem.HBM}),  # collectives move HBM buffers between ranks
 }
 WRITABLE: dict[Engine, frozenset[Mem]] = {**READABLE, Engine.PE: frozenset({Mem.PSUM})}
 
 
 def stream_names(dma_queues: int) -> tuple[str, ...]:
-    """The instruction streams of one core: one per engine, and one per DMA queue."""
-    fixed = tuple(e.name for e in Engine if e is not Engine.DMA)
-    return fixed + tuple(f"DMA{q}" for q in range(dma_queues))
+    """The instruction streams of one core: one per engine, and one per DMA queue (CC last: only a rank that
+    takes part in collectives has it)."""
+    fixed = tuple(e.name for e in Engine if e not in (Engine.DMA, Engine.CC))
+    return fixed + tuple(f"DMA{q}" for q in range(dma_queues)) + (Engine.CC.name,)
 
 
 def stream_engine(stream: str) -> Engine:

@@ -7,6 +7,7 @@ document gives (the cost of one contiguous piece of a DMA) is marked as this mod
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 
@@ -44,6 +45,18 @@ class Target:
     dma_piece_ns: float  # fixed cost of every contiguous piece of a transfer (this model's choice, see TRN1)
     # Synchronisation: hardware semaphores per core. CHIP.md gives no figure; 32 is this model's choice.
     semaphores: int
+    # Many cores (CHIP.md, "Collectives"). Ranks are logical cores: `lnc` physical cores act as one (trn2).
+    default_lnc: int
+    lnc_choices: tuple[int, ...]
+    # The chips of one instance and how NeuronLink joins them: a ring (one size) or a 2D torus (two sizes).
+    chip_grid: tuple[int, ...]
+    link_gbps: float  # GB/s out of one chip over NeuronLink, split evenly over its neighbours in the grid
+    link_hop_ns: float  # fixed cost of one step of a collective over NeuronLink
+    chip_gbps: float  # GB/s between the ranks of one chip: through the HBM they share
+    chip_hop_ns: float  # fixed cost of one step between two ranks of one chip
+    efa_gbps: float  # GB/s out of one instance over EFA
+    efa_hop_ns: float  # fixed cost of one step between instances
+    max_instances: int  # the most instances one bundle may span (this model's choice)
 
     @property
     def psum_bank_bytes(self) -> int:
@@ -58,6 +71,17 @@ class Target:
     def core_dma_gbps(self) -> float:
         """The most one core's DMA engines can move per second, in GB/s: all queues at once, within HBM's."""
         return min(self.dma_queues * self.dma_queue_gbps, self.hbm_gbps)
+
+    @property
+    def chips_per_instance(self) -> int:
+        return math.prod(self.chip_grid)
+
+    def ranks_per_chip(self, lnc: int) -> int:
+        return self.cores_per_chip // lnc
+
+    def chip_neighbours(self) -> int:
+        """NeuronLink ports a chip uses: 2 in a ring, 4 in a torus whose sides exceed 2."""
+        return sum(min(2, n - 1) for n in self.chip_grid)
 
     def pe_tflops(self, dtype_name: str) -> float:
         """TensorE peak for operands of this type: 128 x 128 multiply-adds per cycle."""
@@ -109,10 +133,24 @@ TRN1 = Target(
     # the engine's rate, 512-byte pieces 54% and the 2-4 byte pieces of an element-strided transpose under 1%.
     dma_piece_ns=16.0,
     semaphores=32,
+    default_lnc=1,
+    lnc_choices=(1,),
+    chip_grid=(4, 4),  # trn1.32xlarge: 16 chips in a 2D torus
+    link_gbps=384.0,  # NeuronLink-v2 per chip
+    link_hop_ns=1500.0,  # CHIP.md: "ring (per hop 1-2 us)"; the middle
+    # Two cores of a chip exchange through their HBM: a copy reads and writes it, so half its bandwidth.
+    chip_gbps=410.0,
+    chip_hop_ns=1300.0,  # a DMA's launch: the hop is one transfer between the cores' buffers
+    # CHIP.md gives EFA only for trn2 (3.2 Tbps); trn1n's 1.6 Tbps = 200 GB/s is this model's choice for trn1.
+    efa_gbps=200.0,
+    efa_hop_ns=15000.0,  # CHIP.md: "about 15 us per hop over EFA"
+    max_instances=8,
 )
 
 # inf2 shares NeuronCore-v2 with trn1; its chip-to-chip ring differs, which matters only for collectives.
-INF2 = Target(**{**TRN1.__dict__, "name": "inf2"})
+INF2 = Target(**{**TRN1.__dict__, "name": "inf2", "chip_grid": (12,),  # inf2.48xlarge: 12 chips in a ring
+                 "link_gbps": 192.0,
+                 "efa_gbps": 12.5})  # inf2.48xlarge's 100 Gbps EFA (this model's choice: CHIP.md has none)
 
 TRN2 = Target(
     name="trn2",
@@ -140,6 +178,16 @@ TRN2 = Target(
     dma_launch_ns=1300.0,
     dma_piece_ns=16.0,  # as TRN1
     semaphores=32,
+    default_lnc=2,  # CHIP.md: LNC=2 is the default, two physical cores act as one rank
+    lnc_choices=(1, 2),
+    chip_grid=(4, 4),  # trn2.48xlarge: 16 chips in a 4x4 torus
+    link_gbps=1024.0,
+    link_hop_ns=1500.0,
+    chip_gbps=1450.0,  # half of HBM's 2.9 TB/s, as on trn1
+    chip_hop_ns=1300.0,
+    efa_gbps=400.0,  # CHIP.md: EFA 3.2 Tbps between trn2 instances
+    efa_hop_ns=15000.0,
+    max_instances=8,
 )
 
 TARGETS: dict[str, Target] = {t.name: t for t in (TRN1, INF2, TRN2)}

@@ -356,8 +356,10 @@ def cmd_info(args: argparse.Namespace) -> int:
     print(f"flags         {json.dumps(info['flags'], sort_keys=True)}")
     for kind in ("input", "output"):
         for t in info[f"{kind}s"]:
-            print(f"{kind:<13} {t['name']}: {t['dtype']}{t['shape']} (device {t['device_dtype']}) at HBM "
-                  f"{t['hbm_offset']}")
+            where = ", ".join(f"rank {p['rank']} HBM {p['hbm_offset']}" + (
+                f" [{p['start']}:{p['stop']} of axis {p['axis']}]" if t["shape"] and
+                p["stop"] - p["start"] != t["shape"][p["axis"]] else "") for p in t["placements"])
+            print(f"{kind:<13} {t['name']}: {t['dtype']}{t['shape']} (device {t['device_dtype']}) at {where}")
     print(f"weights       {info['weights']['bytes']} bytes in {info['weights']['segments']} segment(s)")
     for c, counts in enumerate(info["streams"]):
         print(f"core {c:<8} {', '.join(f'{name} {n}' for name, n in counts.items())}")

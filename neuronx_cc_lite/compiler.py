@@ -109,7 +109,7 @@ def compile_graph(graph: Graph, options: Options) -> Bundle:
     def info(name: str) -> TensorInfo:
         view = ctx.view(name)
         t = graph.tensors[name]
-        return TensorInfo(name, tuple(t.shape), np.dtype(t.dtype).name, view.dtype.name, view.tensor.offset)
+        return TensorInfo.whole(name, tuple(t.shape), np.dtype(t.dtype).name, view.dtype.name, view.tensor.offset)
 
     return Bundle(
         target=target.name,

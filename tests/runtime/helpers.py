@@ -30,7 +30,7 @@ def model(streams: dict[str, list[Instruction]], inputs: dict[str, tuple[int, tu
     """A model whose inputs and outputs sit at the given HBM offsets."""
     device = DType.from_numpy(np.dtype(dtype)).name
     b = Bundle("trn1", HBM_SIZE,
-               [TensorInfo(k, shape, dtype, device, off) for k, (off, shape) in inputs.items()],
-               [TensorInfo(k, shape, dtype, device, off) for k, (off, shape) in outputs.items()],
+               [TensorInfo.whole(k, shape, dtype, device, off) for k, (off, shape) in inputs.items()],
+               [TensorInfo.whole(k, shape, dtype, device, off) for k, (off, shape) in outputs.items()],
                [{name: Stream(list(instrs), [""] * len(instrs)) for name, instrs in streams.items()}])
     return runtime.Model(b)

@@ -94,8 +94,8 @@ def test_the_shadow_costs_what_is_touched_not_the_size_of_hbm():
     """32 fp32 elements read near the end of 64 MiB of HBM: the HBM shadow is one page at 4-byte granularity
     (1024 entries), not 64 MiB of entries."""
     hbm_size, far = 64 << 20, (64 << 20) - 4096
-    b = Bundle("trn1", hbm_size, [TensorInfo("x", (4, 8), "float32", "fp32", far)],
-               [TensorInfo("y", (4, 8), "float32", "fp32", 0)],
+    b = Bundle("trn1", hbm_size, [TensorInfo.whole("x", (4, 8), "float32", "fp32", far)],
+               [TensorInfo.whole("y", (4, 8), "float32", "fp32", 0)],
                [{"DMA0": Stream([make("dma_copy", dst=sbuf(4, 8), src=hbm(far, 4, 8), signal=1)], [""]),
                  "DMA1": Stream([make("dma_copy", dst=hbm(0, 4, 8), src=sbuf(4, 8), waits=((1, 1),))], [""])}])
     m = runtime.Model(b)
