@@ -4,8 +4,9 @@ It depends on numpy, ml_dtypes and the bundle contract in `isa/` only: never on 
 """
 
 from runtime.errors import AccessError, DeadlockError, InputError, LoadError, NeuronRuntimeError
+from runtime.execution_queue import ExecutionQueue, Handle, QueueError
 from runtime.model import Model, load
 from runtime.races import RaceError
 
-__all__ = ["load", "Model", "NeuronRuntimeError", "LoadError", "InputError", "AccessError", "DeadlockError",
-           "RaceError"]
+__all__ = ["load", "Model", "ExecutionQueue", "Handle", "NeuronRuntimeError", "LoadError", "InputError",
+           "AccessError", "DeadlockError", "RaceError", "QueueError"]
