@@ -161,6 +161,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
     if options.stop_after:
         sys.stdout.write(print_graph(prepare(args.model, options, _dump)))
         return 0
+    _refuse_overwrite(args.output, args.model)
     b = _compile_cached(args, options, args.model)
     b.flags["model_type"] = args.model_type  # what neuronx-cc users state; the compiler does not use it yet
     bundle_format.write(b, args.output)
@@ -184,6 +185,10 @@ def _load_npz(path: str) -> dict[str, np.ndarray]:
 def cmd_run(args: argparse.Namespace) -> int:
     import runtime
 
+    sources = [args.bundle, *([args.inputs] if args.inputs else []), *(path for _, path in args.input)]
+    for written in (args.outputs, args.profile):
+        if written:
+            _refuse_overwrite(written, *sources)
     model = runtime.load(args.bundle)
     inputs = _load_npz(args.inputs) if args.inputs else {}
     for name, path in args.input:
@@ -212,6 +217,17 @@ def cmd_run(args: argparse.Namespace) -> int:
     log.info(f"ran {args.bundle}: {stats.instructions} instructions, {stats.elapsed_ns / 1000:.2f} us simulated "
              f"({args.policy} policy)")
     return 0
+
+
+def _refuse_overwrite(output: str, *sources: str) -> None:
+    """An output that names one of the command's own input files would destroy it: refuse before any work."""
+    for source in sources:
+        same = os.path.realpath(output) == os.path.realpath(source)
+        if not same and os.path.exists(output) and os.path.exists(source):
+            same = os.path.samefile(output, source)
+        if same:
+            raise UsageError(f"the output {output} is the input {source}: writing it would destroy the input; "
+                             "choose another output file")
 
 
 def _write_atomic(path: str, write: Callable[[Any], None]) -> None:
@@ -279,6 +295,7 @@ def cmd_asm(args: argparse.Namespace) -> int:
             text = f.read()
     except OSError as e:
         raise UsageError(f"cannot read {args.listing}: {e.strerror}") from None
+    _refuse_overwrite(args.output, args.listing, *([args.weights_from] if args.weights_from else []))
     weights = bundle_format.read(args.weights_from) if args.weights_from else None
     b = assemble(text, weights)
     target = _target_of(b.target)
@@ -603,16 +620,31 @@ def _stop_logging(handlers: list[logging.Handler]) -> None:
         h.close()
 
 
+class _Terminated(BaseException):
+    """SIGTERM, raised where the program is, so that every `finally` and atomic write cleans up as for Ctrl-C."""
+
+
+def _raise_terminated(signum: int, frame: object) -> None:
+    raise _Terminated()
+
+
 def main(argv: list[str] | None = None) -> int:
+    import signal
+    import threading
+
     args = build_parser().parse_args(argv)
     try:
         handlers = _start_logging(args)
     except OSError as e:
         print(f"{PROG}: error: NCC_IO: cannot open --logfile {args.logfile}: {e.strerror or e}", file=sys.stderr)
         return 1
+    on_main_thread = threading.current_thread() is threading.main_thread()  # handlers can only be set there
+    previous = signal.signal(signal.SIGTERM, _raise_terminated) if on_main_thread else None
     try:
         return _run(args)
     finally:
+        if on_main_thread:
+            signal.signal(signal.SIGTERM, previous)  # main() may be called inside a longer-lived program
         _stop_logging(handlers)
 
 
@@ -631,7 +663,11 @@ def _run(args: argparse.Namespace) -> int:
     except OSError as e:
         message = f"NCC_IO: {e.filename or ''}: {e.strerror or e}"
     except KeyboardInterrupt:
-        message = "interrupted"
+        log.error("NCC_INTERRUPTED: interrupted (Ctrl-C); no output was written")
+        return 130
+    except _Terminated:
+        log.error("NCC_INTERRUPTED: terminated by SIGTERM; no output was written")
+        return 143
     except Exception as e:  # a bug of ours: say so on one line, keep the traceback for those who ask
         if os.environ.get("NCC_TRACEBACK"):
             raise

@@ -1,0 +1,87 @@
+"""Nothing is lost by mistake: outputs that would overwrite inputs are refused, bundles get the user's umask,
+and Ctrl-C or SIGTERM leave no temporary file behind and exit with a coded line (issue 9)."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import numpy as np
+import pytest
+
+from isa import bundle as bundle_format
+from neuronx_cc_lite.cli import main
+from tests.conftest import MODELS_DIR
+
+MODEL = os.path.join(MODELS_DIR, "mlp_odd.onnx")
+
+
+def _bytes(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def test_compile_onto_its_own_model_is_refused(tmp, capsys):
+    model = f"{tmp}/m.onnx"
+    with open(model, "wb") as f:
+        f.write(_bytes(MODEL))
+    os.symlink(model, f"{tmp}/link.onnx")
+    for output in (model, f"{tmp}/link.onnx", f"{tmp}/./m.onnx"):
+        assert main(["compile", model, "-o", output, "--no-cache"]) == 1
+        assert "NCC_USAGE" in capsys.readouterr().err
+    assert _bytes(model) == _bytes(MODEL)
+
+
+def test_run_onto_its_own_bundle_or_inputs_is_refused(tmp, capsys):
+    neff = f"{tmp}/m.neff"
+    assert main(["-q", "compile", MODEL, "-o", neff, "--no-cache"]) == 0
+    np.savez(f"{tmp}/in.npz", x=np.zeros((3, 100), np.float32))
+    before = _bytes(neff), _bytes(f"{tmp}/in.npz")
+    for flag, target in (("--outputs", neff), ("--outputs", f"{tmp}/in.npz"), ("--profile", neff)):
+        assert main(["run", neff, "--inputs", f"{tmp}/in.npz", flag, target]) == 1
+        assert "would destroy the input" in capsys.readouterr().err
+    assert (_bytes(neff), _bytes(f"{tmp}/in.npz")) == before
+
+
+def test_a_bundle_is_created_with_the_users_umask(tmp):
+    old = os.umask(0o027)
+    try:
+        assert main(["-q", "compile", MODEL, "-o", f"{tmp}/m.neff", "--no-cache"]) == 0
+    finally:
+        os.umask(old)
+    assert os.stat(f"{tmp}/m.neff").st_mode & 0o777 == 0o640
+
+
+@pytest.mark.parametrize("interrupt, status, says", [
+    (lambda: os.kill(os.getpid(), signal.SIGTERM), 143, "terminated by SIGTERM"),
+    (lambda: (_ for _ in ()).throw(KeyboardInterrupt()), 130, "interrupted (Ctrl-C)"),
+])
+def test_an_interrupted_write_leaves_nothing_behind(tmp, capsys, monkeypatch, interrupt, status, says):
+    real_fdopen = os.fdopen
+
+    class Interrupting:
+        """The bundle's temporary file, interrupted in the middle of its write."""
+
+        def __init__(self, fd: int, mode: str) -> None:
+            self.file = real_fdopen(fd, mode)
+
+        def __enter__(self) -> Interrupting:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            self.file.close()
+
+        def write(self, data: bytes) -> None:
+            self.file.write(data[: len(data) // 2])
+            interrupt()
+            for _ in range(1000):  # the signal handler runs between bytecodes
+                pass
+
+    handler = signal.getsignal(signal.SIGTERM)
+    monkeypatch.setattr(bundle_format.os, "fdopen", Interrupting)
+    assert main(["compile", MODEL, "-o", f"{tmp}/m.neff", "--no-cache"]) == status
+    monkeypatch.undo()
+    err = capsys.readouterr().err
+    assert f"NCC_INTERRUPTED: {says}" in err
+    assert os.listdir(tmp) == []
+    assert signal.getsignal(signal.SIGTERM) == handler  # main() puts the caller's handler back
