@@ -16,7 +16,9 @@
     .end
 
 `.core N` opens the streams of rank N. Each instruction line is its index in the stream, the instruction (isa/listing.py), and after a semicolon the ONNX
-node it came from. Directives carry JSON so that any tensor name survives the trip.
+node it came from, as written unless the name would not survive the trip (space at either end, a character that
+ends a line for Python or JSON, any other control character, or a leading double quote): then as a JSON string.
+Directives carry JSON so that any tensor name survives the trip.
 """
 
 from __future__ import annotations
@@ -61,7 +63,7 @@ def disassemble(bundle: Bundle, data: bool = True, cores: set[int] | None = None
             lines.append(f".stream {name}")
             for i, (instr, node) in enumerate(zip(s.instructions, s.nodes)):
                 text = f"{i:>6}  {format_instruction(instr)}"
-                lines.append(f"{text}  ; {node}" if node else text)
+                lines.append(f"{text}  ; {_format_node(node)}" if node else text)
     for seg in bundle.weights:
         lines.append(f".data {seg.rank} {seg.hbm_offset} {len(seg.data)}")
         if data:
@@ -69,6 +71,24 @@ def disassemble(bundle: Bundle, data: bool = True, cores: set[int] | None = None
             lines += [encoded[i:i + _LINE] for i in range(0, len(encoded), _LINE)]
             lines.append(".end")
     return "\n".join(lines) + "\n"
+
+
+def _format_node(name: str) -> str:
+    plain = (name == name.strip() and not name.startswith('"') and name.isprintable()
+             and len(name.splitlines()) == 1)
+    return name if plain else json.dumps(name)
+
+
+def _parse_node(text: str, lineno: int) -> str:
+    if not text.startswith('"'):
+        return text
+    try:
+        name = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ParseError(f"line {lineno}: bad node name {text!r}: {e.msg}") from None
+    if not isinstance(name, str):
+        raise ParseError(f"line {lineno}: a node name in quotes must be a JSON string")
+    return name
 
 
 def _json(text: str, lineno: int) -> dict:
@@ -175,7 +195,7 @@ def assemble(text: str, weights_from: Bundle | None = None) -> Bundle:
                 stream.instructions.append(parse_instruction(instr_text))
             except ParseError as e:
                 raise ParseError(f"line {lineno}: {e.args[0]}") from None
-            stream.nodes.append(node.strip())
+            stream.nodes.append(_parse_node(node.strip(), lineno))
     if data_lines is not None:
         raise ParseError("the listing ends inside a .data block")
     close_data(0)
