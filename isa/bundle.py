@@ -29,22 +29,21 @@ import os
 import struct
 import tempfile
 import zipfile
+import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
 from isa.codec import decode_stream, encode_stream
-from isa.errors import IsaError
+from isa.errors import BundleError, IsaError
 from isa.instructions import Instruction
+from isa.limits import MAX_INSTRUCTIONS, MAX_INSTRUCTIONS_PER_STREAM, MAX_MANIFEST_BYTES
+from isa.manifest import check_manifest, parse_json
 
 MAGIC = b"NXCLNEFF"
 FORMAT_VERSION = 2  # 2: ranks, replica groups, collectives, tensors placed per rank
 HEADER = struct.Struct("<8sHHHQ32s16s")
 HEADER_SIZE = 96
 _ZIP_TIME = (1980, 1, 1, 0, 0, 0)
-
-
-class BundleError(IsaError):
-    code = "NCC_BUNDLE"
 
 
 @dataclass(frozen=True)
@@ -180,6 +179,9 @@ def to_bytes(bundle: Bundle) -> bytes:
     }
     for c, streams in enumerate(bundle.cores):
         for name, s in streams.items():
+            if len(s.instructions) > MAX_INSTRUCTIONS_PER_STREAM:
+                raise BundleError(f"rank {c} {name} has {len(s.instructions)} instructions; a stream holds at most "
+                                  f"{MAX_INSTRUCTIONS_PER_STREAM} (isa/limits.py)")
             files[_stream_path(c, name)] = encode_stream(s.instructions)
     archive = io.BytesIO()
     with zipfile.ZipFile(archive, "w", zipfile.ZIP_STORED) as z:
@@ -241,6 +243,40 @@ def read_header(data: bytes) -> Header:
     return Header(version, cores, size, digest, target.rstrip(b"\0").decode("ascii", "replace"))
 
 
+def _members(z: zipfile.ZipFile, payload_size: int) -> dict[str, zipfile.ZipInfo]:
+    """The archive's members, refused unless each is stored as the writer stores it: uncompressed (no member
+    inflates past its size in the file), unencrypted, named once."""
+    members: dict[str, zipfile.ZipInfo] = {}
+    for info in z.infolist():
+        if info.filename in members:
+            raise BundleError(f"member {info.filename!r} appears twice in the archive")
+        if info.flag_bits & 0x1:
+            raise BundleError(f"member {info.filename!r} is encrypted")
+        if info.compress_type != zipfile.ZIP_STORED or info.file_size != info.compress_size:
+            raise BundleError(f"member {info.filename!r} is compressed (method {info.compress_type}); a bundle "
+                              "stores its members uncompressed")
+        if info.file_size > payload_size:
+            raise BundleError(f"member {info.filename!r} claims {info.file_size} bytes, more than the archive")
+        members[info.filename] = info
+    return members
+
+
+def _read(z: zipfile.ZipFile, members: dict[str, zipfile.ZipInfo], name: str, limit: int | None = None) -> bytes:
+    if name not in members:
+        raise BundleError(f"the archive has no member {name!r}")
+    if limit is not None and members[name].file_size > limit:
+        raise BundleError(f"member {name!r} is {members[name].file_size} bytes, more than the {limit} allowed")
+    return z.read(members[name])
+
+
+def _check_segments(segments: list[Segment]) -> None:
+    ends: dict[int, int] = {}
+    for seg in sorted(segments, key=lambda s: (s.rank, s.hbm_offset)):
+        if seg.hbm_offset < ends.get(seg.rank, 0):
+            raise BundleError(f"weight segments of rank {seg.rank} overlap at HBM offset {seg.hbm_offset}")
+        ends[seg.rank] = seg.hbm_offset + len(seg.data)
+
+
 def from_bytes(data: bytes) -> Bundle:
     header = read_header(data)
     payload = data[HEADER_SIZE:]
@@ -251,48 +287,55 @@ def from_bytes(data: bytes) -> Bundle:
         raise BundleError("sha256 hash mismatch: the bundle is corrupted")
     try:
         with zipfile.ZipFile(io.BytesIO(payload)) as z:
-            manifest = json.loads(z.read("manifest.json"))
-            debug = json.loads(z.read("debug.json"))
-            weights_blob = z.read("weights.bin")
-            cores = []
+            members = _members(z, len(payload))
+            manifest = parse_json(_read(z, members, "manifest.json", MAX_MANIFEST_BYTES), "manifest.json")
+            check_manifest(manifest)
+            debug = parse_json(_read(z, members, "debug.json", MAX_MANIFEST_BYTES), "debug.json")
+            weights_blob = _read(z, members, "weights.bin")
+            cores, total = [], 0
             for c, streams in enumerate(manifest["cores"]):
                 core = {}
                 for entry in streams:
-                    name = str(entry["stream"])
-                    instrs = decode_stream(z.read(entry["file"]))
-                    nodes = [str(n) for n in debug[c][name]]
-                    if len(nodes) != len(instrs):
-                        raise BundleError(f"debug map of core {c} {name} has {len(nodes)} entries for "
-                                          f"{len(instrs)} instructions")
-                    core[name] = Stream(instrs, nodes)
+                    name = entry["stream"]
+                    instrs = decode_stream(_read(z, members, entry["file"]))
+                    total += len(instrs)
+                    if total > MAX_INSTRUCTIONS:
+                        raise BundleError(f"the bundle holds more than {MAX_INSTRUCTIONS} instructions")
+                    nodes = debug[c][name]
+                    if not isinstance(nodes, list) or len(nodes) != len(instrs):
+                        raise BundleError(f"debug map of core {c} {name} does not have one entry per instruction "
+                                          f"({len(instrs)})")
+                    core[name] = Stream(instrs, [str(n) for n in nodes])
                 cores.append(core)
             segments, at = [], 0
             for w in manifest["weights"]:
-                size = int(w["size"])
-                segments.append(Segment(int(w["hbm_offset"]), weights_blob[at:at + size], int(w["rank"])))
+                size = w["size"]
+                segments.append(Segment(w["hbm_offset"], weights_blob[at:at + size], w["rank"]))
                 at += size
             if at != len(weights_blob):
                 raise BundleError("weights.bin does not match the manifest's weight segments")
+            _check_segments(segments)
             bundle = Bundle(
-                target=str(manifest["target"]),
-                hbm_size=int(manifest["hbm_size"]),
+                target=manifest["target"],
+                hbm_size=manifest["hbm_size"],
                 inputs=[TensorInfo.from_json(t) for t in manifest["inputs"]],
                 outputs=[TensorInfo.from_json(t) for t in manifest["outputs"]],
                 cores=cores,
                 weights=segments,
-                compiler=str(manifest["compiler"]),
-                flags=dict(manifest["flags"]),
-                stats=dict(manifest.get("stats", {})),
+                compiler=manifest["compiler"],
+                flags=manifest["flags"],
+                stats=manifest.get("stats", {}),
                 hbm_tensors=[HbmTensorInfo.from_json(t) for t in manifest.get("hbm_tensors", [])],
-                lnc=int(manifest["lnc"]),
-                groups=[tuple(int(r) for r in g) for g in manifest["groups"]],
+                lnc=manifest["lnc"],
+                groups=[tuple(g) for g in manifest["groups"]],
             )
     except IsaError:
         raise
-    except (zipfile.BadZipFile, KeyError, IndexError, TypeError, ValueError) as e:
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError, RuntimeError, EOFError, zlib.error,
+            KeyError, IndexError, TypeError, ValueError, OverflowError) as e:
         raise BundleError(f"malformed bundle archive: {type(e).__name__}: {e}") from None
     if bundle.target != header.target or len(bundle.cores) != header.num_cores:
-        raise BundleError("header and manifest disagree on the target or the number of cores")
+        raise BundleError("header and manifest disagree on the target or the number of ranks")
     return bundle
 
 

@@ -14,6 +14,7 @@ from typing import Any, Callable
 from isa.dtypes import DType
 from isa.errors import IsaError
 from isa.instructions import BY_OPCODE, OPS, Field, Instruction, Kind
+from isa.limits import MAX_INSTRUCTIONS_PER_STREAM
 from isa.operand import Mem, Operand
 
 _COUNT = struct.Struct("<I")
@@ -144,6 +145,11 @@ def _get_field(r: _Reader, f: Field) -> Any:
 def decode_stream(data: bytes) -> list[Instruction]:
     r = _Reader(data)
     (count,) = r.take(_COUNT)
+    if count > MAX_INSTRUCTIONS_PER_STREAM:
+        raise DecodeError(f"the stream declares {count} instructions; a stream holds at most "
+                          f"{MAX_INSTRUCTIONS_PER_STREAM} (isa/limits.py)")
+    if count * _HEAD.size > len(data) - r.pos:
+        raise DecodeError(f"the stream declares {count} instructions but has {len(data)} bytes")
     instrs = []
     for index in range(count):
         opcode, nwaits, signal = r.take(_HEAD)

@@ -8,3 +8,9 @@ class IsaError(Exception):
 
     def __str__(self) -> str:
         return f"{self.code}: {super().__str__()}"
+
+
+class BundleError(IsaError):
+    """A bundle file or archive that is truncated, corrupted, foreign, or breaks the format's schema or limits."""
+
+    code = "NCC_BUNDLE"
