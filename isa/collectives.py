@@ -350,3 +350,29 @@ def collective_cost(op: str, nbytes: int, dtype_size: int, group: tuple[int, ...
 def bus_bandwidth(op: str, nbytes: int, n: int, ns: float) -> float:
     """nccl-tests' bus bandwidth in GB/s: algbw (bytes / time) times the op's bus factor."""
     return nbytes / ns * BUS_FACTOR[op](n) if ns else 0.0
+
+
+def bus_bandwidth_limit(op: str, group: tuple[int, ...], topo: Topology) -> float:
+    """The bus bandwidth no algorithm can beat on `group`, in GB/s: what the links physically carry.
+
+    Inside one chip: chip_gbps. Across the chips of one instance: one chip's link_gbps (a ring's bytes all cross
+    some chip's NeuronLink ports). Across instances the busbw formula's premise, that every rank's bytes cross
+    every link, no longer holds: hierarchical and rdh send less over EFA than a ring. The limit is then the cut:
+    an instance holding p of the group's n ranks must send at least
+        all_reduce S (the sum of its inputs);  all_gather p S/n (its blocks);  reduce_scatter (n-p) S/n (its
+        share of the others' blocks);  all_to_all p (n-p) S/n;  permute S per rank whose partner is outside
+    over its efa_gbps, so busbw <= bus factor x efa_gbps x S / those bytes (the tightest instance)."""
+    t, n = topo.target, len(group)
+    if len({topo.chip_of(r) for r in group}) == 1:
+        return t.chip_gbps
+    instances = [sum(1 for r in group if topo.instance_of(r) == i) for i in {topo.instance_of(r) for r in group}]
+    if len(instances) == 1:
+        return t.link_gbps
+    leaving = {
+        "all_reduce": lambda p: 1.0,
+        "all_gather": lambda p: p / n,
+        "reduce_scatter": lambda p: (n - p) / n,
+        "all_to_all": lambda p: p * (n - p) / n,
+        "permute": lambda p: 1.0,  # at least one rank of some instance sends its buffer out
+    }[op]
+    return BUS_FACTOR[op](n) * t.efa_gbps / max(leaving(p) for p in instances)

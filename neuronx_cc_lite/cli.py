@@ -470,6 +470,27 @@ def cmd_list_operators(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench_collective(args: argparse.Namespace) -> int:
+    import json
+
+    from isa.collectives import topology
+    from isa.dtypes import DType
+    from neuronx_cc_lite.bench_collective import bench, report
+
+    target = _target_of(TARGET_ALIASES.get(args.target, args.target))
+    lnc = target.default_lnc if args.lnc is None else args.lnc
+    try:
+        rows = bench(args.op, target, args.ranks, lnc, args.algorithm, args.min_bytes, args.max_bytes,
+                     DType[args.dtype], args.check_bytes)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    done = list(rows)
+    print(report(args.op, topology(target, lnc, args.ranks), args.algorithm, done, args.check_bytes))
+    if args.json:
+        _write_atomic(args.json, lambda f: f.write(json.dumps([r.to_json() for r in done], indent=1).encode()))
+    return 0 if all(r.check in ("ok", "model") for r in done) else 1
+
+
 def _add_logging_options(p: argparse.ArgumentParser, defaults: bool) -> None:
     """-q, --verbose and --logfile. Every subcommand takes them too, so that they may come anywhere on the command
     line; there they default to "not given", so as not to undo what came before the subcommand."""
@@ -565,6 +586,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("model", metavar="MODEL.onnx")
     _add_compile_options(p)
     p.set_defaults(run=cmd_analyze)
+
+    p = command("bench-collective", "time a collective over many ranks on the simulated chips, as nccl-tests' "
+                                    "*_perf does, checking results against numpy")
+    p.add_argument("op", choices=("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "permute"))
+    p.add_argument("--ranks", type=int, required=True, help="ranks (logical cores) in the group")
+    p.add_argument("--target", default="trn1", help="trn1, inf2 or trn2")
+    p.add_argument("--lnc", type=int, choices=(1, 2), help="physical cores per rank (default: the target's)")
+    p.add_argument("--algorithm", choices=("auto", "ring", "rdh", "hierarchical"), default="auto")
+    p.add_argument("--min-bytes", type=int, default=1024, metavar="B", help="first size, per rank")
+    p.add_argument("--max-bytes", type=int, default=1 << 28, metavar="B", help="last size: doubled up to it")
+    p.add_argument("--dtype", choices=("fp32", "bf16", "fp16", "fp8_e4m3", "fp8_e5m2", "int8", "int16", "int32",
+                                       "uint8", "uint16", "uint32"), default="fp32")
+    p.add_argument("--check-bytes", type=int, default=64 << 20, metavar="B",
+                   help="run with data and check against numpy the sizes whose bytes x ranks are at most B; "
+                        "larger ones are timed by the cost model alone")
+    p.add_argument("--json", metavar="FILE", help="also write the rows as JSON")
+    p.set_defaults(run=cmd_bench_collective)
 
     p = command("list-operators", "list the supported ONNX operators")
     p.set_defaults(run=cmd_list_operators)
