@@ -1,7 +1,7 @@
 """The compiler driver: ONNX model -> bundle.
 
-    frontend -> passes (verified after each) -> lower -> keep on chip -> schedule -> allocate -> lay out HBM
-             -> emit + synchronise -> package
+    frontend -> passes (verified after each) -> [partition: one graph per rank] -> per rank: lower -> keep on chip
+             -> schedule -> allocate -> lay out HBM -> emit + synchronise -> package (every rank's streams)
 with the tile program verified after each stage that changes it.
 """
 
@@ -14,9 +14,9 @@ from typing import Any, Callable
 import numpy as np
 import onnx
 
-from isa.bundle import Bundle, HbmTensorInfo, Segment, TensorInfo
+from isa.bundle import Bundle, HbmTensorInfo, Placement, Segment, Stream, TensorInfo
 from isa.dtypes import DType
-from isa.target import get_target
+from isa.target import Target, get_target
 from neuronx_cc_lite import __version__
 from neuronx_cc_lite.codegen.allocate import allocate, layout_hbm
 from neuronx_cc_lite.codegen.broadcasts import broadcast_on_pe
@@ -32,7 +32,9 @@ from neuronx_cc_lite.frontend import import_model, load_model
 from neuronx_cc_lite.input_ranges import input_ranges
 from neuronx_cc_lite.ir import Graph
 from neuronx_cc_lite.lower import lower_graph, unsupported_nodes
+from neuronx_cc_lite.lower.context import LowerCtx
 from neuronx_cc_lite.lower.program import Program
+from neuronx_cc_lite.partition import RankGraph, partition
 from neuronx_cc_lite.passes import run_pipeline
 from neuronx_cc_lite.passes.verify import verify
 from neuronx_cc_lite.precision import MODES, TYPES
@@ -47,13 +49,20 @@ class Options:
     auto_cast: str = "none"  # see precision.py
     auto_cast_type: str = "bf16"
     optimize: int = 2  # -O1: lowering order, fast compiles; -O2: list scheduling
-
+    tp: int = 1  # tensor-parallel ranks per replica group
+    dp: int = 1  # replica groups, each on its share of the batch
+    lnc: int | None = None  # physical cores per rank; None: the target's default
 
     def flags(self) -> dict[str, Any]:
-        """What the bundle records of how it was made."""
-        return {"target": self.target, "auto_cast": self.auto_cast, "auto_cast_type": self.auto_cast_type,
-                "input_shapes": {k: list(v) for k, v in sorted(self.input_shapes.items())},
-                "optimize": self.optimize}
+        """What the bundle records of how it was made (the ranks only when there are several, so that a one-rank
+        bundle is what it was before ranks existed)."""
+        flags: dict[str, Any] = {"target": self.target, "auto_cast": self.auto_cast,
+                                 "auto_cast_type": self.auto_cast_type,
+                                 "input_shapes": {k: list(v) for k, v in sorted(self.input_shapes.items())},
+                                 "optimize": self.optimize}
+        if self.tp * self.dp > 1 or self.lnc is not None:
+            flags.update(tp=self.tp, dp=self.dp, lnc=self.lnc)
+        return flags
 
     def check(self) -> None:
         if self.auto_cast not in MODES:
@@ -63,6 +72,26 @@ class Options:
                                              f"{', '.join(TYPES)}")
         if self.optimize not in (1, 2):
             raise CompileError("NCC_OPTION", "the optimisation level must be 1 or 2")
+        for flag, value in (("tp", self.tp), ("dp", self.dp)):
+            if not isinstance(value, int) or value < 1:
+                raise CompileError("NCC_OPTION", f"--{flag} ({flag}=) must be a positive integer, not {value!r}")
+        try:
+            target = get_target(self.target)
+        except KeyError:
+            return  # the target's own error comes from _target
+        lnc = self.ranks_lnc(target)
+        if lnc not in target.lnc_choices:
+            raise CompileError("NCC_OPTION", f"--lnc (lnc=) on {target.name} must be one of "
+                                             f"{', '.join(map(str, target.lnc_choices))}, not {lnc}")
+        most = target.ranks_per_chip(lnc) * target.chips_per_instance * target.max_instances
+        if self.tp * self.dp > most:
+            raise CompileError("NCC_OPTION", f"--tp {self.tp} x --dp {self.dp} = {self.tp * self.dp} ranks, but "
+                                             f"{target.name} at LNC {lnc} holds at most {most} "
+                                             f"({target.ranks_per_chip(lnc)} per chip, {target.chips_per_instance} "
+                                             f"chips per instance, {target.max_instances} instances)")
+
+    def ranks_lnc(self, target: Target) -> int:
+        return self.lnc if self.lnc is not None else target.default_lnc
 
 
 def prepare(model: str | os.PathLike[str] | onnx.ModelProto, options: Options,
@@ -74,12 +103,52 @@ def prepare(model: str | os.PathLike[str] | onnx.ModelProto, options: Options,
 
 
 def compile_graph(graph: Graph, options: Options) -> Bundle:
+    """The bundle of a graph after the passes: one rank's program, or (--tp, --dp) every rank's."""
     target = _target(options.target)
     verify(graph, "the pass pipeline", require_static=True)
     unsupported = unsupported_nodes(graph)
     if unsupported:
         raise UnsupportedError(unsupported)
     options.check()
+    cast = TYPES[options.auto_cast_type] if options.auto_cast != "none" else None
+    flops = model_flops(graph)
+    ranges = input_ranges(graph)
+    if options.tp * options.dp == 1:
+        one = compile_rank(graph, options, target)
+        inputs = [one.info(name) for name in graph.inputs]
+        outputs = [one.info(name) for name in graph.outputs]
+        return _bundle([one], inputs, outputs, [], options, target, cast, flops, ranges)
+    ranks = partition(graph, options.tp, options.dp)
+    compiled = [compile_rank(r.graph, options, target) for r in ranks]
+    groups = [tuple(range(d * options.tp, (d + 1) * options.tp)) for d in range(options.dp)]
+    inputs = [_placed(name, graph, ranks, compiled, "inputs") for name in graph.inputs]
+    outputs = [_placed(name, graph, ranks, compiled, "outputs") for name in graph.outputs]
+    return _bundle(compiled, inputs, outputs, groups, options, target, cast, flops, ranges)
+
+
+@dataclass
+class CompiledRank:
+    graph: Graph
+    streams: dict[str, Stream]
+    hbm_size: int
+    program: Program
+    ctx: LowerCtx
+    on_chip: Report
+
+    def info(self, name: str, rank: int = 0, piece: tuple[int, int, int] | None = None) -> TensorInfo:
+        """The tensor as the model sees it, placed in this rank's HBM (whole, or the piece (axis, start, stop))."""
+        view = self.ctx.view(name)
+        t = self.graph.tensors[name]
+        info = TensorInfo.whole(name, tuple(t.shape), np.dtype(t.dtype).name, view.dtype.name, view.tensor.offset,
+                                rank)
+        if piece is None:
+            return info
+        return TensorInfo(name, info.shape, info.dtype, info.device_dtype,
+                          (Placement(rank, view.tensor.offset, *piece),))
+
+
+def compile_rank(graph: Graph, options: Options, target: Target) -> CompiledRank:
+    """Lower, keep on chip, schedule, allocate and emit one rank's graph."""
     cast = TYPES[options.auto_cast_type] if options.auto_cast != "none" else None
     by_rows: frozenset[str] | None = frozenset() if options.optimize >= 2 else None
     while True:
@@ -105,26 +174,42 @@ def compile_graph(graph: Graph, options: Options) -> Bundle:
     schedule_and_allocate(program, options.optimize)
     hbm_size = layout_hbm(program)
     streams = emit(program, hbm_size)
+    return CompiledRank(graph, streams, hbm_size, program, ctx, on_chip)
 
-    def info(name: str) -> TensorInfo:
-        view = ctx.view(name)
-        t = graph.tensors[name]
-        return TensorInfo.whole(name, tuple(t.shape), np.dtype(t.dtype).name, view.dtype.name, view.tensor.offset)
 
+def _placed(name: str, graph: Graph, ranks: list[RankGraph], compiled: list[CompiledRank], kind: str) -> TensorInfo:
+    """A model input or output with a placement on every rank that holds a piece of it."""
+    pieces = [c.info(name, r.rank, getattr(r, kind)[name]).placements[0]
+              for r, c in zip(ranks, compiled) if name in getattr(r, kind)]
+    t = graph.tensors[name]
+    device = compiled[0].ctx.view(name).dtype.name
+    return TensorInfo(name, tuple(t.shape), np.dtype(t.dtype).name, device, tuple(pieces))
+
+
+def _bundle(compiled: list[CompiledRank], inputs: list[TensorInfo], outputs: list[TensorInfo],
+            groups: list[tuple[int, ...]], options: Options, target: Target, cast: DType | None, flops: int,
+            ranges: Any) -> Bundle:
+    first = compiled[0]
+    stats = {"model_flops": flops, "matmul_dtype": (cast or DType.fp32).name,
+             "spill_bytes": first.on_chip.spill_bytes,
+             "kept_on_chip": len(first.on_chip.kept), "through_hbm": len(first.on_chip.through_hbm),
+             "input_ranges": ranges}
+    if len(compiled) > 1:
+        stats["rank_flops"] = [model_flops(c.graph) for c in compiled]
     return Bundle(
         target=target.name,
-        hbm_size=hbm_size,
-        inputs=[info(name) for name in graph.inputs],
-        outputs=[info(name) for name in graph.outputs],
-        cores=[streams],
-        weights=[Segment(h.offset, h.data) for h in program.hbm if h.kind == "weight"],
+        hbm_size=max(c.hbm_size for c in compiled),
+        inputs=inputs,
+        outputs=outputs,
+        cores=[c.streams for c in compiled],
+        weights=[Segment(h.offset, h.data, rank) for rank, c in enumerate(compiled)
+                 for h in c.program.hbm if h.kind == "weight"],
         compiler=f"neuronx-cc-lite {__version__}",
         flags=options.flags(),
-        stats={"model_flops": model_flops(graph), "matmul_dtype": (cast or DType.fp32).name,
-               "spill_bytes": on_chip.spill_bytes,
-               "kept_on_chip": len(on_chip.kept), "through_hbm": len(on_chip.through_hbm),
-               "input_ranges": input_ranges(graph)},
-        hbm_tensors=[HbmTensorInfo(h.name, h.kind, h.offset, h.nbytes) for h in program.hbm],
+        stats=stats,
+        hbm_tensors=[HbmTensorInfo(h.name, h.kind, h.offset, h.nbytes) for h in first.program.hbm],
+        lnc=options.ranks_lnc(target),
+        groups=groups,
     )
 
 

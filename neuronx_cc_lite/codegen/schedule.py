@@ -23,6 +23,9 @@ semaphores. Three more choices decide what the hardware does well:
   multiple buffering) stops where memory ends.
 - Engines: a copy, a tensor_scalar or a memset on float data may run on any engine whose row allows it and that
   reaches its memories; the first of them to be free for it takes it.
+- Collectives: the CC engine is one more server. Its estimate is a hop and the bytes over the chip's exchange
+  bandwidth (the runtime prices the real algorithm); being long and on the path to the next layer, a collective
+  ranks high, so the work that does not depend on it (the other branch, the next weights' loads) fills the wait.
 
 -O1 keeps the lowering order and only assigns queues (fast compiles); -O2 (the default) schedules.
 """
@@ -33,7 +36,7 @@ import heapq
 from dataclasses import dataclass
 
 from isa.costs import Port, dma_cost, duration_ns, ports
-from isa.instructions import OPS
+from isa.instructions import OPS, Instruction
 from isa.operand import READABLE, WRITABLE, Engine, Mem
 from isa.target import Target
 from neuronx_cc_lite.codegen.allocate import OnChipMemory, tile_uses
@@ -60,6 +63,17 @@ def candidate_engines(p: PendingInstr) -> tuple[Engine, ...]:
     found = [e for e in _ON_ENGINES if e in OPS[p.op].engines and
              all(a.tile.mem in (WRITABLE if w else READABLE)[e] for a, w in accesses)]
     return tuple(found) or (p.engine,)
+
+
+_SERVERS = (Engine.PE, Engine.ACT, Engine.DVE, Engine.POOL, Engine.SP, Engine.CC)
+
+
+def _duration(instr: Instruction, engine: Engine, target: Target) -> float:
+    """The cost model's duration; for a collective, this scheduler's estimate (see the module docstring)."""
+    if engine is Engine.CC:
+        nbytes = max(o.dtype.size * o.num_partitions * o.free_size for _, o in instr.operands())
+        return target.chip_hop_ns + nbytes / target.chip_gbps
+    return duration_ns(instr, engine, target)
 
 
 def is_store(p: PendingInstr) -> bool:
@@ -135,7 +149,7 @@ def schedule(program: Program) -> list[list[int]]:
             succs[j].append(i)
     engines = [candidate_engines(p) for p in instrs]
     virtual = [p.instruction(placed=False) for p in instrs]
-    cost = [{e: duration_ns(virtual[i], e, target) for e in engines[i]} for i in range(n)]
+    cost = [{e: _duration(virtual[i], e, target) for e in engines[i]} for i in range(n)]
     held = [{e: ports(virtual[i], e) for e in engines[i]} for i in range(n)]
     # rank: the longest path to the end, where a compute instruction is also followed by the next one lowering gave
     # its engine: an engine works through its share one at a time, so the work queued behind an instruction counts
@@ -157,11 +171,10 @@ def schedule(program: Program) -> list[list[int]]:
             uses[t] = uses.get(t, 0) + 1
     loads, stores = split_queues(program)
     # the servers: each compute engine, and each DMA queue; a queue serves its group's pool
-    servers: list[tuple[Engine, int]] = [(e, 0) for e in (Engine.PE, Engine.ACT, Engine.DVE, Engine.POOL,
-                                                          Engine.SP)]
+    servers: list[tuple[Engine, int]] = [(e, 0) for e in _SERVERS]
     servers += [(Engine.DMA, q) for q in range(target.dma_queues)]
     free_at = [0.0] * len(servers)
-    pools: dict[object, _Pool] = {e: _Pool() for e in (Engine.PE, Engine.ACT, Engine.DVE, Engine.POOL, Engine.SP)}
+    pools: dict[object, _Pool] = {e: _Pool() for e in _SERVERS}
     pools["loads"], pools["short loads"], pools["stores"] = _Pool(), _Pool(), _Pool()
     # a store queue takes loads until the first store is scheduled, then only short ones when no store is ready
     # (a long load could hold up the stores that become ready meanwhile); a load queue never takes a store, which

@@ -1,0 +1,125 @@
+"""The partition stage: one graph after the passes -> one graph per rank, with the collectives between them.
+
+    --dp D: the batch (axis 0 of every input) in D pieces; each replica group computes its piece alone, so the
+            plan over D must move nothing between pieces (a node that mixes batch elements is refused by name)
+    --tp T: within each replica group, Megatron-style tensor parallelism chosen by search (plan.py): weight
+            matmuls cut by output columns, their partners by input rows, one AllReduce after each pair;
+            placements propagate through every other operator (rules.py) and collectives are inserted where a
+            reader needs another placement (ranks.py)
+
+Rank r = dp_index * T + tp_index; replica group d holds ranks d*T .. d*T + T - 1. Each rank's inputs and outputs
+are slices of the model's: (axis, start, stop) of the whole tensor; an output is delivered by the ranks whose
+blocks together cover it (a replicated one by the first rank of each group).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from neuronx_cc_lite.errors import CompileError
+from neuronx_cc_lite.ir import Graph
+from neuronx_cc_lite.partition import split_projections
+from neuronx_cc_lite.partition.placement import REPLICATED, Placement, Shard
+from neuronx_cc_lite.partition.plan import Plan, choose, propagate
+from neuronx_cc_lite.partition.ranks import rank_graph
+from neuronx_cc_lite.partition.rules import weight_columns
+from neuronx_cc_lite.passes.verify import verify
+
+Slice = tuple[int, int, int]  # (axis, start, stop) of the whole tensor
+
+
+@dataclass
+class RankGraph:
+    rank: int
+    graph: Graph
+    inputs: dict[str, Slice]
+    outputs: dict[str, Slice]  # only the outputs this rank delivers
+
+
+def _whole(shape: tuple[int, ...]) -> Slice:
+    return (0, 0, shape[0] if shape else 1)
+
+
+def _refuse(message: str, node: str | None = None) -> CompileError:
+    return CompileError("NCC_OPTION", message, node)
+
+
+def split_batch(g: Graph, dp: int) -> Plan:
+    """The plan of --dp: every input cut on axis 0; refused when something needs the whole batch."""
+    inputs = {}
+    for name in g.inputs:
+        shape = tuple(g.tensors[name].shape)
+        if not shape or shape[0] % dp:
+            raise _refuse(f"--dp {dp}: dimension 0 of input {name!r} ({shape[0] if shape else 'a scalar'}) is not "
+                          f"divisible by {dp}")
+        inputs[name] = Placement((Shard(0, dp, 1),))
+    plan = propagate(g, dp, {}, inputs)
+    for m in plan.moves:
+        if m.kind != "slice":
+            raise _refuse(f"--dp {dp}: the node reads all of tensor {m.tensor!r} across the batch (dimension 0 "
+                          f"would have to be gathered)", m.node)
+    for name, p in plan.outputs.items():
+        if p != inputs[g.inputs[0]]:
+            raise _refuse(f"--dp {dp}: output {name!r} is not split by batch along dimension 0")
+    return plan
+
+
+def split_tensors(g: Graph, tp: int, sharded_outputs: bool) -> Plan:
+    """The plan of --tp; refused when no weight can be cut into tp blocks because a dimension does not divide."""
+    plan = choose(g, tp, sharded_outputs)
+    if not plan.decisions:
+        for node in g.nodes:
+            columns = weight_columns(node, g)
+            if columns is not None and columns % tp:
+                raise _refuse(f"--tp {tp}: dimension {columns} (the output columns of weight {node.inputs[1]!r}) "
+                              f"is not divisible by {tp}", node.name)
+    return plan
+
+
+def partition(g: Graph, tp: int, dp: int) -> list[RankGraph]:
+    groups = [g]
+    batch = [_whole(tuple(g.tensors[n].shape)) for n in g.inputs]
+    dp_plan = None
+    if dp > 1:
+        dp_plan = split_batch(g, dp)
+        groups = [rank_graph(g, dp_plan, d, d, {n: dp_plan.placement[n] for n in g.inputs}) for d in range(dp)]
+    ranks: list[RankGraph] = []
+    tp_plan = None
+    for d, local in enumerate(groups):
+        if tp > 1:
+            local = split_projections.run(local)
+            verify(local, "split-projections", require_static=True)
+            tp_plan = tp_plan or split_tensors(local, tp, sharded_outputs=dp == 1)
+        for t in range(tp):
+            graph = rank_graph(local, tp_plan, t, d) if tp_plan is not None else local
+            verify(graph, "partition", require_static=True)
+            inputs, outputs = {}, {}
+            for name, whole in zip(g.inputs, batch):
+                inputs[name] = _dp_slice(g, name, d, dp, dp_plan)
+            for name in g.outputs:
+                delivered = _delivered(local, name, t, tp_plan)
+                if delivered is not None:
+                    outputs[name] = delivered if dp == 1 else _dp_slice(g, name, d, dp, dp_plan)
+            ranks.append(RankGraph(d * tp + t, graph, inputs, outputs))
+    return ranks
+
+
+def _dp_slice(g: Graph, name: str, d: int, dp: int, plan: Plan | None) -> Slice:
+    shape = tuple(g.tensors[name].shape)
+    if plan is None:
+        return _whole(shape)
+    size = shape[0] // dp
+    return (0, d * size, (d + 1) * size)
+
+
+def _delivered(g: Graph, name: str, t: int, plan: Plan | None) -> Slice | None:
+    """The block of output `name` rank t of its group delivers, if any: each block once."""
+    shape = tuple(g.tensors[name].shape)
+    p = plan.outputs[name] if plan is not None else REPLICATED
+    if not p.shards:
+        return _whole(shape) if t == 0 else None
+    (s,) = p.shards
+    if t % s.stride:
+        return None
+    (start, stop) = p.box(shape, t)[s.axis]
+    return (s.axis, start, stop)

@@ -1,0 +1,113 @@
+"""Plan a tensor-parallel split: a placement for every tensor, and what must move between ranks.
+
+    propagate(graph, n, decisions):
+        each input: replicated (or as given)
+        for each node in order: rule(node, placements of its inputs, its decision) -> what it reads, what it makes
+        a read whose placement differs from the tensor's is a move: a local slice (free), an AllReduce of partial
+        sums, a ReduceScatter, or an AllGather (then a slice)
+
+    choose(graph, n):  Megatron by search
+        decisions = {}
+        for each matmul by a constant weight, in order, whose input is whole:
+            for parts in the divisors of n, largest first:
+                cut the weight's columns into `parts` blocks (rank t holds block t // (n / parts))
+                keep the cut if no tensor it shaped is ever gathered, i.e. its shards run on through the graph
+                until a matmul sums them away (the second layer of a pair, the attention output projection: one
+                AllReduce) or they reach a graph output
+
+A cut whose shards would have to be gathered again (the columns of a projection Split into Q, K and V, a head dim
+cut across heads) is not taken at that size; a smaller `parts` replicates blocks over ranks instead: 4 heads over
+8 ranks are 4 blocks, each on 2 ranks (Q and K), while V and the output projection still split 8 ways, by head and
+head dim. Key/value heads fewer than the ranks (grouped-query attention) are found the same way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from neuronx_cc_lite.ir import Graph
+from neuronx_cc_lite.partition.placement import REPLICATED, Placement, Shard, is_block_order, refines
+from neuronx_cc_lite.partition.rules import rule_for, weight_columns
+
+
+@dataclass
+class Move:
+    tensor: str
+    node: str  # the node that reads it
+    kind: str  # "slice", "all_reduce", "reduce_scatter", "gather"
+
+
+@dataclass
+class Plan:
+    n: int
+    decisions: dict[str, Shard]
+    placement: dict[str, Placement] = field(default_factory=dict)  # every computed tensor, as made
+    reads: dict[tuple[int, int], Placement] = field(default_factory=dict)  # (node index, input index) -> as read
+    outputs: dict[str, Placement] = field(default_factory=dict)  # graph output -> as delivered
+    moves: list[Move] = field(default_factory=list)
+    origins: dict[str, frozenset[str]] = field(default_factory=dict)  # tensor -> the cuts that shaped it
+
+
+def move_kind(have: Placement, want: Placement, shape: tuple[int, ...], n: int) -> str | None:
+    if have == want:
+        return None
+    if have.partial:
+        return "all_reduce" if want.replicated else "reduce_scatter" if is_block_order(want, shape, n) else "gather"
+    return "slice" if refines(want, have, shape, n) else "gather"
+
+
+def propagate(g: Graph, n: int, decisions: dict[str, Shard], inputs: dict[str, Placement] | None = None,
+              sharded_outputs: bool = True) -> Plan:
+    plan = Plan(n, dict(decisions))
+    for name in g.inputs:
+        plan.placement[name] = (inputs or {}).get(name, REPLICATED)
+        plan.origins[name] = frozenset()
+    for i, node in enumerate(g.nodes):
+        have = [plan.placement.get(name, REPLICATED) if name else REPLICATED for name in node.inputs]
+        want, made = rule_for(node.op)(node, g, have, n, decisions.get(node.name))
+        origin: frozenset[str] = frozenset({node.name}) if node.name in decisions else frozenset()
+        for j, name in enumerate(node.inputs):
+            if not name:
+                continue
+            plan.reads[(i, j)] = want[j]
+            if g.tensors[name].is_constant:
+                continue  # cut at compile time
+            kind = move_kind(have[j], want[j], tuple(g.tensors[name].shape), n)
+            if kind is not None:
+                plan.moves.append(Move(name, node.name, kind))
+            if not want[j].replicated:
+                origin |= plan.origins.get(name, frozenset())
+        for name, p in zip(node.outputs, made):
+            if name:
+                plan.placement[name] = p
+                plan.origins[name] = origin if not p.replicated else frozenset()
+    for name in g.outputs:
+        p = plan.placement.get(name, REPLICATED)
+        final = p if (sharded_outputs and not p.partial and len(p.shards) <= 1) else REPLICATED
+        plan.outputs[name] = final
+        kind = move_kind(p, final, tuple(g.tensors[name].shape), n)
+        if kind is not None:
+            plan.moves.append(Move(name, f"output {name}", kind))
+    return plan
+
+
+def _keeps(plan: Plan, cut: str) -> bool:
+    """Whether no tensor the cut shaped has to be gathered."""
+    return not any(m.kind == "gather" and cut in plan.origins.get(m.tensor, ()) for m in plan.moves)
+
+
+def choose(g: Graph, n: int, sharded_outputs: bool = True) -> Plan:
+    decisions: dict[str, Shard] = {}
+    plan = propagate(g, n, decisions, sharded_outputs=sharded_outputs)
+    for i, node in enumerate(g.nodes):
+        columns = weight_columns(node, g)
+        if columns is None or not plan.placement.get(node.inputs[0], REPLICATED).replicated:
+            continue
+        for parts in (d for d in range(n, 1, -1) if n % d == 0 and columns % d == 0):
+            trial = {**decisions, node.name: Shard(-1, parts, n // parts)}
+            tried = propagate(g, n, trial, sharded_outputs=sharded_outputs)
+            if node.outputs[0] in tried.origins and node.name in tried.origins[node.outputs[0]] and \
+                    _keeps(tried, node.name):
+                decisions, plan = trial, tried
+                break
+    return plan
