@@ -46,6 +46,7 @@ block is S/n:
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -159,8 +160,8 @@ class Topology:
         orders = []
         for chip_cycle in _chip_cycles(self.target.chip_grid):
             place = {self._local(c): i for i, c in enumerate(chip_cycle)}
-            order = tuple(sorted(members, key=lambda r: (self.instance_of(r), place[self.chip_of(r) %
-                                 self.target.chips_per_instance], r)))
+            chips = self.target.chips_per_instance
+            order = tuple(sorted(members, key=lambda r: (self.instance_of(r), place[self.chip_of(r) % chips], r)))
             orders += [order, tuple(reversed(order))]
         return orders
 
@@ -240,10 +241,12 @@ def _ring(op: str, group: tuple[int, ...], nbytes: int, dtype_size: int, topo: T
 
 def _rdh(op: str, group: tuple[int, ...], nbytes: int, dtype_size: int, topo: Topology) -> list[Step]:
     n = len(group)
-    if op == "all_to_all":
-        return [Step(tuple((group[i], group[(i + (1 << k)) % n],
-                            _chunk(nbytes, n, dtype_size) * sum(1 for j in range(n) if j >> k & 1))
-                           for i in range(n))) for k in range(math.ceil(math.log2(n)))]
+    if op == "all_to_all":  # Bruck
+        block, steps = _chunk(nbytes, n, dtype_size), []
+        for k in range(math.ceil(math.log2(n))):
+            sent = block * sum(1 for j in range(n) if j >> k & 1)
+            steps.append(Step(tuple((group[i], group[(i + (1 << k)) % n], sent) for i in range(n))))
+        return steps
     p = 1 << (n.bit_length() - 1)
     halving = [Step(tuple((group[i], group[i ^ (1 << k)], _chunk(nbytes, 2 << k, dtype_size)) for i in range(p)))
                for k in range(p.bit_length() - 1)]
@@ -312,6 +315,8 @@ def _price(steps: Sequence[Step], topo: Topology) -> tuple[float, frozenset[str]
     return total, frozenset(used)
 
 
+# Every rank of a group asks for the same collective's cost: price it once (a 256-rank all_to_all takes seconds).
+@functools.lru_cache(maxsize=1024)
 def collective_cost(op: str, nbytes: int, dtype_size: int, group: tuple[int, ...], topo: Topology,
                     algorithm: str = "auto", shift: int = 1) -> CollectiveCost:
     """Simulated time of one collective on `group` (ranks of `topo`), by `algorithm` or the fastest ("auto").
