@@ -138,7 +138,10 @@ def bench(op: str, target: Target, ranks: int, lnc: int, algorithm: str, min_byt
     count, lnc or sizes the target cannot run."""
     if op not in OPS:
         raise ValueError(f"unknown collective {op!r}; known: {', '.join(OPS)}")
-    return _rows(op, topology(target, lnc, ranks), algorithm, sizes(min_bytes, max_bytes), dtype, check_bytes)
+    topo, row_sizes = topology(target, lnc, ranks), sizes(min_bytes, max_bytes)
+    # The algorithm must apply to the group (hierarchical wants as many ranks on every chip): ask the model once.
+    collective_cost(op, dtype.size * ranks, dtype.size, tuple(range(ranks)), topo, algorithm)
+    return _rows(op, topo, algorithm, row_sizes, dtype, check_bytes)
 
 
 def _rows(op: str, topo: Topology, algorithm: str, row_sizes: list[int], dtype: DType,
