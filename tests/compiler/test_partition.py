@@ -1,0 +1,229 @@
+"""Tensor and data parallelism: every rank's program run together on the simulated chips matches onnxruntime;
+the cuts are Megatron's (per-rank work shrinks, one AllReduce per pair); grouped-query attention with more ranks
+than key/value heads; refusals name the node and the dimension; the moves between placements are exact."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import runtime
+from neuronx_cc_lite.compiler import Options, compile_model, prepare
+from neuronx_cc_lite.errors import CompileError
+from neuronx_cc_lite.ir import Graph, Tensor
+from neuronx_cc_lite.partition import partition, split_projections
+from neuronx_cc_lite.partition.placement import PARTIAL, REPLICATED, Placement, Shard
+from neuronx_cc_lite.partition.plan import Plan, choose
+from neuronx_cc_lite.partition.ranks import _Builder
+from neuronx_cc_lite.reference import bundle_inputs, onnxruntime_outputs
+
+MODELS = os.path.join(os.path.dirname(__file__), "..", "..", "models")
+TRANSFORMERS = ("bert_legacy", "bert_modern", "gpt_legacy", "gpt_modern")
+
+
+def _model(name: str) -> onnx.ModelProto:
+    return onnx.load(os.path.join(MODELS, f"{name}.onnx"))
+
+
+def _check(model: onnx.ModelProto, **options: object) -> dict[str, np.ndarray]:
+    bundle = compile_model(model, Options(**options))  # type: ignore[arg-type]
+    inputs = bundle_inputs(bundle)
+    got = runtime.load(bundle).run(inputs)
+    expected = onnxruntime_outputs(model, inputs)
+    for name, want in expected.items():
+        np.testing.assert_allclose(got[name], want, rtol=1e-4, atol=1e-4 * float(np.abs(want).max()),
+                                   err_msg=f"{name} at {options}")
+    return got
+
+
+@pytest.mark.parametrize("model,options", [
+    ("gpt_modern", {"tp": 2}),
+    ("bert_legacy", {"tp": 4}),
+    ("gpt_legacy", {"tp": 8, "target": "trn2", "lnc": 1}),
+    ("bert_modern", {"dp": 2, "tp": 2, "target": "trn2", "lnc": 2}),
+])
+def test_models_match_onnxruntime(model: str, options: dict) -> None:
+    _check(_model(model), **options)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model", TRANSFORMERS)
+@pytest.mark.parametrize("tp", [2, 4, 8])
+@pytest.mark.parametrize("target,lnc", [("trn1", None), ("trn2", 1), ("trn2", 2)])
+def test_every_model_every_split(model: str, tp: int, target: str, lnc: int | None) -> None:
+    _check(_model(model), tp=tp, target=target, lnc=lnc)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model", ["bert_legacy", "bert_modern"])
+def test_data_parallel_matches_one_rank(model: str) -> None:
+    one = _check(_model(model))
+    split = _check(_model(model), dp=2)
+    for name in one:
+        np.testing.assert_array_equal(split[name], one[name])  # each rank computes its rows as one rank would
+
+
+def test_megatron_cuts_and_work_per_rank() -> None:
+    """4 heads over 8 ranks: Q and K in 4 head blocks (each on 2 ranks), V and the FFN's first layer 8 ways; one
+    AllReduce per attention block and per FFN, nothing gathered; each rank does an eighth of the matmul work or
+    a little more (the scores of a head computed on both its ranks)."""
+    g = split_projections.run(prepare(os.path.join(MODELS, "bert_modern.onnx"), Options()))
+    plan = choose(g, 8)
+    layer = "/encoder/layer.0"
+    assert plan.decisions[f"{layer}/attention/self/query/MatMul"] == Shard(-1, 4, 2)
+    assert plan.decisions[f"{layer}/attention/self/key/MatMul"] == Shard(-1, 4, 2)
+    assert plan.decisions[f"{layer}/attention/self/value/MatMul"] == Shard(-1, 8, 1)
+    assert plan.decisions[f"{layer}/intermediate/dense/MatMul"] == Shard(-1, 8, 1)
+    kinds = [m.kind for m in plan.moves if m.kind != "slice"]
+    assert kinds == ["all_reduce"] * 4  # 2 layers x (attention, FFN)
+    one = compile_model(_model("bert_modern"), Options())
+    two = compile_model(_model("bert_modern"), Options(tp=2))
+    assert max(two.stats["rank_flops"]) < 0.55 * one.stats["model_flops"]
+    assert all(len(core["PE"].instructions) < len(one.cores[0]["PE"].instructions) for core in two.cores)
+    assert two.groups == [(0, 1)] and len(two.cores) == 2 and sum(len(c["CC"].instructions) for c in two.cores) == 8
+
+
+def _gqa(q_heads: int = 8, kv_heads: int = 2, head: int = 8, seq: int = 16) -> onnx.ModelProto:
+    """One attention block with grouped-query attention: K and V have kv_heads heads, each read by
+    q_heads / kv_heads query heads (repeated with Unsqueeze, Expand, Reshape as exporters write it)."""
+    rng = np.random.default_rng(0)
+    hidden, group = q_heads * head, q_heads // kv_heads
+    weights = {"wq": (hidden, hidden), "wk": (hidden, kv_heads * head), "wv": (hidden, kv_heads * head),
+               "wo": (hidden, hidden)}
+    inits = [numpy_helper.from_array((rng.standard_normal(s) / np.sqrt(s[0])).astype(np.float32), k)
+             for k, s in weights.items()]
+
+    def const(name: str, value: list[int]) -> None:
+        inits.append(numpy_helper.from_array(np.array(value, np.int64), name))
+
+    const("q_shape", [1, seq, q_heads, head])
+    const("kv_shape", [1, seq, kv_heads, head])
+    const("rep_shape", [1, kv_heads, group, seq, head])
+    const("heads_shape", [1, q_heads, seq, head])
+    const("out_shape", [1, seq, hidden])
+    const("axis2", [2])
+    inits.append(numpy_helper.from_array(np.array(1 / np.sqrt(head), np.float32), "scale"))
+    nodes = [helper.make_node("LayerNormalization", ["x", "ln_w", "ln_b"], ["h"], axis=-1)]
+    inits += [numpy_helper.from_array(np.ones(hidden, np.float32), "ln_w"),
+              numpy_helper.from_array(np.zeros(hidden, np.float32), "ln_b")]
+    for name, heads, shape in (("q", q_heads, "q_shape"), ("k", kv_heads, "kv_shape"), ("v", kv_heads, "kv_shape")):
+        nodes += [helper.make_node("MatMul", ["h", f"w{name}"], [f"{name}_flat"]),
+                  helper.make_node("Reshape", [f"{name}_flat", shape], [f"{name}_split"]),
+                  helper.make_node("Transpose", [f"{name}_split"], [f"{name}_heads"], perm=[0, 2, 1, 3])]
+    for name in ("k", "v"):
+        nodes += [helper.make_node("Unsqueeze", [f"{name}_heads", "axis2"], [f"{name}_1"]),
+                  helper.make_node("Expand", [f"{name}_1", "rep_shape"], [f"{name}_rep"]),
+                  helper.make_node("Reshape", [f"{name}_rep", "heads_shape"], [f"{name}_all"])]
+    nodes += [helper.make_node("Transpose", ["k_all"], ["k_t"], perm=[0, 1, 3, 2]),
+              helper.make_node("MatMul", ["q_heads", "k_t"], ["scores"]),
+              helper.make_node("Mul", ["scores", "scale"], ["scaled"]),
+              helper.make_node("Softmax", ["scaled"], ["probs"], axis=-1),
+              helper.make_node("MatMul", ["probs", "v_all"], ["ctx"]),
+              helper.make_node("Transpose", ["ctx"], ["ctx_t"], perm=[0, 2, 1, 3]),
+              helper.make_node("Reshape", ["ctx_t", "out_shape"], ["ctx_flat"]),
+              helper.make_node("MatMul", ["ctx_flat", "wo"], ["proj"]),
+              helper.make_node("Add", ["proj", "x"], ["y"])]
+    graph = helper.make_graph(nodes, "gqa", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, seq, hidden])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, seq, hidden])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("tp", [4, pytest.param(8, marks=pytest.mark.slow)])
+def test_grouped_query_attention_with_more_ranks_than_kv_heads(tp: int) -> None:
+    model = _gqa()
+    _check(model, tp=tp)
+    ranks = partition(prepare(model, Options()), tp, 1)
+    for r in ranks:  # each rank holds one of the 2 key/value heads (8 columns), 4 / tp ranks per head
+        (k_weight,) = [t for n, t in r.graph.tensors.items() if n.startswith("wk")]
+        assert k_weight.shape == (64, 8)
+        (q_weight,) = [t for n, t in r.graph.tensors.items() if n.startswith("wq")]
+        assert q_weight.shape == (64, 64 // tp)
+
+
+def test_refusals_name_the_node_and_dimension() -> None:
+    with pytest.raises(CompileError) as e:
+        compile_model(_model("bert_modern"), Options(tp=3))
+    assert e.value.code == "NCC_OPTION" and "not divisible by 3" in str(e.value) and e.value.node
+    with pytest.raises(CompileError) as e:
+        compile_model(_model("gpt_modern"), Options(dp=2))
+    assert e.value.code == "NCC_OPTION" and "dimension 0 of input 'hidden'" in str(e.value)
+    with pytest.raises(CompileError) as e:
+        compile_model(_model("gpt_modern"), Options(tp=512))
+    assert e.value.code == "NCC_OPTION" and "holds at most 256" in str(e.value)
+    with pytest.raises(CompileError) as e:
+        compile_model(_model("gpt_modern"), Options(tp=2, lnc=2))
+    assert e.value.code == "NCC_OPTION" and "--lnc" in str(e.value)
+
+
+def test_one_rank_bundle_has_no_rank_flags() -> None:
+    bundle = compile_model(_model("mlp_small"), Options())
+    assert len(bundle.cores) == 1 and bundle.groups == [] and "tp" not in bundle.flags
+    assert all(p.rank == 0 for t in bundle.inputs + bundle.outputs for p in t.placements)
+
+
+# ---- the moves between placements, rank by rank, against numpy ------------------------------------------------
+
+def _run_moves(b: _Builder, values: dict[str, np.ndarray], n: int, group_values: list[dict[str, np.ndarray]]
+               ) -> None:
+    """Evaluate the nodes a builder made (Slice, Reshape, Transpose, collectives) with numpy."""
+    for node in b.nodes:
+        x = values[node.inputs[0]]
+        if node.op == "Slice":
+            starts, ends, axes = (b.tensors[name].value for name in node.inputs[1:4])
+            index = [slice(None)] * x.ndim
+            for s, e, a in zip(starts, ends, axes):
+                index[a] = slice(s, e)
+            y = x[tuple(index)]
+        elif node.op == "Reshape":
+            y = x.reshape(b.tensors[node.inputs[1]].value)
+        elif node.op == "Transpose":
+            y = x.transpose(node.attrs["perm"])
+        else:
+            everyone = [v[node.inputs[0]] for v in group_values]
+            if node.op == "AllGather":
+                y = np.stack(everyone)
+            elif node.op == "AllReduce":
+                y = sum(everyone)
+            else:
+                total = sum(everyone).reshape(n, -1)[b.rank]
+                y = total.reshape(b.tensors[node.outputs[0]].shape)
+        values[node.outputs[0]] = y
+
+
+@pytest.mark.parametrize("have,want", [
+    (Placement((Shard(1, 4, 2),)), REPLICATED),  # 4 blocks, each on 2 ranks: gathered
+    (Placement.of([Shard(0, 2, 4), Shard(2, 4, 1)]), REPLICATED),  # two axes: gathered and reordered
+    (Placement((Shard(1, 4, 2),)), Placement((Shard(1, 8, 1),))),  # a local slice
+    (Placement((Shard(2, 8, 1),)), Placement((Shard(1, 2, 1),))),  # another axis: gathered, then sliced
+    (PARTIAL, REPLICATED),
+    (PARTIAL, Placement((Shard(0, 8, 1),))),  # reduce-scatter
+    (PARTIAL, Placement((Shard(2, 2, 4),))),  # all-reduce, then sliced
+])
+def test_moves_between_placements(have: Placement, want: Placement) -> None:
+    n, shape = 8, (8, 8, 16)
+    whole = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
+    g = Graph("moves", [], {"x": Tensor("x", shape, np.dtype(np.float32))}, ["x"], [], 13)
+    plan = Plan(n, {})
+    builders = [_Builder(g, plan, t, 0) for t in range(n)]
+    values: list[dict[str, np.ndarray]] = []
+    for t, b in enumerate(builders):
+        if have.partial:
+            local = whole / n if t else whole - whole / n * (n - 1)
+        else:
+            local = whole[tuple(slice(a, z) for a, z in have.box(shape, t))]
+        values.append({"x": local})
+        b.result = b.convert("x", have, want, shape)  # type: ignore[attr-defined]
+    for step in range(max(len(b.nodes) for b in builders)):  # ranks in lock step: collectives see every rank
+        for t, b in enumerate(builders):
+            if step < len(b.nodes):
+                node = b.nodes[step]
+                mine = _Builder(g, plan, t, 0)
+                mine.nodes, mine.tensors = [node], b.tensors
+                _run_moves(mine, values[t], n, values)
+    for t, b in enumerate(builders):
+        expected = whole[tuple(slice(a, z) for a, z in want.box(shape, t))]
+        np.testing.assert_allclose(values[t][b.result], expected, rtol=1e-5, atol=1e-5)  # type: ignore[attr-defined]
