@@ -35,6 +35,7 @@ class Move:
     tensor: str
     node: str  # the node that reads it
     kind: str  # "slice", "all_reduce", "reduce_scatter", "gather"
+    at: int  # the reader's index (len(nodes) for a graph output)
 
 
 @dataclass
@@ -57,12 +58,22 @@ def move_kind(have: Placement, want: Placement, shape: tuple[int, ...], n: int) 
 
 
 def propagate(g: Graph, n: int, decisions: dict[str, Shard], inputs: dict[str, Placement] | None = None,
-              sharded_outputs: bool = True) -> Plan:
+              sharded_outputs: bool = True, base: Plan | None = None, start: int = 0,
+              watch: tuple[str, list[int]] | None = None) -> Plan:
+    """The plan under `decisions`. With `base` (a plan that differs only from node `start` on), its placements
+    before `start` are taken as they are. With `watch` (a cut, the index of each tensor's last reader), it stops
+    once every tensor that cut shaped has been read for the last time: enough to judge the cut."""
     plan = Plan(n, dict(decisions))
-    for name in g.inputs:
-        plan.placement[name] = (inputs or {}).get(name, REPLICATED)
-        plan.origins[name] = frozenset()
-    for i, node in enumerate(g.nodes):
+    if base is not None:
+        plan.placement, plan.origins, plan.reads = dict(base.placement), dict(base.origins), dict(base.reads)
+        plan.moves = [m for m in base.moves if m.at < start]
+    else:
+        for name in g.inputs:
+            plan.placement[name] = (inputs or {}).get(name, REPLICATED)
+            plan.origins[name] = frozenset()
+    alive = -1
+    for i in range(start, len(g.nodes)):
+        node = g.nodes[i]
         have = [plan.placement.get(name, REPLICATED) if name else REPLICATED for name in node.inputs]
         want, made = rule_for(node.op)(node, g, have, n, decisions.get(node.name))
         origin: frozenset[str] = frozenset({node.name}) if node.name in decisions else frozenset()
@@ -74,21 +85,35 @@ def propagate(g: Graph, n: int, decisions: dict[str, Shard], inputs: dict[str, P
                 continue  # cut at compile time
             kind = move_kind(have[j], want[j], tuple(g.tensors[name].shape), n)
             if kind is not None:
-                plan.moves.append(Move(name, node.name, kind))
+                plan.moves.append(Move(name, node.name, kind, i))
             if not want[j].replicated:
                 origin |= plan.origins.get(name, frozenset())
         for name, p in zip(node.outputs, made):
             if name:
                 plan.placement[name] = p
                 plan.origins[name] = origin if not p.replicated else frozenset()
+                if watch is not None and watch[0] in plan.origins[name]:
+                    alive = max(alive, watch[1][i] if len(node.outputs) == 1 else len(g.nodes))
+        if watch is not None and i >= alive:
+            return plan
     for name in g.outputs:
         p = plan.placement.get(name, REPLICATED)
         final = p if (sharded_outputs and not p.partial and len(p.shards) <= 1) else REPLICATED
         plan.outputs[name] = final
         kind = move_kind(p, final, tuple(g.tensors[name].shape), n)
         if kind is not None:
-            plan.moves.append(Move(name, f"output {name}", kind))
+            plan.moves.append(Move(name, f"output {name}", kind, len(g.nodes)))
     return plan
+
+
+def _last_reads(g: Graph) -> list[int]:
+    """For each node, the index of the last node that reads its (first) output; len(nodes) for a graph output."""
+    last: dict[str, int] = {name: len(g.nodes) for name in g.outputs}
+    for i, node in enumerate(g.nodes):
+        for name in node.inputs:
+            if name and name not in g.outputs:
+                last[name] = i
+    return [last.get(node.outputs[0], i) if node.outputs else i for i, node in enumerate(g.nodes)]
 
 
 def _keeps(plan: Plan, cut: str) -> bool:
@@ -99,15 +124,17 @@ def _keeps(plan: Plan, cut: str) -> bool:
 def choose(g: Graph, n: int, sharded_outputs: bool = True) -> Plan:
     decisions: dict[str, Shard] = {}
     plan = propagate(g, n, decisions, sharded_outputs=sharded_outputs)
+    last = _last_reads(g)
     for i, node in enumerate(g.nodes):
         columns = weight_columns(node, g)
         if columns is None or not plan.placement.get(node.inputs[0], REPLICATED).replicated:
             continue
         for parts in (d for d in range(n, 1, -1) if n % d == 0 and columns % d == 0):
             trial = {**decisions, node.name: Shard(-1, parts, n // parts)}
-            tried = propagate(g, n, trial, sharded_outputs=sharded_outputs)
-            if node.outputs[0] in tried.origins and node.name in tried.origins[node.outputs[0]] and \
-                    _keeps(tried, node.name):
-                decisions, plan = trial, tried
+            tried = propagate(g, n, trial, sharded_outputs=sharded_outputs, base=plan, start=i,
+                              watch=(node.name, last))
+            if node.name in tried.origins.get(node.outputs[0], ()) and _keeps(tried, node.name):
+                decisions = trial
+                plan = propagate(g, n, trial, sharded_outputs=sharded_outputs, base=plan, start=i)
                 break
     return plan
