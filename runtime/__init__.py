@@ -3,10 +3,11 @@
 It depends on numpy, ml_dtypes and the bundle contract in `isa/` only: never on onnx or the compiler.
 """
 
-from runtime.errors import AccessError, DeadlockError, InputError, LoadError, NeuronRuntimeError
+from runtime.errors import (AccessError, CollectiveError, DeadlockError, InputError, LoadError,
+                            NeuronRuntimeError)
 from runtime.execution_queue import ExecutionQueue, Handle, QueueError
 from runtime.model import Model, load
 from runtime.races import RaceError
 
 __all__ = ["load", "Model", "ExecutionQueue", "Handle", "NeuronRuntimeError", "LoadError", "InputError",
-           "AccessError", "DeadlockError", "RaceError", "QueueError"]
+           "AccessError", "CollectiveError", "DeadlockError", "RaceError", "QueueError"]

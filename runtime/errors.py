@@ -24,3 +24,9 @@ class AccessError(NeuronRuntimeError):
 
 class DeadlockError(NeuronRuntimeError):
     code = "NRT_DEADLOCK"
+
+
+class CollectiveError(NeuronRuntimeError):
+    """Ranks of a replica group posted different collectives as their k-th on it."""
+
+    code = "NRT_COLLECTIVE"

@@ -1,9 +1,15 @@
-"""The memories of a chip: HBM, and per core SBUF and PSUM, each a byte array.
+"""The memories of every rank: its HBM, its SBUF and its PSUM, each a byte array.
 
 Operands become numpy views into these arrays once, at load, after a bounds check; instructions then read and
 write through the views. SBUF and PSUM are filled with 0xFF bytes before every run, which reads as NaN in every
 float type (and -1 in signed ints), so that reading a byte nobody wrote shows in the result. Only the bytes some
 view reaches need filling again: no instruction touches the others.
+
+Many ranks must not cost many chips' worth of host memory (64 ranks of 24 MiB of SBUF would be 1.5 GB), so each
+rank's memories hold only what its program can touch: its HBM array ends where the furthest operand, weight or
+tensor placement of that rank ends (the loader works that out before any view is made; the rank still addresses
+`hbm_size` bytes, which the validator enforces), and its SBUF and PSUM are allocated when an operand first names
+them.
 """
 
 from __future__ import annotations
@@ -17,37 +23,49 @@ from runtime.errors import AccessError
 UNWRITTEN = 0xFF
 
 
-class ChipMemory:
-    def __init__(self, target: Target, hbm_size: int, cores: int) -> None:
-        self.hbm = np.full(hbm_size, UNWRITTEN, dtype=np.uint8)
-        self.sbuf = [np.full((target.partitions, target.sbuf_partition_bytes), UNWRITTEN, np.uint8)
-                     for _ in range(cores)]
-        self.psum = [np.full((target.partitions, target.psum_partition_bytes), UNWRITTEN, np.uint8)
-                     for _ in range(cores)]
-        # (memory, core) -> how far into a partition row some view reaches: the bytes a run may have touched
-        self._reach = {(mem, core): 0 for mem in (Mem.SBUF, Mem.PSUM) for core in range(cores)}
+class RankMemories:
+    def __init__(self, target: Target, hbm_reach: list[int]) -> None:
+        """`hbm_reach[r]`: how many bytes of rank r's HBM anything can touch."""
+        self.target = target
+        self.hbm = [np.full(reach, UNWRITTEN, dtype=np.uint8) for reach in hbm_reach]
+        self.sbuf: list[np.ndarray | None] = [None] * len(hbm_reach)
+        self.psum: list[np.ndarray | None] = [None] * len(hbm_reach)
+        # (memory, rank) -> how far into a partition row some view reaches: the bytes a run may have touched
+        self._reach: dict[tuple[Mem, int], int] = {}
 
-    def clear_on_chip(self) -> None:
-        for (mem, core), reach in self._reach.items():
-            (self.sbuf if mem is Mem.SBUF else self.psum)[core][:, :reach].fill(UNWRITTEN)
+    def clear(self) -> None:
+        """Every byte a run may touch back to UNWRITTEN."""
+        for hbm in self.hbm:
+            hbm.fill(UNWRITTEN)
+        for (mem, rank), reach in self._reach.items():
+            self._on_chip(mem, rank)[:, :reach].fill(UNWRITTEN)
 
-    def view(self, o: Operand, core: int) -> np.ndarray:
-        """A numpy view of shape (partitions, *free sizes) on the bytes `o` addresses."""
+    def _on_chip(self, mem: Mem, rank: int) -> np.ndarray:
+        arrays = self.sbuf if mem is Mem.SBUF else self.psum
+        array = arrays[rank]
+        if array is None:
+            row = self.target.sbuf_partition_bytes if mem is Mem.SBUF else self.target.psum_partition_bytes
+            array = arrays[rank] = np.full((self.target.partitions, row), UNWRITTEN, np.uint8)
+        return array
+
+    def view(self, o: Operand, rank: int) -> np.ndarray:
+        """A numpy view of shape (partitions, *free sizes) on the bytes `o` addresses in `rank`'s memories."""
         size = o.dtype.size
         free_strides = tuple(stride * size for _, stride in o.dims)
         if o.mem is Mem.HBM:
+            hbm = self.hbm[rank]
             first, end = o.byte_span()
-            if end > self.hbm.size:
-                raise AccessError(f"HBM access [{first}, {end}) past the {self.hbm.size} bytes of HBM")
-            base, offset, pstride = self.hbm, o.offset, o.partition_stride * size
+            if end > hbm.size:
+                raise AccessError(f"HBM access [{first}, {end}) past the {hbm.size} bytes of HBM")
+            base, offset, pstride = hbm, o.offset, o.partition_stride * size
         else:
-            array = self.sbuf[core] if o.mem is Mem.SBUF else self.psum[core]
+            array = self._on_chip(o.mem, rank)
             rows, row_bytes = array.shape
             first, last = o.partition_span
             if o.start_partition + o.num_partitions > rows or last >= row_bytes:
                 raise AccessError(f"{o.mem.name} access partitions {o.start_partition}+{o.num_partitions}, "
                                   f"bytes [{first}, {last}] outside {rows} x {row_bytes}")
-            self._reach[o.mem, core] = max(self._reach[o.mem, core], last + 1)
+            self._reach[o.mem, rank] = max(self._reach.get((o.mem, rank), 0), last + 1)
             base, offset, pstride = array.reshape(-1), o.start_partition * row_bytes + o.offset, row_bytes
         try:
             return np.ndarray(o.shape, dtype=o.dtype.np, buffer=base, offset=offset,
@@ -55,16 +73,16 @@ class ChipMemory:
         except (ValueError, TypeError) as e:  # a shape numpy cannot represent, or one past the buffer
             raise AccessError(f"{o.mem.name} access of shape {list(o.shape)} at byte {o.offset}: {e}") from None
 
-    def footprint(self, o: Operand, core: int) -> tuple[tuple[str, int], np.ndarray]:
+    def footprint(self, o: Operand, rank: int) -> tuple[tuple[str, int], np.ndarray]:
         """Where each element of `o` starts: (memory key, flat byte indices), for the race checker."""
         size = o.dtype.size
         grids = np.ix_(*(np.arange(n, dtype=np.int64) for n in o.shape))
         if o.mem is Mem.HBM:
-            key, base, pstride = ("HBM", 0), o.offset, o.partition_stride * size
+            base, pstride = o.offset, o.partition_stride * size
         else:
-            row_bytes = (self.sbuf if o.mem is Mem.SBUF else self.psum)[core].shape[1]
-            key, base, pstride = (o.mem.name, core), o.start_partition * row_bytes + o.offset, row_bytes
+            row_bytes = self.target.sbuf_partition_bytes if o.mem is Mem.SBUF else self.target.psum_partition_bytes
+            base, pstride = o.start_partition * row_bytes + o.offset, row_bytes
         flat = base + grids[0] * pstride
         for grid, (_, stride) in zip(grids[1:], o.dims):
             flat = flat + grid * (stride * size)
-        return key, np.ravel(flat)
+        return (o.mem.name, rank), np.ravel(flat)

@@ -3,49 +3,69 @@
     model = runtime.load("mlp.neff")
     outputs = model.run({"x": x})
 
-Loading verifies the bundle (header, hash, format version, target), validates every instruction against the
-target's limits, places the weights in simulated HBM, and turns every instruction into a ready-to-run closure over
-numpy views of its operands. A run binds the inputs, clears SBUF and PSUM, runs the engines and reads the outputs.
+Loading verifies the bundle (header, hash, format version, target), checks where its ranks and tensors live
+(runtime/layout.py), validates every instruction against the target's limits, sizes each rank's memories to what
+its program touches, places the weights in each rank's simulated HBM, and turns every instruction into a
+ready-to-run closure over numpy views of its operands (a collective into what its group needs to run it, with its
+time from the collective cost model). A run clears the memories, writes each input to every placement of it, runs
+the engines of every rank and assembles each output from its placements.
 """
 
 from __future__ import annotations
 
+import functools
 import os
-from typing import Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
 from isa import bundle as bundle_format
+from isa.collectives import Topology, collective_cost
 from isa.costs import dma_cost, duration_ns, ports
 from isa.dtypes import DType
 from isa.errors import IsaError
 from isa.instructions import Instruction
-from isa.operand import Engine, Operand, stream_engine
+from isa.operand import Engine, Mem, Operand, stream_engine
 from isa.target import TARGETS, Target
 from isa.validate import problems
+from runtime.collectives import COLLECTIVE_HANDLERS, CollectiveArgs, CollectiveOp, Combine, size_problem
 from runtime.errors import AccessError, InputError, LoadError
-from runtime.memory import UNWRITTEN, ChipMemory
+from runtime.layout import check_placements, check_ranks, piece, piece_bytes, piece_shape
+from runtime.memory import RankMemories
 from runtime.races import Access, RaceChecker
-from runtime.semantics import HANDLERS, convert
+from runtime.semantics import HANDLERS, convert, snapshot, write_to
 from runtime.simulator import Op, RunStats, Simulator, StreamState
+
+ALGORITHMS = ("auto", "ring", "rdh", "hierarchical")
 
 
 class Model:
-    def __init__(self, b: bundle_format.Bundle) -> None:
+    def __init__(self, b: bundle_format.Bundle, collective_algorithm: str = "auto") -> None:
+        if collective_algorithm not in ALGORITHMS:
+            raise ValueError(f"collective algorithm {collective_algorithm!r}: one of {', '.join(ALGORITHMS)}")
         self.bundle = b
         self.target = _target(b)
-        self._check_layout()
-        self.memory = ChipMemory(self.target, b.hbm_size, len(b.cores))
+        self.topology = check_ranks(b, self.target)
+        check_placements(b)
+        self.collective_algorithm = collective_algorithm
+        engines = {(rank, name): _engine(name, self.target) for rank, streams in enumerate(b.cores)
+                   for name in streams}
+        self._validate(engines)
+        self.memory = RankMemories(self.target, self._hbm_reach())
         self.last_run: RunStats | None = None
         streams = []
-        for core, core_streams in enumerate(b.cores):
-            for name, stream in core_streams.items():
-                engine = _engine(name, self.target)
-                ops = [self._load_op(instr, engine, core, name, i, node)
+        for rank, rank_streams in enumerate(b.cores):
+            for name, stream in rank_streams.items():
+                ops = [self._load_op(instr, engines[rank, name], rank, name, i, node)
                        for i, (instr, node) in enumerate(zip(stream.instructions, stream.nodes))]
-                streams.append(StreamState(core, name, ops))
-        self.simulator = Simulator(streams, self.target.semaphores, len(b.cores), self.target.dma_queue_gbps,
-                                   self.target.hbm_gbps)
+                streams.append(StreamState(rank, name, ops, self.topology.chip_of(rank)))
+        chips = max(self.topology.chip_of(r) for r in range(self.ranks)) + 1
+        self.simulator = Simulator(streams, self.target.semaphores, self.ranks, self.target.dma_queue_gbps,
+                                   self.target.hbm_gbps, chips, b.groups)
+
+    @property
+    def ranks(self) -> int:
+        return len(self.bundle.cores)
 
     @property
     def inputs(self) -> list[bundle_format.TensorInfo]:
@@ -55,40 +75,60 @@ class Model:
     def outputs(self) -> list[bundle_format.TensorInfo]:
         return self.bundle.outputs
 
-    def _check_layout(self) -> None:
-        b, t = self.bundle, self.target
-        if not 0 < len(b.cores) <= t.cores_per_chip:
-            raise LoadError(f"bundle uses {len(b.cores)} cores; a {t.name} chip has {t.cores_per_chip}")
-        if not 0 <= b.hbm_size <= t.hbm_bytes:
-            raise LoadError(f"bundle needs {b.hbm_size} bytes of HBM; a {t.name} chip has {t.hbm_bytes}")
-        for info in (*b.inputs, *b.outputs):
-            end = info.hbm_offset + _nbytes(info)
-            if info.hbm_offset < 0 or end > b.hbm_size:
-                raise LoadError(f"tensor {info.name!r} at HBM [{info.hbm_offset}, {end}) lies outside the "
-                                f"bundle's {b.hbm_size} bytes")
-        for seg in b.weights:
-            if seg.hbm_offset < 0 or seg.hbm_offset + len(seg.data) > b.hbm_size:
-                raise LoadError(f"weight segment at HBM offset {seg.hbm_offset} lies outside HBM")
+    def _validate(self, engines: dict[tuple[int, str], Engine]) -> None:
+        """Every instruction against the target's limits; every collective against its group."""
+        b = self.bundle
+        for (rank, name), engine in engines.items():
+            stream = b.cores[rank][name]
+            for i, (instr, node) in enumerate(zip(stream.instructions, stream.nodes)):
+                found = problems(instr, engine, self.target, b.hbm_size)
+                if not found and instr.spec.collective:
+                    found = _group_problems(instr, rank, b.groups)
+                if found:
+                    raise LoadError(f"invalid instruction at {_where(instr, rank, name, i, node)}: "
+                                    f"{'; '.join(found)}")
 
-    def _load_op(self, instr: Instruction, engine: Engine, core: int, stream: str, index: int, node: str) -> Op:
-        where = f"core {core} {stream} #{index} {instr.op}" + (f" (node {node})" if node else "")
-        found = problems(instr, engine, self.target, self.bundle.hbm_size)
-        if found:
-            raise LoadError(f"invalid instruction at {where}: {'; '.join(found)}")
+    def _hbm_reach(self) -> list[int]:
+        """Per rank, where the last HBM byte any operand, weight or placement of it touches ends."""
+        reach = [0] * self.ranks
+        for rank, streams in enumerate(self.bundle.cores):
+            for stream in streams.values():
+                for instr in stream.instructions:
+                    for o in (*instr.reads(), *instr.writes()):
+                        if o.mem is Mem.HBM:
+                            reach[rank] = max(reach[rank], o.byte_span()[1])
+        for seg in self.bundle.weights:
+            reach[seg.rank] = max(reach[seg.rank], seg.hbm_offset + len(seg.data))
+        for info in (*self.inputs, *self.outputs):
+            for p in info.placements:
+                reach[p.rank] = max(reach[p.rank], p.hbm_offset + piece_bytes(info, p))
+        return reach
+
+    def _load_op(self, instr: Instruction, engine: Engine, rank: int, stream: str, index: int, node: str) -> Op:
+        where = _where(instr, rank, stream, index, node)
         try:
-            views = {name: self.memory.view(value, core) if isinstance(value, Operand) else value
+            views = {name: self.memory.view(value, rank) if isinstance(value, Operand) else value
                      for name, value in instr.args.items()}
             if instr.spec.implicit_reads:
-                views.update({name: self.memory.view(o, core)
+                views.update({name: self.memory.view(o, rank)
                               for name, o in instr.spec.implicit_reads(instr).items()})
         except AccessError as e:
             raise LoadError(f"invalid instruction at {where}: {e.args[0]}") from None
+        if instr.spec.collective:
+            return Op(None, instr.waits, instr.signal, 0.0, instr.op, node,
+                      collective=self._collective(instr, views, where))
         if instr.op not in HANDLERS:
             raise LoadError(f"{where}: this runtime has no semantics for {instr.op}")
         timed_by_dma = instr.spec.cycles is None
         return Op(HANDLERS[instr.op](instr, views), instr.waits, instr.signal,
                   duration_ns(instr, engine, self.target), instr.op, node,
                   dma_cost(instr, self.target) if timed_by_dma else None, ports(instr, engine))
+
+    def _collective(self, instr: Instruction, views: dict[str, np.ndarray], where: str) -> CollectiveOp:
+        read, store = snapshot(views["src"]), write_to(views["dst"])
+        partitions = views["dst"].shape[0]
+        return collective_op(instr, self.bundle.groups, self.topology, self.collective_algorithm, where,
+                             lambda: read().reshape(-1), lambda flat: store(flat.reshape(partitions, -1)))
 
     def _race_checker(self) -> RaceChecker:
         accesses = []
@@ -100,12 +140,13 @@ class Model:
                                   for operands, writes in ((instr.reads(), False), (instr.writes(), True))
                                   for o in operands])
             accesses.append(per_instr)
-        return RaceChecker(self.simulator.streams, accesses, self.target.semaphores, len(self.bundle.cores))
+        return RaceChecker(self.simulator.streams, accesses, self.target.semaphores, self.ranks)
 
-    def _hbm_view(self, info: bundle_format.TensorInfo) -> np.ndarray:
+    def _piece_view(self, info: bundle_format.TensorInfo, p: bundle_format.Placement) -> np.ndarray:
         dtype = DType[info.device_dtype].np
-        count = int(np.prod(info.shape, dtype=np.int64))
-        return np.ndarray((count,), dtype=dtype, buffer=self.memory.hbm, offset=info.hbm_offset).reshape(info.shape)
+        shape = piece_shape(info, p)
+        count = int(np.prod(shape, dtype=np.int64))
+        return np.ndarray((count,), dtype=dtype, buffer=self.memory.hbm[p.rank], offset=p.hbm_offset).reshape(shape)
 
     def run(self, inputs: Mapping[str, np.ndarray], policy: str = "clock", seed: int = 0,
             trace: bool = False, check_races: bool = False) -> dict[str, np.ndarray]:
@@ -113,17 +154,28 @@ class Model:
         `check_races` raises RaceError at the first two accesses no semaphore orders (slower)."""
         arrays = self._check_inputs(inputs)
         mem = self.memory
-        mem.hbm.fill(UNWRITTEN)
+        mem.clear()
         for seg in self.bundle.weights:
-            mem.hbm[seg.hbm_offset:seg.hbm_offset + len(seg.data)] = np.frombuffer(seg.data, np.uint8)
-        mem.clear_on_chip()
+            mem.hbm[seg.rank][seg.hbm_offset:seg.hbm_offset + len(seg.data)] = np.frombuffer(seg.data, np.uint8)
         for info, array in zip(self.inputs, arrays):
-            view = self._hbm_view(info)
-            view[...] = convert(array, view.dtype)
+            for p in info.placements:
+                view = self._piece_view(info, p)
+                view[...] = convert(array[piece(info, p)], view.dtype)
         checker = self._race_checker() if check_races else None
         with np.errstate(all="ignore"):
             self.last_run = self.simulator.run(policy, seed, trace, checker)
-        return {info.name: self._hbm_view(info).astype(np.dtype(info.dtype)) for info in self.outputs}
+        return {info.name: self._assemble(info) for info in self.outputs}
+
+    def _assemble(self, info: bundle_format.TensorInfo) -> np.ndarray:
+        """An output from its placements; where they overlap, the first listed is read."""
+        first = info.placements[0]
+        whole = self._piece_view(info, first).astype(np.dtype(info.dtype))
+        if whole.shape == info.shape:
+            return whole
+        out = np.empty(info.shape, np.dtype(info.dtype))
+        for p in reversed(info.placements):
+            out[piece(info, p)] = self._piece_view(info, p).astype(out.dtype)
+        return out
 
     def _check_inputs(self, inputs: Mapping[str, np.ndarray]) -> list[np.ndarray]:
         expected = {info.name for info in self.inputs}
@@ -147,8 +199,39 @@ class Model:
         return arrays
 
 
-def _nbytes(info: bundle_format.TensorInfo) -> int:
-    return int(np.prod(info.shape, dtype=np.int64)) * DType[info.device_dtype].size
+def collective_op(instr: Instruction, groups: list[tuple[int, ...]], topo: Topology, algorithm: str, where: str,
+                  read: Callable[[], Any], write: Callable[[Any], None], combine: Combine | None = None
+                  ) -> CollectiveOp:
+    """A rank's collective with its cost: the collective cost model's time and links for the whole collective on
+    its group (nbytes: the larger of src and dst on one rank). `combine` defaults to the collective's semantics."""
+    args = CollectiveArgs.of(instr)
+    g = instr.args["group"]
+    size = instr.args["src"].dtype.size
+    nbytes = max(args.src_elements, args.dst_elements) * size
+    try:
+        cost = _cost(instr.op, nbytes, size, groups[g], topo, algorithm, instr.args.get("shift", 1))
+    except ValueError as e:
+        raise LoadError(f"{where}: {e}") from None
+    return CollectiveOp(g, args, cost.ns, tuple(sorted(cost.links)), cost.algorithm, read, write,
+                        combine or COLLECTIVE_HANDLERS[instr.op])
+
+
+# Every rank of a group asks the same question: pricing a 64-rank collective once, not 64 times.
+_cost = functools.lru_cache(maxsize=1024)(collective_cost)
+
+
+def _group_problems(instr: Instruction, rank: int, groups: list[tuple[int, ...]]) -> list[str]:
+    g = instr.args["group"]
+    if not 0 <= g < len(groups):
+        return [f"group {g}; the bundle has {len(groups)} replica group(s)"]
+    if rank not in groups[g]:
+        return [f"rank {rank} is not in group {g} ({', '.join(map(str, groups[g]))})"]
+    found = size_problem(CollectiveArgs.of(instr), len(groups[g]))
+    return [found] if found else []
+
+
+def _where(instr: Instruction, rank: int, stream: str, index: int, node: str) -> str:
+    return f"core {rank} {stream} #{index} {instr.op}" + (f" (node {node})" if node else "")
 
 
 def _target(b: bundle_format.Bundle) -> Target:
@@ -169,10 +252,11 @@ def _engine(name: str, target: Target) -> Engine:
     return engine
 
 
-def load(source: str | os.PathLike[str] | bundle_format.Bundle) -> Model:
+def load(source: str | os.PathLike[str] | bundle_format.Bundle, collective_algorithm: str = "auto") -> Model:
     """Load a bundle file, or a Bundle made in this process (as `neuronx_cc_lite.compile` returns it), which goes
     through the same encoding and checks as a file; a truncated, corrupted, foreign or invalid bundle raises
-    LoadError."""
+    LoadError. `collective_algorithm` (auto, ring, rdh, hierarchical) is what the collective cost model times the
+    collectives by."""
     try:
         if isinstance(source, bundle_format.Bundle):
             b = bundle_format.from_bytes(bundle_format.to_bytes(source))
@@ -180,4 +264,4 @@ def load(source: str | os.PathLike[str] | bundle_format.Bundle) -> Model:
             b = bundle_format.read(source)
     except IsaError as e:
         raise LoadError(e.args[0] if e.args else type(e).__name__) from None
-    return Model(b)
+    return Model(b, collective_algorithm)

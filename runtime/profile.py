@@ -30,7 +30,8 @@ from isa.instructions import Instruction
 from isa.listing import format_operand
 from isa.operand import Mem, stream_engine, stream_names
 from isa.target import Target
-from runtime.model import Model
+from runtime.layout import check_ranks
+from runtime.model import Model, collective_op
 from runtime.errors import LoadError
 from runtime.semantics import Commit
 from runtime.simulator import Op, RunStats, Simulator, StreamState, TraceEvent
@@ -171,11 +172,21 @@ def _nothing_to_write() -> None:
     return None
 
 
-def estimated_latency_ns(bundle: Bundle, target: Target) -> float:
+def _nothing(*_: Any) -> None:
+    """A collective's read and write when only its time matters."""
+    return None
+
+
+def _no_buffers(srcs: list[Any], n: int, args: Any) -> list[Any]:
+    return [None] * n
+
+
+def estimated_latency_ns(bundle: Bundle, target: Target, collective_algorithm: str = "auto") -> float:
     """The latency of a run, from the simulator's clock policy over the bundle's streams with their costs but none
     of their semantics. An instruction's duration, the ports it holds and the HBM bandwidth it asks for follow
     from the instruction alone, never from the values, so this is the latency every run has (`run --profile`
     reports the same) without the work of computing the values; a program that deadlocks raises DeadlockError."""
+    topo = check_ranks(bundle, target)
     streams = []
     for c, core in enumerate(bundle.cores):
         for name, s in core.items():
@@ -183,12 +194,18 @@ def estimated_latency_ns(bundle: Bundle, target: Target) -> float:
                 engine = stream_engine(name)
             except ValueError as e:
                 raise LoadError(str(e)) from None
-            # The costs as runtime.model loads them: isa/costs.py is the one cost model.
-            ops = [Op(_no_work, instr.waits, instr.signal, duration_ns(instr, engine, target), instr.op, node,
+            # The costs as runtime.model loads them: isa/costs.py and isa/collectives.py are the cost models.
+            ops = [Op(None, instr.waits, instr.signal, 0.0, instr.op, node, collective=collective_op(
+                          instr, bundle.groups, topo, collective_algorithm, f"core {c} {name} #{i}", _nothing, _nothing,
+                          _no_buffers))
+                   if instr.spec.collective else
+                   Op(_no_work, instr.waits, instr.signal, duration_ns(instr, engine, target), instr.op, node,
                       dma_cost(instr, target) if instr.spec.cycles is None else None, ports(instr, engine))
-                   for instr, node in zip(s.instructions, s.nodes)]
-            streams.append(StreamState(c, name, ops))
-    simulator = Simulator(streams, target.semaphores, len(bundle.cores), target.dma_queue_gbps, target.hbm_gbps)
+                   for i, (instr, node) in enumerate(zip(s.instructions, s.nodes))]
+            streams.append(StreamState(c, name, ops, topo.chip_of(c)))
+    chips = max(topo.chip_of(r) for r in range(len(bundle.cores))) + 1
+    simulator = Simulator(streams, target.semaphores, len(bundle.cores), target.dma_queue_gbps, target.hbm_gbps,
+                          chips, bundle.groups)
     return simulator.run("clock").elapsed_ns
 
 

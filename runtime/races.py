@@ -6,6 +6,10 @@ waits for `s >= v` takes in the clock of every increment of `s` that must have h
 `s` reads v: when the streams signalling `s` on that core do so c_1 .. c_m times in all, at least
 v - (c_1 + .. + c_m - c_j) of the increments came from stream j, so its clock at that increment is joined
 (`s >= 0` joins nothing, as the listing says: it never waits). A wait thus means the same under every policy.
+A collective starts only once every member has posted it, so when it starts the clocks of its members' streams
+are joined: what any member knew when it posted happens before whatever follows the collective on any member.
+Each rank has its own memories (keys ("HBM", rank), ("SBUF", rank), ...); a collective's accesses are its src and
+dst on each member, checked like any other.
 
 Shadow state, for every byte an operand element starts at (FastTrack's scheme):
     write:  the epoch (stream, clock) of the last write
@@ -39,7 +43,7 @@ class RaceError(NeuronRuntimeError):
 
 
 class Access:
-    """What one operand of one instruction touches: memory ("HBM", 0), ("SBUF", core) or ("PSUM", core), the
+    """What one operand of one instruction touches: memory ("HBM", rank), ("SBUF", rank) or ("PSUM", rank), the
     flat byte index of each element's start, and whether it writes them."""
 
     __slots__ = ("key", "writes", "_starts", "_step", "_length")
@@ -178,6 +182,11 @@ class RaceChecker:
                 sh.read[idx] = 0
             else:
                 self._read(k, pc, sh, idx, mine)
+
+    def join(self, members: list) -> None:
+        """A collective starts on `members` (streams): each learns what every other knew when it posted."""
+        rows = [self.index[id(s)] for s in members]
+        self.clocks[rows] = self.clocks[rows].max(axis=0)
 
     def complete(self, s: object, pc: int) -> None:
         signal = s.ops[pc].signal  # type: ignore[attr-defined]

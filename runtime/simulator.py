@@ -6,15 +6,23 @@ instruction reads its inputs when it starts and writes its results, then increme
 completes. Nothing else orders the streams.
 
 Two policies pick what happens next:
+A core here is a rank (a logical NeuronCore): its streams, its semaphores, its memories. A collective on a CC stream
+is a rendezvous (runtime/collectives.py): the stream posts it when its waits are met and stays busy; when every
+rank of its group has posted it, it starts (reading every member's src), lasts the collective cost model's time
+while it holds the links that model names (two collectives sharing a link run one after the other), and completes
+on every member at once (writing each member's dst, each member's stream signalling its own semaphore).
+
+Two policies pick what happens next:
 - "clock" (default): simulated time, by the cost model of isa/costs.py. A compute instruction occupies its engine
   (and its shared ports) for its cost. A DMA transfer first spends its fixed cost (launch, pieces), then moves its
-  bytes at its engine's rate; while the transfers of the chip together ask HBM for more than hbm_gbps, every one of
-  them that touches HBM slows down in proportion. Events happen in time order, so the elapsed time is the
+  bytes at its engine's rate; while the transfers of one chip together ask its HBM for more than hbm_gbps, every
+  one of them that touches HBM slows down in proportion. Events happen in time order, so the elapsed time is the
   simulated latency of the program.
-- "random": a seeded random choice among every stream that may start and every instruction that may complete.
-  Programs that are correctly synchronised give the same answer under every choice; a missing semaphore shows.
+- "random": a seeded random choice among every stream that may start and every instruction (or collective) that
+  may complete. Programs that are correctly synchronised give the same answer under every choice; a missing
+  semaphore shows.
 When every unfinished stream is blocked and nothing is in flight, the run stops with a deadlock error naming each
-waiting instruction and the semaphores it waits on.
+waiting instruction and the semaphores it waits on, and each collective some ranks posted and others never did.
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ import random
 from dataclasses import dataclass, field
 
 from isa.costs import DmaCost, Port
+from runtime.collectives import Collective, CollectiveOp, Rendezvous, start_collective
 from runtime.errors import DeadlockError
 from runtime.races import RaceChecker
 from runtime.semantics import Commit, Issue
@@ -33,7 +42,7 @@ from runtime.semantics import Commit, Issue
 class Op:
     """A loaded instruction, ready to run."""
 
-    issue: Issue
+    issue: Issue | None  # None for a collective, which its group starts (runtime/collectives.py)
     waits: tuple[tuple[int, int], ...]
     signal: int | None
     duration: float  # ns: a compute instruction's cost; a DMA's when HBM has bandwidth to spare
@@ -41,13 +50,15 @@ class Op:
     node: str  # the ONNX node it came from, "" when unknown
     dma: DmaCost | None = None
     ports: tuple[Port, ...] = ()
+    collective: CollectiveOp | None = None
 
 
 @dataclass(slots=True)
 class StreamState:
-    core: int
+    core: int  # the rank
     name: str
     ops: list[Op]
+    chip: int = 0  # the chip whose HBM bandwidth its transfers share
     pc: int = 0
     busy: bool = False
     port_keys: list[tuple[tuple[int, str], ...]] = field(init=False)  # per op: (core, name) of each port it holds
@@ -86,6 +97,15 @@ class _Transfer:
 
 
 _INF = float("inf")
+_LINK = -1  # the "core" of a link's key among the held ports: links belong to no rank
+
+
+@dataclass(slots=True, eq=False)
+class _Running:
+    """A collective under the clock policy: the links it holds until its last member completes."""
+
+    links: tuple[tuple[int, str], ...]
+    members_left: int
 
 
 def _first_unmet(row: list[int], waits: tuple[tuple[int, int], ...]) -> int | None:
@@ -98,18 +118,21 @@ def _first_unmet(row: list[int], waits: tuple[tuple[int, int], ...]) -> int | No
 
 class Simulator:
     def __init__(self, streams: list[StreamState], semaphores_per_core: int, cores: int, queue_gbps: float,
-                 hbm_gbps: float) -> None:
+                 hbm_gbps: float, chips: int = 1, groups: list[tuple[int, ...]] | None = None) -> None:
         self.streams = streams
         self.num_sems = semaphores_per_core
         self.cores = cores
         self.queue_gbps = queue_gbps  # bytes per ns of one DMA engine
-        self.hbm_gbps = hbm_gbps  # bytes per ns of the chip's HBM, shared by every transfer
+        self.hbm_gbps = hbm_gbps  # bytes per ns of one chip's HBM, shared by every transfer of its ranks
+        self.chips = chips
+        self.rendezvous = Rendezvous(groups or [])
 
     def run(self, policy: str = "clock", seed: int = 0, trace: bool = False,
             checker: RaceChecker | None = None) -> RunStats:
         """Run every stream to its end. A `checker` sees every instruction start and complete."""
         for s in self.streams:
             s.pc, s.busy = 0, False
+        self.rendezvous.reset()
         sems = [[0] * self.num_sems for _ in range(self.cores)]
         if policy == "clock":
             return self._run_clock(sems, trace, checker)
@@ -124,6 +147,7 @@ class Simulator:
         held: set[tuple[int, str]] = set()  # the ports in use
         blocked: dict[tuple[int, int], list[StreamState]] = {}
         waiting_port: dict[tuple[int, str], list[StreamState]] = {}
+        ready: list[Collective] = []  # collectives every member has posted, waiting for their links
         candidates = [s for s in self.streams if s.ops]
         now, seq = 0.0, 0
         reshare = False  # the transfers moving bytes changed since their rates were set
@@ -143,8 +167,13 @@ class Simulator:
                     continue
                 if checker is not None:
                     checker.issue(s, s.pc)
-                commit = op.issue()
                 s.busy = True
+                if op.collective is not None:
+                    posted = self.rendezvous.post(s)
+                    if posted is not None:
+                        ready.append(posted)
+                    continue
+                commit = op.issue()
                 if op.dma is not None:
                     cost = op.dma
                     t = _Transfer(s, commit, now, cost.fixed_ns, float(cost.bytes),
@@ -155,6 +184,8 @@ class Simulator:
                     held.update(ports)
                     heapq.heappush(computing, (now + op.duration, seq, s, commit, now))
                     seq += 1
+            if ready:
+                seq = self._start_collectives(ready, held, computing, now, seq, checker)
             if not computing and not transfers:
                 break
             if reshare:
@@ -214,16 +245,50 @@ class Simulator:
         return now + step, (first.stream, first.commit, first.start), True
 
     def _share_hbm(self, transfers: list[_Transfer]) -> None:
-        """Every transfer moving bytes runs at its engine's rate, unless those touching HBM together ask for more
-        than HBM gives: then they share it in proportion."""
-        demand = sum(self.queue_gbps * t.hbm_per_byte for t in transfers if t.fixed_left <= 0)
-        scale = min(1.0, self.hbm_gbps / demand) if demand > 0 else 1.0
+        """Every transfer moving bytes runs at its engine's rate, unless those touching one chip's HBM together
+        ask for more than it gives: then they share it in proportion."""
+        demand = [0.0] * self.chips
         for t in transfers:
-            t.rate = self.queue_gbps * (scale if t.hbm_per_byte > 0 else 1.0)
+            if t.fixed_left <= 0:
+                demand[t.stream.chip] += self.queue_gbps * t.hbm_per_byte
+        scale = [min(1.0, self.hbm_gbps / d) if d > 0 else 1.0 for d in demand]
+        for t in transfers:
+            t.rate = self.queue_gbps * (scale[t.stream.chip] if t.hbm_per_byte > 0 else 1.0)
+
+    def _start_collectives(self, ready: list[Collective], held: set[tuple[int, str]], computing: list,
+                           now: float, seq: int, checker: RaceChecker | None) -> int:
+        """Start every ready collective whose links are all free, in the order they became ready: it reads every
+        member's src now and ends on every member at once; its links stay held until then. Returns the next
+        sequence number of the computing heap."""
+        for c in list(ready):
+            op = c.op()
+            links = tuple((_LINK, name) for name in op.links)
+            if any(key in held for key in links):
+                continue
+            ready.remove(c)
+            held.update(links)
+            if checker is not None:
+                checker.join(c.members)
+            running = _Running(links, len(c.members))
+            for s, commit in zip(c.members, start_collective(c)):
+                heapq.heappush(computing, (now + op.ns, seq, s, self._member_done(commit, running, held), now))
+                seq += 1
+        return seq
+
+    @staticmethod
+    def _member_done(commit: Commit, running: _Running, held: set[tuple[int, str]]) -> Commit:
+        """A member's commit that frees the collective's links once every member has completed."""
+        def done() -> None:
+            commit()
+            running.members_left -= 1
+            if not running.members_left:
+                held.difference_update(running.links)
+        return done
 
     def _run_random(self, sems: list[list[int]], rng: random.Random, checker: RaceChecker | None) -> RunStats:
         stats = RunStats()
-        in_flight: list[tuple[StreamState, Commit]] = []
+        # each entry completes at once: one instruction, or every member of a collective
+        in_flight: list[tuple[list[StreamState], list[Commit]]] = []
         while True:
             ready = [s for s in self.streams if not s.busy and s.pc < len(s.ops)
                      and _first_unmet(sems[s.core], s.ops[s.pc].waits) is None]
@@ -236,24 +301,36 @@ class Simulator:
                 s.busy = True
                 if checker is not None:
                     checker.issue(s, s.pc)
-                in_flight.append((s, s.ops[s.pc].issue()))
+                op = s.ops[s.pc]
+                if op.collective is None:
+                    in_flight.append(([s], [op.issue()]))
+                    continue
+                posted = self.rendezvous.post(s)
+                if posted is not None:
+                    if checker is not None:
+                        checker.join(posted.members)
+                    in_flight.append((posted.members, start_collective(posted)))
                 continue
-            s, commit = in_flight.pop(pick - len(ready))
-            commit()
-            op = s.ops[s.pc]
-            if checker is not None:
-                checker.complete(s, s.pc)
-            s.pc += 1
-            s.busy = False
-            stats.instructions += 1
-            if op.signal is not None:
-                sems[s.core][op.signal] += 1
+            members, commits = in_flight.pop(pick - len(ready))
+            for s, commit in zip(members, commits):
+                commit()
+                op = s.ops[s.pc]
+                if checker is not None:
+                    checker.complete(s, s.pc)
+                s.pc += 1
+                s.busy = False
+                stats.instructions += 1
+                if op.signal is not None:
+                    sems[s.core][op.signal] += 1
         self._check_finished(sems)
         return stats
 
     def _check_finished(self, sems: list[list[int]]) -> None:
-        stuck = [s for s in self.streams if s.pc < len(s.ops)]
-        if not stuck:
+        """A deadlock error when some stream did not finish: the ones blocked on semaphores, and the collectives
+        some ranks posted and others never did (a stream that posted one is busy with it)."""
+        stuck = [s for s in self.streams if s.pc < len(s.ops) and not s.busy]
+        pending = self.rendezvous.describe_pending()
+        if not stuck and not pending:
             return
         lines = []
         for s in stuck:
@@ -262,4 +339,4 @@ class Simulator:
                               if sems[s.core][sem] < value)
             node = f" (node {op.node})" if op.node else ""
             lines.append(f"core {s.core} {s.name} #{s.pc} {op.mnemonic}{node} waits for {waits}")
-        raise DeadlockError("every engine is blocked: " + "; ".join(lines))
+        raise DeadlockError("every engine is blocked: " + "; ".join(pending + lines))

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from isa.dtypes import DType
 from isa.functions import ActFunc, AluOp
 from isa.instructions import OPS, make
+from runtime.collectives import COLLECTIVE_HANDLERS
 from runtime.semantics import ACTIVATIONS, ALU, HANDLERS
 from tests.runtime.helpers import hbm, model, psum, sbuf
 
@@ -20,7 +21,9 @@ X, Y, OUT = 0, 262144, 524288  # HBM offsets
 
 
 def test_every_opcode_has_a_handler_and_every_function_and_operator_semantics():
-    assert set(HANDLERS) == set(OPS)
+    """One handler per mnemonic: a rank's own for the rest, the whole group's for a collective."""
+    assert set(COLLECTIVE_HANDLERS) == {name for name, spec in OPS.items() if spec.collective}
+    assert set(HANDLERS) == set(OPS) - set(COLLECTIVE_HANDLERS)
     assert set(ACTIVATIONS) == set(ActFunc)
     assert set(ALU) == set(AluOp)
 
