@@ -26,7 +26,7 @@ class Lowering:
 LOWERINGS: dict[str, Lowering] = {}
 # Ops the compiler's own passes create (fused operators), in the compiler's domain.
 INTERNAL_DOMAIN = "ai.neuronx_cc_lite"
-INTERNAL_OPS = {"MatMulEpilogue", "ConvEpilogue", "AllReduce", "AllGather", "ReduceScatter"}
+INTERNAL_OPS = {"MatMulEpilogue", "ConvEpilogue", "AllReduce", "AllGather", "ReduceScatter", "SaturatingCast"}
 
 
 def lowering(*ops: str, check: Check | None = None, since: int = 1,  # type: ignore[no-untyped-def]
