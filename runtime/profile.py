@@ -44,7 +44,9 @@ def chrome_trace(model: Model) -> dict[str, Any]:
     - a thread per stream, tid its place + 1 in PE, ACT, DVE, POOL, SP, DMA0, DMA1, ..., named after the stream
       and given that place as its sort index, so the rows appear in the order of the engines;
     - a complete event ("X") per instruction; its args give the ONNX node, the operands as the listing prints
-      them, the bytes read and written, the semaphores it waits on and the instruction whose signal released it;
+      them, the bytes read and written, the semaphores it waits on and the instruction whose signal released it
+      (a collective: on the CC row of every member, from its start to its end, with its group, algorithm and the
+      links it held);
     - a flow ("s" -> "f") per semaphore hand-off between two streams. Semaphores only count up, so the k-th
       increment of semaphore s on a core (in completion order, which the trace keeps) is what satisfies a wait
       s>=k there: the arrow goes from that increment's instruction to the waiting one.
@@ -77,6 +79,9 @@ def chrome_trace(model: Model) -> dict[str, Any]:
         args = {"index": e.index, "node": op.node, **_operand_args(instr)}
         if op.dma is not None:
             args["hbm_bytes"] = op.dma.hbm_bytes
+        if op.collective is not None:
+            c = op.collective
+            args.update(group=c.group, ranks=list(bundle.groups[c.group]), algorithm=c.algorithm, links=list(c.links))
         if op.signal is not None:
             args["signal"] = f"s{op.signal}"
         releasers = [(sem, value, increments[e.core, sem][value - 1]) for sem, value in op.waits if value > 0]
@@ -231,7 +236,7 @@ def transfers(bundle: Bundle, target: Target) -> list[Transfer]:
     for core in bundle.cores:
         for s in core.values():
             for instr in s.instructions:
-                if instr.spec.cycles is not None:
+                if instr.spec.cycles is not None or instr.spec.collective:
                     continue
                 dst, src = instr.args["dst"], instr.args["src"]
                 found.append(Transfer(

@@ -421,3 +421,20 @@ def test_an_unknown_collective_algorithm_is_refused():
     streams, src, dst = _one_collective("all_gather", 2, DTYPES["fp32"])
     with pytest.raises(ValueError, match="collective algorithm 'tree'"):
         runtime.load(bundle(streams, src, dst, DTYPES["fp32"]), collective_algorithm="tree")
+
+
+def test_the_trace_and_the_summary_show_collectives_on_each_rank_cc_row():
+    from runtime.profile import chrome_trace, estimated_latency_ns, summarize
+
+    model = _elapsed(*_one_collective("reduce_scatter", 4, DTYPES["fp32"])[:1], [tuple(range(4))],
+                     *SIZES["reduce_scatter"](4))
+    cost = collective_cost("reduce_scatter", SIZES["reduce_scatter"](4)[0] * 4, 4, tuple(range(4)),
+                           topology(TARGETS["trn1"], 1, 4))
+    events = [e for e in chrome_trace(model)["traceEvents"] if e.get("name") == "reduce_scatter"]
+    assert sorted(e["pid"] for e in events) == [1, 2, 3, 4]
+    assert all(e["cat"] == "CC" and e["dur"] == pytest.approx(cost.ns / 1000) for e in events)
+    assert all(e["args"]["algorithm"] == cost.algorithm and set(e["args"]["links"]) == set(cost.links)
+               for e in events)
+    summary = summarize(model)
+    assert summary.engines["CC"] == pytest.approx(1.0) and summary.dma_transfers == 0
+    assert estimated_latency_ns(model.bundle, model.target) == pytest.approx(model.last_run.elapsed_ns)
