@@ -1,17 +1,24 @@
-"""Floor, Ceil and Mod, from the ALU's fmod (remainder with the dividend's sign, AluOp.mod).
+"""Floor, Ceil and Mod, from the ALU's fmod (remainder with the dividend's sign, AluOp.mod); Round, from fp32
+addition.
 
 fmod is exact in floating point, so x - fmod(x, 1) is x truncated toward zero, exactly; Floor and Ceil then step
 by one where the remainder was negative (Floor) or positive (Ceil). Mod with fmod=0 takes the divisor's sign, as
 numpy.mod: a remainder whose sign differs from the divisor's gets the divisor added (so mod(-1, inf) is inf).
+
+Round (half to even) is sign(x) * ((|x| + 2**23) - 2**23), each step rounded to fp32 as the engines write: for
+|x| < 2**23 the sum lies in [2**23, 2**24), where fp32's spacing is exactly 1, so round-to-nearest-even on write
+rounds |x| to the nearest integer, ties to even, and subtracting 2**23 is exact. Every fp32 of magnitude 2**23 or
+more is an integer already (or infinite): those are selected unchanged. The sign is applied after, so -0.4 gives
+-0.0 as ONNX's Round does.
 """
 
 from __future__ import annotations
 
-from isa.functions import AluOp
+from isa.functions import ActFunc, AluOp
 from neuronx_cc_lite.ir import Node
 from neuronx_cc_lite.lower.context import LowerCtx
 from neuronx_cc_lite.lower.elementwise import Operand, apply, elementwise, floats_only, small_integers_ok
-from neuronx_cc_lite.lower.instr import scratch, select, ts, tt
+from neuronx_cc_lite.lower.instr import act, scratch, select, ts, tt
 from neuronx_cc_lite.lower.program import Program, TileAccess
 from neuronx_cc_lite.lower.registry import lowering
 
@@ -41,6 +48,29 @@ def lower_floor(ctx: LowerCtx, node: Node) -> None:
 @lowering("Ceil", check=floats_only, since=6)
 def lower_ceil(ctx: LowerCtx, node: Node) -> None:
     elementwise(ctx, node, _round_to_integer(AluOp.add, AluOp.greater))
+
+
+_INTEGRAL = float(2**23)  # from here on every fp32 is an integer, and fp32's spacing is 1 up to twice this
+
+
+def round_half_even(prog: Program, dst: TileAccess, x: TileAccess) -> None:
+    """dst = x rounded to the nearest integer, ties to even, in fp32 (dst may be any float tile)."""
+    magnitude, big, sign = scratch(prog, dst, "magnitude"), scratch(prog, dst, "big"), scratch(prog, dst, "sign")
+    ts(prog, magnitude, x, AluOp.abs_max, 0.0)
+    ts(prog, big, magnitude, AluOp.greater_equal, _INTEGRAL)
+    ts(prog, magnitude, magnitude, AluOp.add, _INTEGRAL, AluOp.subtract, _INTEGRAL)  # the rounding happens here
+    act(prog, sign, x, ActFunc.sign)
+    tt(prog, dst, magnitude, sign, AluOp.multiply)
+    select(prog, dst, x, big)
+
+
+@lowering("Round", check=floats_only, since=11)
+def lower_round(ctx: LowerCtx, node: Node) -> None:
+    def compute(prog: Program, dst: TileAccess, s: list[Operand]) -> None:
+        assert isinstance(s[0], TileAccess)
+        round_half_even(prog, dst, s[0])
+
+    elementwise(ctx, node, compute, immediates=False)
 
 
 def _divisor_signed_mod(prog: Program, dst: TileAccess, s: list[Operand]) -> None:

@@ -12,7 +12,7 @@ from typing import Callable
 from neuronx_cc_lite.errors import CompileError
 from neuronx_cc_lite.ir import Graph, print_graph
 from neuronx_cc_lite.passes import (canonicalize, eliminate_dead_code, expand_einsum, expand_functions,
-                                    fold_batchnorm, fold_constants, fuse_epilogues)
+                                    expand_quantization, fold_batchnorm, fold_constants, fuse_epilogues)
 from neuronx_cc_lite.passes.verify import verify
 
 
@@ -27,6 +27,9 @@ PIPELINE: list[Pass] = [
     Pass("fold-constants", fold_constants.run,
          "shape arithmetic and constant subgraphs are compile-time work; they also settle computed shapes, and a "
          "function op over constants (a Range over static shapes) becomes a value, not a body"),
+    Pass("expand-quantization", expand_quantization.run,
+         "quantized ops are float arithmetic on integer values that fp32 holds exactly; before expand-functions, "
+         "whose DynamicQuantizeLinear body casts floats to uint8 as ONNX's Cast, which truncates"),
     Pass("expand-functions", expand_functions.run,
          "ops ONNX defines as functions of simpler ops need no lowering of their own"),
     Pass("fold-function-bodies", fold_constants.run,
