@@ -18,7 +18,9 @@
 A cut whose shards would have to be gathered again (the columns of a projection Split into Q, K and V, a head dim
 cut across heads) is not taken at that size; a smaller `parts` replicates blocks over ranks instead: 4 heads over
 8 ranks are 4 blocks, each on 2 ranks (Q and K), while V and the output projection still split 8 ways, by head and
-head dim. Key/value heads fewer than the ranks (grouped-query attention) are found the same way.
+head dim. Key/value heads fewer than the ranks (grouped-query attention) are found the same way. A large embedding
+table is a candidate too: cut by rows into n blocks, each rank looks up the ids it holds and the partial sums are
+all-reduced (vocabulary-parallel).
 """
 
 from __future__ import annotations
@@ -129,7 +131,8 @@ def choose(g: Graph, n: int, sharded_outputs: bool = True) -> Plan:
         columns = weight_columns(node, g)
         if columns is None or not plan.placement.get(node.inputs[0], REPLICATED).replicated:
             continue
-        for parts in (d for d in range(n, 1, -1) if n % d == 0 and columns % d == 0):
+        sizes = [n] if node.op == "Gather" else range(n, 1, -1)  # a table's partial sums need every rank's rows
+        for parts in (d for d in sizes if n % d == 0 and columns % d == 0):
             trial = {**decisions, node.name: Shard(-1, parts, n // parts)}
             tried = propagate(g, n, trial, sharded_outputs=sharded_outputs, base=plan, start=i,
                               watch=(node.name, last))

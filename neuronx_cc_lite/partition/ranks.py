@@ -10,13 +10,15 @@ the plan asks for spelled out as nodes.
                       digits cut to one and each shard's digit moved in front of its axis
 
 Collectives are nodes of the compiler's domain (lower/collective.py) on replica group `group`. Shape inputs
-(Reshape's, Expand's) become the local shapes. A matmul that makes partial sums keeps its bias and residual on the
+(Reshape's, Expand's) become the local shapes. A lookup in a table cut by rows looks up the ids the rank holds
+and zeros the rest. A matmul that makes partial sums keeps its bias and residual on the
 group's first rank only (zeros and nothing elsewhere), so that they are added once.
 """
 
 from __future__ import annotations
 
 import numpy as np
+from onnx import helper
 
 from neuronx_cc_lite.ir import Graph, Node, Tensor
 from neuronx_cc_lite.lower.registry import INTERNAL_DOMAIN
@@ -151,6 +153,9 @@ class _Builder:
             for o, local in zip(node.outputs, outs):
                 if o:
                     self.new(local, plan.placement[o].local_shape(tuple(g.tensors[o].shape)), o)
+            if node.op == "Gather" and plan.placement[node.outputs[0]].partial:
+                self.lookup(node, ins, outs[0])
+                continue
             self.nodes.append(Node(node.op, node.name, self._local_inputs(node, ins, outs), outs, dict(node.attrs),
                                    node.domain, node.opset))
         for o, local in renamed.items():
@@ -160,6 +165,32 @@ class _Builder:
             last.outputs = [o]
             self.tensors[o] = Tensor(o, self.tensors.pop(final).shape, g.tensors[o].dtype)
         return Graph(g.name, self.nodes, self.tensors, list(g.inputs), list(g.outputs), g.opset)
+
+    def lookup(self, node: Node, ins: list[str], out: str) -> None:
+        """An embedding lookup in this rank's rows [lo, lo + rows) of the table: ids outside them read row 0 and
+        are zeroed, so that the ranks' results sum to the lookup in the whole table."""
+        table, ids = ins
+        rows = self.tensors[table].shape[0]
+        kind = self.tensors[ids].dtype
+        shape = self.tensors[ids].shape
+        name = node.name
+
+        def op(op: str, inputs: list[str], suffix: str, like: str, out_shape: tuple[int, ...] = shape,
+               **attrs: object) -> str:
+            return self.node(op, f"{name}/{suffix}", inputs, f"{name}/{suffix}", out_shape, like, attrs)
+
+        local = op("Sub", [ids, self.const(f"{name}/lo", np.array(self.rank * rows, kind))], "local", ids)
+        above = op("GreaterOrEqual", [local, self.const(f"{name}/zero", np.array(0, kind))], "above", ids)
+        below = op("Less", [local, self.const(f"{name}/count", np.array(rows, kind))], "below", ids)
+        for t in (above, below):
+            self.tensors[t].dtype = np.dtype(np.bool_)
+        mine = op("And", [above, below], "mine", above)
+        safe = op("Where", [mine, local, f"{name}/zero"], "safe", ids)
+        found = op("Gather", [table, safe], "found", out, self.tensors[out].shape, axis=0)
+        keep = op("Cast", [mine], "keep", out, to=int(helper.np_dtype_to_tensor_dtype(self.tensors[out].dtype)))
+        column = self.reshape(keep, (*shape, 1), keep)
+        self.new(out, self.tensors[out].shape, out)
+        self.nodes.append(Node("Mul", f"{name}/mask", [found, column], [out]))
 
     def _local_inputs(self, node: Node, ins: list[str], outs: list[str]) -> list[str]:
         """Shape inputs at the local shape; a partial sum's bias and residual on the first rank only."""

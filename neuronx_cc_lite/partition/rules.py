@@ -5,8 +5,9 @@
 A rule keeps what the operator can compute locally (each rank on its block) and asks for the rest to be moved:
 an elementwise op runs on any blocks that line up; LayerNorm, Softmax and reductions need their own axes whole;
 Reshape and Transpose carry a shard to wherever its axis goes; a matmul whose contracted axis is sharded on both
-sides gives partial sums; a weight matmul with a whole input may be cut by output columns (the `decision` the
-planner tries). An operator without a rule reads every input whole (correct, just not faster).
+sides gives partial sums; a weight matmul with a whole input may be cut by output columns and a large embedding
+table by rows (the `decision` the planner tries). An operator without a rule reads every input whole (correct,
+just not faster).
 """
 
 from __future__ import annotations
@@ -276,6 +277,8 @@ def gather(node: Node, g: Graph, ins: list[Placement], n: int, decision: Shard |
     ri = len(_shape(g, indices))
     if _is_const(g, data):
         p = _whole(ins[1])
+        if decision is not None and axis == 0 and decision.parts == n:  # a table cut by rows: partial sums
+            return [Placement((Shard(0, n, 1),)), REPLICATED], [PARTIAL]
         return [REPLICATED, p], [p.remap({j: axis + j for j in range(ri)})]
     p = _whole(ins[0]).without({axis})
     mapping = {a: a if a < axis else a + ri - 1 for a in range(rank) if a != axis}
@@ -306,8 +309,18 @@ def rule_for(op: str) -> Rule:
             "Slice": along_axis, "Gather": gather, "Expand": expand}.get(op, default)
 
 
+# An embedding table this large is cut by rows (vocabulary-parallel): each rank looks up the ids in its rows and
+# zeros the others, an AllReduce sums them. A smaller one stays whole: the lookup is a gather of a few rows, which
+# costs less than the AllReduce, and the table's bytes per rank matter little.
+VOCABULARY_BYTES = 4 << 20
+
+
 def weight_columns(node: Node, g: Graph) -> int | None:
-    """The output columns (N) of a matmul by a constant 2-D weight, which the planner may cut; else None."""
+    """The dimension the planner may cut: the output columns (N) of a matmul by a constant 2-D weight, or the
+    rows of a large embedding table (a Gather from a constant along axis 0); else None."""
+    if node.op == "Gather" and _is_const(g, node.inputs[0]) and int(node.attrs.get("axis", 0)) == 0:
+        table = g.tensors[node.inputs[0]].value
+        return table.shape[0] if table.ndim == 2 and table.nbytes >= VOCABULARY_BYTES else None
     if node.op not in MATMULS or len(node.inputs) < 2 or not _is_const(g, node.inputs[1]):
         return None
     sb = _shape(g, node.inputs[1])

@@ -144,6 +144,35 @@ def test_grouped_query_attention_with_more_ranks_than_kv_heads(tp: int) -> None:
         assert q_weight.shape == (64, 64 // tp)
 
 
+def _embedding_and_head(vocab: int = 8192, hidden: int = 128) -> onnx.ModelProto:
+    """Token ids -> a 4 MiB embedding table -> LayerNorm -> a head back to the vocabulary (an LM head)."""
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.standard_normal((vocab, hidden)).astype(np.float32), "table"),
+             numpy_helper.from_array((rng.standard_normal((hidden, vocab)) / np.sqrt(hidden)).astype(np.float32),
+                                     "head"),
+             numpy_helper.from_array(np.ones(hidden, np.float32), "g"),
+             numpy_helper.from_array(np.zeros(hidden, np.float32), "b")]
+    nodes = [helper.make_node("Gather", ["table", "ids"], ["e"], axis=0),
+             helper.make_node("LayerNormalization", ["e", "g", "b"], ["h"], axis=-1),
+             helper.make_node("MatMul", ["h", "head"], ["logits"])]
+    graph = helper.make_graph(nodes, "lm", [helper.make_tensor_value_info("ids", TensorProto.INT64, [1, 8])],
+                              [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 8, vocab])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_embedding_by_vocabulary_and_head_by_vocabulary() -> None:
+    """The table is cut by rows (each rank zeros the ids outside its rows, one AllReduce sums them), the head by
+    vocabulary columns, its output left where it was computed: a placement per rank."""
+    model = _embedding_and_head()
+    _check(model, tp=2)
+    bundle = compile_model(model, Options(tp=2))
+    assert [len(c["CC"].instructions) for c in bundle.cores] == [1, 1]
+    table = 8192 * 128 * 4
+    assert all(sum(len(s.data) for s in bundle.weights if s.rank == r) < 0.6 * 2 * table for r in (0, 1))
+    (logits,) = bundle.outputs
+    assert [(p.rank, p.axis, p.start, p.stop) for p in logits.placements] == [(0, 2, 0, 4096), (1, 2, 4096, 8192)]
+
+
 def test_refusals_name_the_node_and_dimension() -> None:
     with pytest.raises(CompileError) as e:
         compile_model(_model("bert_modern"), Options(tp=3))
