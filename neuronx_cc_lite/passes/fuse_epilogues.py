@@ -85,6 +85,8 @@ def _fuse(g: Graph, users: dict[str, list[Node]], head: Node) -> tuple[Node, lis
     nxt = _sole_user(g, users, out)
     while nxt is not None and nxt.op in ("Mul", "Div") and (factor := _scale(g, nxt, out)) is not None and g.tensors[nxt.outputs[0]].shape == shape:
         attrs["alpha"] *= factor  # a scaling (attention's 1/sqrt(d)) is alpha
+        if bias is not None:
+            bias = bias * np.float32(factor)  # Gemm's C was added before this scaling: it scales too
         matched.append(nxt)
         out = nxt.outputs[0]
         nxt = _sole_user(g, users, out)
