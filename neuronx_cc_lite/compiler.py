@@ -52,6 +52,7 @@ class Options:
     tp: int = 1  # tensor-parallel ranks per replica group
     dp: int = 1  # replica groups, each on its share of the batch
     lnc: int | None = None  # physical cores per rank; None: the target's default
+    input_values: dict[str, Any] = field(default_factory=dict)  # inputs pinned to constants (numbers, nested lists)
 
     def flags(self) -> dict[str, Any]:
         """What the bundle records of how it was made (the ranks only when there are several, so that a one-rank
@@ -62,6 +63,8 @@ class Options:
                                  "optimize": self.optimize}
         if self.tp * self.dp > 1 or self.lnc is not None:
             flags.update(tp=self.tp, dp=self.dp, lnc=self.lnc)
+        if self.input_values:  # the program depends on them: they are part of the cache key
+            flags["input_values"] = {k: np.asarray(v).tolist() for k, v in sorted(self.input_values.items())}
         return flags
 
     def check(self) -> None:
@@ -98,7 +101,7 @@ def prepare(model: str | os.PathLike[str] | onnx.ModelProto, options: Options,
             dump: Callable[[str, str], None] | None = None) -> Graph:
     """Frontend and passes: the graph that lowering receives."""
     proto = model if isinstance(model, onnx.ModelProto) else load_model(model)
-    graph = import_model(proto, options.input_shapes)
+    graph = import_model(proto, options.input_shapes, options.input_values)
     return run_pipeline(graph, dump, options.dump_ir_after, options.stop_after)
 
 

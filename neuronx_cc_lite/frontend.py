@@ -1,8 +1,9 @@
 """ONNX model -> graph IR.
 
-Loads the file, runs the ONNX checker and shape inference, pins input shapes the user gave, and imports nodes,
-initializers and Constant nodes. Shapes that inference could not settle stay None here; the fold_constants pass
-settles those that depend on shape arithmetic, and the verifier before lowering insists every shape is static.
+Loads the file, pins the input shapes the user gave and makes the inputs given a value constants, runs the ONNX
+checker and shape inference, and imports nodes, initializers and Constant nodes. Shapes that inference could not
+settle stay None here; the fold_constants pass settles those that depend on shape arithmetic, and the verifier
+before lowering insists every shape is static.
 """
 
 from __future__ import annotations
@@ -72,6 +73,33 @@ def _pin_inputs(model: onnx.ModelProto, shapes: Mapping[str, tuple[int, ...]]) -
             dims.add().dim_value = n
 
 
+def _pin_values(model: onnx.ModelProto, values: Mapping[str, Any]) -> None:
+    """Make each named input an initializer holding the value given (a number, a bool or nested lists), in the
+    input's declared type and shape, so that what it decides (an If's condition, a Loop's trip count) folds."""
+    inits = {i.name for i in model.graph.initializer}
+    by_name = {vi.name: vi for vi in model.graph.input if vi.name not in inits}
+    for name, given in values.items():
+        if name not in by_name:
+            raise CompileError("NCC_OPTION", f"an input value (--input-value, input_values=) is given for {name!r}, "
+                               f"which is not a model input (inputs: {', '.join(by_name)})")
+        shape, dtype = _type_of(by_name[name])
+        tt = by_name[name].type.tensor_type
+        declared = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]
+        value = np.asarray(given)
+        exact = dtype is not None and (dtype.kind == "f" or np.array_equal(value.astype(dtype), value))
+        if dtype is None or value.dtype.kind not in "biuf" or not exact:
+            raise CompileError("NCC_OPTION", f"the value given for input {name!r} ({given!r}) is not a {dtype} "
+                               "tensor")
+        value = value.astype(dtype)
+        if shape is not None and value.size == math.prod(shape):
+            value = value.reshape(shape)  # 3 for a [1] input
+        if value.ndim != len(declared) or any(d is not None and d != n for d, n in zip(declared, value.shape)):
+            raise CompileError("NCC_OPTION", f"the value given for input {name!r} has shape {list(value.shape)}; "
+                               f"the input's is {[d if d is not None else '?' for d in declared]}")
+        model.graph.input.remove(by_name[name])
+        model.graph.initializer.append(numpy_helper.from_array(value, name))
+
+
 # Initializers with more elements than this go around the checker and shape inference as typed graph inputs: both
 # serialise the whole model (and inference parses it back), yet need only the weights' types; small ones stay, as
 # data propagation reads their values (a Reshape's shape)
@@ -102,10 +130,13 @@ def _weight(init: onnx.TensorProto) -> np.ndarray:
                            f"{str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}") from None
 
 
-def import_model(model: onnx.ModelProto, input_shapes: Mapping[str, tuple[int, ...]] | None = None) -> Graph:
+def import_model(model: onnx.ModelProto, input_shapes: Mapping[str, tuple[int, ...]] | None = None,
+                 input_values: Mapping[str, Any] | None = None) -> Graph:
     model, large = _weights_apart(model)
     if input_shapes:
         _pin_inputs(model, input_shapes)
+    if input_values:
+        _pin_values(model, input_values)
     try:
         onnx.checker.check_model(model)
     except Exception as e:
