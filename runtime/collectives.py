@@ -31,6 +31,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from isa.dtypes import DType
 from isa.functions import AluOp
 from isa.instructions import Instruction
 from runtime.errors import CollectiveError
@@ -76,9 +77,13 @@ def size_problem(args: CollectiveArgs, n: int) -> str | None:
 # ---- what each computes: member buffers in, member buffers out (group order) ---------------------------------------
 
 
-def _combine(srcs: list[np.ndarray], op: AluOp) -> np.ndarray:
-    wide = np.float32 if srcs[0].dtype.kind in "fV" or "float" in srcs[0].dtype.name else np.int64
-    fold = {AluOp.add: np.add, AluOp.multiply: np.multiply, AluOp.maximum: np.maximum, AluOp.minimum: np.minimum}[op]
+_FOLD = {AluOp.add: np.add, AluOp.multiply: np.multiply, AluOp.maximum: np.maximum, AluOp.minimum: np.minimum}
+
+
+def _combine(srcs: list[np.ndarray], a: CollectiveArgs) -> np.ndarray:
+    assert a.op is not None
+    wide = np.float32 if DType[a.dtype].is_float else np.int64
+    fold = _FOLD[a.op]
     total = srcs[0].astype(wide)
     for x in srcs[1:]:
         total = fold(total, x.astype(wide))
@@ -86,8 +91,7 @@ def _combine(srcs: list[np.ndarray], op: AluOp) -> np.ndarray:
 
 
 def all_reduce(srcs: list[np.ndarray], n: int, a: CollectiveArgs) -> list[np.ndarray]:
-    assert a.op is not None
-    return [_combine(srcs, a.op)] * n
+    return [_combine(srcs, a)] * n
 
 
 def all_gather(srcs: list[np.ndarray], n: int, a: CollectiveArgs) -> list[np.ndarray]:
@@ -95,8 +99,7 @@ def all_gather(srcs: list[np.ndarray], n: int, a: CollectiveArgs) -> list[np.nda
 
 
 def reduce_scatter(srcs: list[np.ndarray], n: int, a: CollectiveArgs) -> list[np.ndarray]:
-    assert a.op is not None
-    return np.split(_combine(srcs, a.op), n)
+    return np.split(_combine(srcs, a), n)
 
 
 def all_to_all(srcs: list[np.ndarray], n: int, a: CollectiveArgs) -> list[np.ndarray]:
@@ -139,9 +142,8 @@ class Collective:
     group: int
     k: int
     members: list[Any]
-    first: Any = None  # the first stream to post it, whose instruction the others must match
+    first: Any  # the first stream to post it, whose instruction the others must match
     posted: int = 0
-    start: float = 0.0
 
     def op(self) -> CollectiveOp:
         return self.first.ops[self.first.pc].collective

@@ -22,7 +22,8 @@ Two policies pick what happens next:
   may complete. Programs that are correctly synchronised give the same answer under every choice; a missing
   semaphore shows.
 When every unfinished stream is blocked and nothing is in flight, the run stops with a deadlock error naming each
-waiting instruction and the semaphores it waits on, and each collective some ranks posted and others never did.
+waiting instruction and the semaphores it waits on, and each collective some ranks posted and others never did
+(then a collective error). An instruction that fails stops the run with its error, naming it.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from dataclasses import dataclass, field
 
 from isa.costs import DmaCost, Port
 from runtime.collectives import Collective, CollectiveOp, Rendezvous, start_collective
-from runtime.errors import DeadlockError
+from runtime.errors import CollectiveError, DeadlockError, NeuronRuntimeError
 from runtime.races import RaceChecker
 from runtime.semantics import Commit, Issue
 
@@ -108,6 +109,13 @@ class _Running:
     members_left: int
 
 
+def _failed(s: StreamState, e: NeuronRuntimeError) -> NeuronRuntimeError:
+    """The error of an instruction that failed, naming it: it stops the run, every rank's."""
+    op = s.ops[s.pc]
+    node = f" (node {op.node})" if op.node else ""
+    return type(e)(f"core {s.core} {s.name} #{s.pc} {op.mnemonic}{node}: {e.args[0] if e.args else e}")
+
+
 def _first_unmet(row: list[int], waits: tuple[tuple[int, int], ...]) -> int | None:
     """The first semaphore of `waits` below its value in `row`, or None when the instruction may start."""
     for sem, value in waits:
@@ -173,7 +181,10 @@ class Simulator:
                     if posted is not None:
                         ready.append(posted)
                     continue
-                commit = op.issue()
+                try:
+                    commit = op.issue()
+                except NeuronRuntimeError as e:
+                    raise _failed(s, e) from None
                 if op.dma is not None:
                     cost = op.dma
                     t = _Transfer(s, commit, now, cost.fixed_ns, float(cost.bytes),
@@ -303,7 +314,10 @@ class Simulator:
                     checker.issue(s, s.pc)
                 op = s.ops[s.pc]
                 if op.collective is None:
-                    in_flight.append(([s], [op.issue()]))
+                    try:
+                        in_flight.append(([s], [op.issue()]))
+                    except NeuronRuntimeError as e:
+                        raise _failed(s, e) from None
                     continue
                 posted = self.rendezvous.post(s)
                 if posted is not None:
@@ -327,7 +341,8 @@ class Simulator:
 
     def _check_finished(self, sems: list[list[int]]) -> None:
         """A deadlock error when some stream did not finish: the ones blocked on semaphores, and the collectives
-        some ranks posted and others never did (a stream that posted one is busy with it)."""
+        some ranks posted and others never did (a stream that posted one is busy with it); a CollectiveError when
+        there are such collectives (the runtime's NRT_COLL_PENDING)."""
         stuck = [s for s in self.streams if s.pc < len(s.ops) and not s.busy]
         pending = self.rendezvous.describe_pending()
         if not stuck and not pending:
@@ -339,4 +354,5 @@ class Simulator:
                               if sems[s.core][sem] < value)
             node = f" (node {op.node})" if op.node else ""
             lines.append(f"core {s.core} {s.name} #{s.pc} {op.mnemonic}{node} waits for {waits}")
-        raise DeadlockError("every engine is blocked: " + "; ".join(pending + lines))
+        error = CollectiveError if pending else DeadlockError
+        raise error("every engine is blocked: " + "; ".join(pending + lines))

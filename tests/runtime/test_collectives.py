@@ -308,17 +308,26 @@ def test_different_types_or_sizes_are_named_too():
 
 
 def test_a_deadlock_names_the_rank_that_never_posted():
-    """Rank 2 waits on a semaphore nothing signals, so it never posts the all_reduce ranks 0 and 1 wait in."""
+    """Rank 2 waits on a semaphore nothing signals, so it never posts the all_reduce ranks 0 and 1 wait in: a
+    collective left pending (NRT_COLLECTIVE), and why."""
     dt = DTYPES["fp32"]
     coll = make("all_reduce", dst=buffer(OUT, 8, dt), src=buffer(IN, 8, dt), group=0, op=AluOp.add)
     stuck = make("all_reduce", dst=buffer(OUT, 8, dt), src=buffer(IN, 8, dt), group=0, op=AluOp.add, waits=((7, 1),))
     for policy in ("clock", "random"):
-        with pytest.raises(DeadlockError) as e:
+        with pytest.raises(CollectiveError) as e:
             runtime.load(bundle([{"CC": [coll]}, {"CC": [coll]}, {"CC": [stuck]}], 8, 8, dt)).run(
                 {"x": np.ones((3, 8), np.float32)}, policy=policy)
         text = str(e.value)
+        assert text.startswith("NRT_COLLECTIVE: every engine is blocked: ")
         assert "all_reduce #0 of group 0 posted by rank(s) 0, 1; rank(s) 2 never posted it" in text
         assert "core 2 CC #0 all_reduce (node /cc/0) waits for s7>=1 (is 0)" in text
+
+
+def test_a_deadlock_without_a_pending_collective_stays_a_deadlock():
+    dt = DTYPES["fp32"]
+    stuck = make("all_reduce", dst=buffer(OUT, 8, dt), src=buffer(IN, 8, dt), group=0, op=AluOp.add, waits=((7, 1),))
+    with pytest.raises(DeadlockError, match="core 1 CC #0 all_reduce .* waits for s7>=1"):
+        runtime.load(bundle([{"CC": [stuck]}] * 2, 8, 8, dt)).run({"x": np.ones((2, 8), np.float32)})
 
 
 def test_a_rank_that_fails_stops_the_run_with_its_error():
@@ -333,8 +342,10 @@ def test_a_rank_that_fails_stops_the_run_with_its_error():
     b = bundle([{"CC": [make("all_reduce", dst=buffer(OUT, 8, dt), src=buffer(IN, 8, dt), group=0, op=AluOp.add)]},
                 failing], 8, 8, dt)
     b.weights = [bundle_format.Segment(STAGE, np.array([5], np.int32).tobytes(), 1)]
-    with pytest.raises(runtime.AccessError, match="dma_gather index 5 outside the table's 2 rows"):
-        runtime.load(b).run({"x": np.ones((2, 8), np.float32)})
+    for policy in ("clock", "random"):
+        with pytest.raises(runtime.AccessError, match=r"^NRT_ACCESS: core 1 DMA0 #1 dma_gather \(node /dma0/1\): "
+                                                      "dma_gather index 5 outside the table's 2 rows$"):
+            runtime.load(b).run({"x": np.ones((2, 8), np.float32)}, policy=policy)
 
 
 # ---- loading ----------------------------------------------------------------------------------------------------
