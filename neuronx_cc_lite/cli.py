@@ -249,6 +249,9 @@ def cmd_profile(args: argparse.Namespace) -> int:
     from neuronx_cc_lite.reference import bundle_inputs
     from runtime.profile import summarize, summary_text
 
+    for written in (args.json, args.html):
+        if written:
+            _refuse_overwrite(written, args.bundle, *([args.inputs] if args.inputs else []))
     model = runtime.load(args.bundle)
     inputs = bundle_inputs(model.bundle, args.seed)
     if args.inputs:
@@ -259,6 +262,11 @@ def cmd_profile(args: argparse.Namespace) -> int:
     if args.json:
         text = json.dumps(summary.to_json(), indent=1)
         _write_atomic(args.json, lambda f: f.write(text.encode()))
+    if args.html:
+        from runtime.report import render_html
+
+        page = render_html(model.bundle, model.last_run, summary, title=os.path.basename(args.bundle))
+        _write_atomic(args.html, lambda f: f.write(page.encode()))
     return 0
 
 
@@ -550,6 +558,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
     p.add_argument("--top", type=int, default=8, help="how many tensors and ONNX nodes to list")
     p.add_argument("--json", metavar="OUT.json", help="also write the summary as JSON")
+    p.add_argument("--html", metavar="REPORT.html",
+                   help="also write a self-contained page: the summary, an engine timeline per core, SBUF and "
+                        "PSUM in use over time, the top ONNX nodes")
     p.set_defaults(run=cmd_profile)
 
     p = command("disasm", "print the instruction listing of a bundle")
