@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import sys
@@ -82,6 +83,20 @@ def _shape_arg(text: str) -> tuple[str, tuple[int, ...]]:
         raise argparse.ArgumentTypeError(f"expected NAME=D0,D1,..., got {text!r}") from None
 
 
+def _value_arg(text: str) -> tuple[str, Any]:
+    name, sep, value = text.partition("=")
+    try:
+        if not sep or not name:
+            raise ValueError
+        parsed = json.loads(value)
+        if isinstance(parsed, (dict, str)) or parsed is None:
+            raise ValueError
+        return name, parsed
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE with a number, true/false or a JSON list ([1,2]), got "
+                                         f"{text!r}") from None
+
+
 def _add_compile_options(p: argparse.ArgumentParser) -> None:
     from isa.target import TARGETS
     from neuronx_cc_lite.passes import PASS_NAMES
@@ -105,6 +120,9 @@ def _add_compile_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--auto-cast-type", choices=sorted(TYPES), default="bf16", help="the type auto-cast uses")
     p.add_argument("--input-shape", type=_shape_arg, action="append", default=[], metavar="NAME=D0,D1,...",
                    help="pin the shape of an input with dynamic dimensions (repeatable)")
+    p.add_argument("--input-value", type=_value_arg, action="append", default=[], metavar="NAME=VALUE",
+                   help="pin an input to a constant (a flag, a sample rate: 1, 16000.0, true, [1,2]), so that the If "
+                        "and Loop nodes it decides fold; the bundle no longer takes it (repeatable)")
     p.add_argument("--dump-ir-after", action="append", default=[], metavar="PASS",
                    help=f"print the graph IR after a pass to stderr: import, {', '.join(PASS_NAMES)} or all")
     p.add_argument("--stop-after", metavar="PASS", help="stop after a pass and print the IR instead of compiling")
@@ -124,6 +142,7 @@ def _options(args: argparse.Namespace) -> Any:
     if args.workdir:
         os.makedirs(args.workdir, exist_ok=True)
     return Options(target=TARGET_ALIASES.get(args.target, args.target), input_shapes=dict(args.input_shape),
+                   input_values=dict(args.input_value),
                    dump_ir_after=frozenset(dump), stop_after=args.stop_after, auto_cast=args.auto_cast,
                    auto_cast_type=args.auto_cast_type,
                    optimize=min(args.optimize, 2))  # -O3 is -O2 until some pass runs only at 3
@@ -406,7 +425,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
     import runtime
     from isa import bundle as bundle_format
-    from neuronx_cc_lite.frontend import load_model
+    from neuronx_cc_lite.frontend import input_value_arrays, load_model
     from neuronx_cc_lite.precision import error_bound
     from neuronx_cc_lite.reference import bundle_inputs, compare, error_over_rms, onnxruntime_outputs, within
 
@@ -421,7 +440,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     if args.inputs:
         inputs.update(_load_npz(args.inputs))
     actual = model.run(inputs)
-    expected = onnxruntime_outputs(proto, inputs)
+    expected = onnxruntime_outputs(proto, {**inputs, **input_value_arrays(proto, options.input_values)})
     bound = error_bound(options.auto_cast, options.auto_cast_type)
     ok = True
     for name, value in expected.items():

@@ -73,18 +73,18 @@ def _pin_inputs(model: onnx.ModelProto, shapes: Mapping[str, tuple[int, ...]]) -
             dims.add().dim_value = n
 
 
-def _pin_values(model: onnx.ModelProto, values: Mapping[str, Any]) -> None:
-    """Make each named input an initializer holding the value given (a number, a bool or nested lists), in the
-    input's declared type and shape, so that what it decides (an If's condition, a Loop's trip count) folds."""
+def input_value_arrays(model: onnx.ModelProto, values: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """The values given for inputs (numbers, bools, nested lists) as arrays of each input's declared type and
+    shape (3 for a [1] input), checked: what the compiler builds in and what a reference run is fed."""
     inits = {i.name for i in model.graph.initializer}
     by_name = {vi.name: vi for vi in model.graph.input if vi.name not in inits}
+    arrays = {}
     for name, given in values.items():
         if name not in by_name:
             raise CompileError("NCC_OPTION", f"an input value (--input-value, input_values=) is given for {name!r}, "
                                f"which is not a model input (inputs: {', '.join(by_name)})")
         shape, dtype = _type_of(by_name[name])
-        tt = by_name[name].type.tensor_type
-        declared = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]
+        declared = [d.dim_value if d.HasField("dim_value") else None for d in by_name[name].type.tensor_type.shape.dim]
         value = np.asarray(given)
         exact = dtype is not None and (dtype.kind == "f" or np.array_equal(value.astype(dtype), value))
         if dtype is None or value.dtype.kind not in "biuf" or not exact:
@@ -92,11 +92,19 @@ def _pin_values(model: onnx.ModelProto, values: Mapping[str, Any]) -> None:
                                "tensor")
         value = value.astype(dtype)
         if shape is not None and value.size == math.prod(shape):
-            value = value.reshape(shape)  # 3 for a [1] input
+            value = value.reshape(shape)
         if value.ndim != len(declared) or any(d is not None and d != n for d, n in zip(declared, value.shape)):
             raise CompileError("NCC_OPTION", f"the value given for input {name!r} has shape {list(value.shape)}; "
                                f"the input's is {[d if d is not None else '?' for d in declared]}")
-        model.graph.input.remove(by_name[name])
+        arrays[name] = value
+    return arrays
+
+
+def _pin_values(model: onnx.ModelProto, values: Mapping[str, Any]) -> None:
+    """Make each input given a value an initializer holding it, so that what it decides (an If's condition, a
+    Loop's trip count) folds."""
+    for name, value in input_value_arrays(model, values).items():
+        model.graph.input.remove(next(vi for vi in model.graph.input if vi.name == name))
         model.graph.initializer.append(numpy_helper.from_array(value, name))
 
 
