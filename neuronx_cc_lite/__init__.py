@@ -8,7 +8,7 @@
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 if TYPE_CHECKING:  # the package imports onnx and the compiler only when compile is called
     import onnx
@@ -22,22 +22,27 @@ def compile(model: str | os.PathLike[str] | onnx.ModelProto, *,  # noqa: A001 - 
             target: str = "trn1",
             auto_cast: str = "none", auto_cast_type: str = "bf16",
             input_shapes: Mapping[str, Sequence[int]] | None = None, optimize: int = 2,
+            input_values: Mapping[str, Any] | None = None,
             tp: int = 1, dp: int = 1, lnc: int | None = None,
             output: str | os.PathLike[str] | None = None, cache: bool = True,
             cache_dir: str | os.PathLike[str] | None = None) -> Bundle:
     """Compile an ONNX model (a path or a ModelProto) to a bundle, the options as the command line has them:
     target trn1 | trn2 | inf2, auto_cast none | matmult | all, auto_cast_type bf16 | fp16 | fp8_e4m3 |
-    fp8_e5m2, input_shapes {input: dims} to pin dynamic dimensions, optimize 1 (fast compiles) or 2 (the best
+    fp8_e5m2, input_shapes {input: dims} to pin dynamic dimensions, input_values {input: a number, bool, list or
+    array} to pin inputs to constants (the Ifs and Loops they decide fold), optimize 1 (fast compiles) or 2 (the best
     code), tp N (tensor parallel: N ranks share each layer), dp N (data parallel: N replica groups, each on its
     share of the batch), lnc 1 | 2 (physical cores per rank; None: the target's default). With `output`, the
     bundle is also written there, atomically. The compile cache (neuronx_cc_lite/cache.py) answers a model compiled before with the same options; `cache_dir` overrides where it lives, `cache=False`
     skips it. Errors raise neuronx_cc_lite.errors.CompileError (its `code` is the one-line error's code)."""
+    import numpy as np
+
     from isa import bundle as bundle_format
     from neuronx_cc_lite.cache import cached, default_dir
     from neuronx_cc_lite.compiler import Options, compile_model
 
     options = Options(target=target, auto_cast=auto_cast, auto_cast_type=auto_cast_type, optimize=optimize,
                       tp=tp, dp=dp, lnc=lnc,
+                      input_values={k: np.asarray(v).tolist() for k, v in (input_values or {}).items()},
                       input_shapes={k: tuple(int(n) for n in v) for k, v in (input_shapes or {}).items()})
     options.check()
     directory = (os.fspath(cache_dir) if cache_dir is not None else default_dir()) if cache else None
