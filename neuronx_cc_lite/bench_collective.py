@@ -13,8 +13,9 @@ For each size, doubling from min_bytes to max_bytes (nccl-tests' "size": the lar
         time = collective_cost(...) alone, the same model the runtime times the collective by; not checked
     algbw = bytes / time;  busbw = algbw x the op's bus factor (isa/collectives.py)
 
-Reduced data are small integers (-3..3) summed in a type that holds them exactly, so the reference does not
-depend on the order the chip adds in; the other collectives move random values of the type untouched.
+Reduced data are small integers (-3..3; 0..3 unsigned): their sums are exact in fp32 and int64 whatever the order
+the chip adds in, so the reference (the exact sum, rounded or saturated once into the type, as the engines store)
+does not depend on it. The other collectives move random values of the type untouched.
 """
 
 from __future__ import annotations
@@ -112,7 +113,7 @@ def inputs(op: str, dtype: DType, n: int, src_count: int, seed: int = 0) -> np.n
     """Distinct data per rank: small integers where they are summed (exact in every type), else random values."""
     rng = np.random.default_rng(seed)
     if op in REDUCING:
-        return rng.integers(-3, 4, (n, src_count)).astype(dtype.np)
+        return rng.integers(0 if dtype.np.kind == "u" else -3, 4, (n, src_count)).astype(dtype.np)
     if dtype.np.kind in "iu":
         info = np.iinfo(dtype.np)
         return rng.integers(info.min, info.max, (n, src_count), endpoint=True).astype(dtype.np)
@@ -123,7 +124,10 @@ def expected(op: str, x: np.ndarray, shift: int = 1) -> np.ndarray:
     """What each rank's dst holds after `op` on the rows of x (row i: rank i's src), by numpy."""
     n = x.shape[0]
     if op in REDUCING:
-        total = x.astype(np.float64).sum(axis=0).astype(x.dtype)
+        total = x.astype(np.float64).sum(axis=0)
+        if x.dtype.kind in "iu":
+            total = np.clip(total, np.iinfo(x.dtype).min, np.iinfo(x.dtype).max)
+        total = total.astype(x.dtype)
         return np.tile(total, (n, 1)) if op == "all_reduce" else total.reshape(n, -1)
     if op == "all_gather":
         return np.tile(x.reshape(-1), (n, 1))

@@ -52,6 +52,19 @@ def test_every_collective_matches_numpy(op, target, ranks, dtype, tmp, capsys):
         assert {r["check"] for r in json.load(f)} == {"ok"}
 
 
+@pytest.mark.parametrize("dtype", ["uint8", "int8", "fp8_e4m3"])
+def test_sums_of_many_ranks_in_narrow_types(dtype, capsys):
+    """64 ranks' sums leave int8 and need rounding in fp8: the reference saturates and rounds as the engines do."""
+    status, out, _ = _bench(capsys, "all_reduce", "--ranks", "64", "--dtype", dtype, "--min-bytes", "2048",
+                            "--max-bytes", "2048")
+    assert status == 0 and out.count(" ok\n") == 1
+
+
+def test_expected_saturates_integers():
+    x = np.array([[100, -100], [100, -100]], dtype=np.int8)
+    assert expected("all_reduce", x).tolist() == [[127, -128]] * 2
+
+
 def test_the_simulated_time_is_the_cost_models():
     topo = topology(TRN2, 1, 16)  # two chips
     src, dst = counts("reduce_scatter", 1 << 16, DType.fp32, 16)
