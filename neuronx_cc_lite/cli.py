@@ -208,7 +208,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     for written in (args.outputs, args.profile):
         if written:
             _refuse_overwrite(written, *sources)
-    model = runtime.load(args.bundle)
+    model = runtime.load(args.bundle, host=_rank_host(args.bundle))
+    first = model.host.process == 0  # under mpiexec, the first process writes and reports for the job
     inputs = _load_npz(args.inputs) if args.inputs else {}
     for name, path in args.input:
         try:
@@ -220,6 +221,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     outputs = model.run(inputs, policy=args.policy, seed=args.seed, trace=bool(args.profile),
                         check_races=args.check_races)
     stats = model.last_run
+    if not first:
+        return 0
     if args.profile:
         import json
 
@@ -236,6 +239,25 @@ def cmd_run(args: argparse.Namespace) -> int:
     log.info(f"ran {args.bundle}: {stats.instructions} instructions, {stats.elapsed_ns / 1000:.2f} us simulated "
              f"({args.policy} policy)")
     return 0
+
+
+def _rank_host(bundle_path: str) -> Any:
+    """In-process ranks, or, when mpiexec started this process among others, the bundle's ranks spread over
+    the MPI job (runtime/ranks.py)."""
+    from runtime.ranks import MpiRanks, launched_by_mpi
+
+    if not launched_by_mpi():
+        return None
+    try:
+        import mpi4py  # noqa: F401
+    except ImportError:
+        raise UsageError("started by mpiexec, but mpi4py is not installed: pip install 'neuronx-cc-lite[mpi]'") \
+            from None
+    from isa import bundle as bundle_format
+
+    with open(bundle_path, "rb") as f:
+        header = bundle_format.read_header(f.read(bundle_format.HEADER_SIZE))
+    return MpiRanks(header.num_cores)
 
 
 def _refuse_overwrite(output: str, *sources: str) -> None:
@@ -374,6 +396,8 @@ def bundle_info(path: str) -> dict[str, Any]:
         "bundle": path,
         "format_version": header.version, "payload_bytes": header.payload_size, "sha256": header.sha256.hex(),
         "target": header.target, "cores": header.num_cores, "hbm_bytes": b.hbm_size,
+        "ranks": b.ranks, "lnc": b.lnc, "groups": [list(g) for g in b.groups],
+        "chips": -(-b.ranks // target.ranks_per_chip(b.lnc)),
         "compiler": b.compiler, "flags": b.flags, "stats": b.stats,
         "inputs": [t.to_json() for t in b.inputs], "outputs": [t.to_json() for t in b.outputs],
         "weights": {"bytes": sum(len(s.data) for s in b.weights), "segments": len(b.weights)},
@@ -395,7 +419,10 @@ def cmd_info(args: argparse.Namespace) -> int:
     print(f"bundle        {info['bundle']}")
     print(f"format        version {info['format_version']}, payload {info['payload_bytes']} bytes, sha256 "
           f"{info['sha256']}")
-    print(f"target        {info['target']}, {info['cores']} core(s), {info['hbm_bytes']} bytes of HBM")
+    print(f"target        {info['target']}, {info['ranks']} rank(s) of {info['lnc']} core(s) each on "
+          f"{info['chips']} chip(s), {info['hbm_bytes']} bytes of HBM per rank")
+    for g, group in enumerate(info["groups"]):
+        print(f"group {g:<7} ranks {', '.join(map(str, group))}")
     print(f"compiler      {info['compiler']}")
     print(f"flags         {json.dumps(info['flags'], sort_keys=True)}")
     for kind in ("input", "output"):
@@ -406,7 +433,7 @@ def cmd_info(args: argparse.Namespace) -> int:
             print(f"{kind:<13} {t['name']}: {t['dtype']}{t['shape']} (device {t['device_dtype']}) at {where}")
     print(f"weights       {info['weights']['bytes']} bytes in {info['weights']['segments']} segment(s)")
     for c, counts in enumerate(info["streams"]):
-        print(f"core {c:<8} {', '.join(f'{name} {n}' for name, n in counts.items())}")
+        print(f"rank {c:<8} {', '.join(f'{name} {n}' for name, n in counts.items())}")
     for mem in ("sbuf", "psum"):
         m = info[mem]
         share = m["peak_bytes_per_partition"] / m["bytes_per_partition"]

@@ -29,10 +29,11 @@ from isa.operand import Engine, Mem, Operand, stream_engine
 from isa.target import TARGETS, Target
 from isa.validate import problems
 from runtime.collectives import COLLECTIVE_HANDLERS, CollectiveArgs, CollectiveOp, Combine, size_problem
-from runtime.errors import AccessError, InputError, LoadError
+from runtime.errors import AccessError, InputError, LoadError, NeuronRuntimeError
 from runtime.layout import check_placements, check_ranks, piece, piece_bytes, piece_shape
 from runtime.memory import RankMemories
 from runtime.races import Access, RaceChecker
+from runtime.ranks import InProcess, MpiRanks
 from runtime.semantics import HANDLERS, convert, snapshot, write_to
 from runtime.simulator import Op, RunStats, Simulator, StreamState
 
@@ -40,10 +41,12 @@ ALGORITHMS = ("auto", "ring", "rdh", "hierarchical")
 
 
 class Model:
-    def __init__(self, b: bundle_format.Bundle, collective_algorithm: str = "auto") -> None:
+    def __init__(self, b: bundle_format.Bundle, collective_algorithm: str = "auto",
+                 host: InProcess | MpiRanks | None = None) -> None:
         if collective_algorithm not in ALGORITHMS:
             raise ValueError(f"collective algorithm {collective_algorithm!r}: one of {', '.join(ALGORITHMS)}")
         self.bundle = b
+        self.host = host or InProcess()  # where the ranks run (runtime/ranks.py)
         self.target = _target(b)
         self.topology = check_ranks(b, self.target)
         check_placements(b)
@@ -102,10 +105,17 @@ class Model:
         for info in (*self.inputs, *self.outputs):
             for p in info.placements:
                 reach[p.rank] = max(reach[p.rank], p.hbm_offset + piece_bytes(info, p))
-        return reach
+        return [n if self.host.local(rank) else 0 for rank, n in enumerate(reach)]
 
     def _load_op(self, instr: Instruction, engine: Engine, rank: int, stream: str, index: int, node: str) -> Op:
         where = _where(instr, rank, stream, index, node)
+        if not self.host.local(rank):  # another process computes this rank: here it only keeps time
+            if instr.spec.collective:
+                return Op(None, instr.waits, instr.signal, 0.0, instr.op, node,
+                          collective=self._collective(instr, None, where))
+            timed_by_dma = instr.spec.cycles is None
+            return Op(_keep_time, instr.waits, instr.signal, duration_ns(instr, engine, self.target), instr.op,
+                      node, dma_cost(instr, self.target) if timed_by_dma else None, ports(instr, engine))
         try:
             views = {name: self.memory.view(value, rank) if isinstance(value, Operand) else value
                      for name, value in instr.args.items()}
@@ -124,11 +134,23 @@ class Model:
                   duration_ns(instr, engine, self.target), instr.op, node,
                   dma_cost(instr, self.target) if timed_by_dma else None, ports(instr, engine))
 
-    def _collective(self, instr: Instruction, views: dict[str, np.ndarray], where: str) -> CollectiveOp:
+    def _collective(self, instr: Instruction, views: dict[str, np.ndarray] | None, where: str) -> CollectiveOp:
+        """`views` None: a rank of another process, whose buffers the exchange brings and whose dst is not here."""
+        members = self.bundle.groups[instr.args["group"]]
+        semantics = COLLECTIVE_HANDLERS[instr.op]
+
+        def combine(srcs: list[Any], n: int, args: CollectiveArgs) -> list[np.ndarray]:
+            here = {rank: src for rank, src in zip(members, srcs) if self.host.local(rank)}
+            return semantics(self.host.exchange(members, here), n, args)
+
+        if views is None:
+            return collective_op(instr, self.bundle.groups, self.topology, self.collective_algorithm, where,
+                                 lambda: None, lambda flat: None, combine)
         read, store = snapshot(views["src"]), write_to(views["dst"])
         partitions = views["dst"].shape[0]
         return collective_op(instr, self.bundle.groups, self.topology, self.collective_algorithm, where,
-                             lambda: read().reshape(-1), lambda flat: store(flat.reshape(partitions, -1)))
+                             lambda: read().reshape(-1), lambda flat: store(flat.reshape(partitions, -1)),
+                             combine if self.host.processes > 1 else None)
 
     def _race_checker(self) -> RaceChecker:
         accesses = []
@@ -156,26 +178,28 @@ class Model:
         mem = self.memory
         mem.clear()
         for seg in self.bundle.weights:
-            mem.hbm[seg.rank][seg.hbm_offset:seg.hbm_offset + len(seg.data)] = np.frombuffer(seg.data, np.uint8)
+            if self.host.local(seg.rank):
+                mem.hbm[seg.rank][seg.hbm_offset:seg.hbm_offset + len(seg.data)] = np.frombuffer(seg.data, np.uint8)
         for info, array in zip(self.inputs, arrays):
             for p in info.placements:
-                view = self._piece_view(info, p)
-                view[...] = convert(array[piece(info, p)], view.dtype)
+                if self.host.local(p.rank):
+                    view = self._piece_view(info, p)
+                    view[...] = convert(array[piece(info, p)], view.dtype)
+        if check_races and self.host.processes > 1:
+            raise InputError("--check-races runs every rank in one process: run without mpiexec")
         checker = self._race_checker() if check_races else None
         with np.errstate(all="ignore"):
-            self.last_run = self.simulator.run(policy, seed, trace, checker)
-        return {info.name: self._assemble(info) for info in self.outputs}
-
-    def _assemble(self, info: bundle_format.TensorInfo) -> np.ndarray:
-        """An output from its placements; where they overlap, the first listed is read."""
-        first = info.placements[0]
-        whole = self._piece_view(info, first).astype(np.dtype(info.dtype))
-        if whole.shape == info.shape:
-            return whole
-        out = np.empty(info.shape, np.dtype(info.dtype))
-        for p in reversed(info.placements):
-            out[piece(info, p)] = self._piece_view(info, p).astype(out.dtype)
-        return out
+            try:
+                self.last_run = self.simulator.run(policy, seed, trace, checker)
+            except NeuronRuntimeError as e:
+                self.host.abort(e)  # under MPI the other processes would wait for this one forever
+                raise
+        pieces = {(info.name, k): self._piece_view(info, p).astype(np.dtype(info.dtype))
+                  for info in self.outputs for k, p in enumerate(info.placements) if self.host.local(p.rank)}
+        gathered = self.host.gather_outputs(pieces)
+        if gathered is None:  # a process other than the first of an MPI job: the first has the outputs
+            return {}
+        return {info.name: _assemble(info, gathered) for info in self.outputs}
 
     def _check_inputs(self, inputs: Mapping[str, np.ndarray]) -> list[np.ndarray]:
         expected = {info.name for info in self.inputs}
@@ -197,6 +221,26 @@ class Model:
                 raise InputError(f"input {info.name!r}: dtype {array.dtype}, expected {info.dtype}")
             arrays.append(array)
         return arrays
+
+
+def _assemble(info: bundle_format.TensorInfo, pieces: dict[tuple[str, int], np.ndarray]) -> np.ndarray:
+    """An output from its placements' pieces; where they overlap, the first listed is read."""
+    first = pieces[info.name, 0]
+    if first.shape == info.shape:
+        return first
+    out = np.empty(info.shape, np.dtype(info.dtype))
+    for k in reversed(range(len(info.placements))):
+        out[piece(info, info.placements[k])] = pieces[info.name, k]
+    return out
+
+
+def _keep_time() -> Callable[[], None]:
+    """The issue of an instruction another process computes: nothing to read, nothing to write."""
+    return _nothing
+
+
+def _nothing() -> None:
+    return None
 
 
 def collective_op(instr: Instruction, groups: list[tuple[int, ...]], topo: Topology, algorithm: str, where: str,
@@ -252,11 +296,13 @@ def _engine(name: str, target: Target) -> Engine:
     return engine
 
 
-def load(source: str | os.PathLike[str] | bundle_format.Bundle, collective_algorithm: str = "auto") -> Model:
+def load(source: str | os.PathLike[str] | bundle_format.Bundle, collective_algorithm: str = "auto",
+         host: InProcess | MpiRanks | None = None) -> Model:
     """Load a bundle file, or a Bundle made in this process (as `neuronx_cc_lite.compile` returns it), which goes
     through the same encoding and checks as a file; a truncated, corrupted, foreign or invalid bundle raises
     LoadError. `collective_algorithm` (auto, ring, rdh, hierarchical) is what the collective cost model times the
-    collectives by."""
+    collectives by; `host` is where the ranks run (runtime/ranks.py: in this process by default, or spread over
+    an MPI job's processes)."""
     try:
         if isinstance(source, bundle_format.Bundle):
             b = bundle_format.from_bytes(bundle_format.to_bytes(source))
@@ -264,4 +310,4 @@ def load(source: str | os.PathLike[str] | bundle_format.Bundle, collective_algor
             b = bundle_format.read(source)
     except IsaError as e:
         raise LoadError(e.args[0] if e.args else type(e).__name__) from None
-    return Model(b, collective_algorithm)
+    return Model(b, collective_algorithm, host)
