@@ -126,6 +126,14 @@ def _add_compile_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dump-ir-after", action="append", default=[], metavar="PASS",
                    help=f"print the graph IR after a pass to stderr: import, {', '.join(PASS_NAMES)} or all")
     p.add_argument("--stop-after", metavar="PASS", help="stop after a pass and print the IR instead of compiling")
+    p.add_argument("--tp", type=int, default=1, metavar="N",
+                   help="tensor parallelism: shard the model over N ranks, Megatron-style (linear pairs by columns "
+                        "then rows, attention by heads, embeddings by vocabulary), with the collectives between them")
+    p.add_argument("--dp", type=int, default=1, metavar="N",
+                   help="data parallelism: split the batch over N replicas of the --tp ranks")
+    p.add_argument("--lnc", type=int, choices=(1, 2), metavar="{1,2}",
+                   help="logical NeuronCore size: physical cores per rank (trn2: 2 by default, 1 exposes each; "
+                        "trn1 and inf2: 1)")
     p.add_argument("--cache-dir", metavar="DIR",
                    help="the compile cache: bundles of models compiled before with the same options and compiler "
                         "(default: $NEURONX_CC_LITE_CACHE, else ~/.cache/neuronx-cc-lite)")
@@ -144,7 +152,7 @@ def _options(args: argparse.Namespace) -> Any:
     return Options(target=TARGET_ALIASES.get(args.target, args.target), input_shapes=dict(args.input_shape),
                    input_values=dict(args.input_value),
                    dump_ir_after=frozenset(dump), stop_after=args.stop_after, auto_cast=args.auto_cast,
-                   auto_cast_type=args.auto_cast_type,
+                   auto_cast_type=args.auto_cast_type, tp=args.tp, dp=args.dp, lnc=args.lnc,
                    optimize=min(args.optimize, 2))  # -O3 is -O2 until some pass runs only at 3
 
 
