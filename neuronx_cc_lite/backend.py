@@ -169,11 +169,32 @@ class NeuronBackendRep(BackendRep):
 
 
 def _parameters(model: onnx.ModelProto) -> list[str]:
-    """The graph inputs some lowering needs as compile-time constants, in input order."""
+    """The graph inputs some lowering needs as compile-time constants, and those that decide control flow (an If's
+    condition, a Loop's trip count, as `--input-value` pins them; a Loop's first condition when it is an input), in
+    input order."""
     inits = {i.name for i in model.graph.initializer}
     inputs = [vi.name for vi in model.graph.input if vi.name not in inits]
     found = parameter_inputs([(n.op_type, list(n.input)) for n in model.graph.node], set(inputs))
+    deciding = [n.input[0] for n in model.graph.node if n.op_type in ("If", "Loop") and n.input]
+    found |= _inputs_behind(deciding, model.graph, set(inputs))
+    found |= {n.input[1] for n in model.graph.node if n.op_type == "Loop" and len(n.input) > 1} & set(inputs)
     return [name for name in inputs if name in found]
+
+
+def _inputs_behind(names: list[str], graph: onnx.GraphProto, inputs: set[str]) -> set[str]:
+    """The graph inputs the values `names` are computed from."""
+    producers = {o: n for n in graph.node for o in n.output}
+    found, seen, stack = set(), set(), list(names)
+    while stack:
+        name = stack.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        if name in inputs:
+            found.add(name)
+        elif name in producers:
+            stack.extend(i for i in producers[name].input if i)
+    return found
 
 
 def _freeze(model: onnx.ModelProto, values: Mapping[str, np.ndarray]) -> onnx.ModelProto:

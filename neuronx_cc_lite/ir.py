@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import onnx
 
 
 @dataclass
@@ -65,6 +66,24 @@ class Graph:
 
     def producers(self) -> dict[str, Node]:
         return {out: node for node in self.nodes for out in node.outputs}
+
+
+def subgraphs(node: Node) -> list[onnx.GraphProto]:
+    """The node's subgraph attributes (an If's branches, a Loop's or Scan's body)."""
+    values = [x for v in node.attrs.values() for x in (v if isinstance(v, tuple) else (v,))]
+    return [x for x in values if isinstance(x, onnx.GraphProto)]
+
+
+def outer_reads(graph: onnx.GraphProto) -> set[str]:
+    """The names a subgraph (and the subgraphs nested in it) reads from the scopes around it."""
+    local = {i.name for i in graph.input} | {i.name for i in graph.initializer} | {
+        o for n in graph.node for o in n.output}
+    reads = {i for n in graph.node for i in n.input if i} | {o.name for o in graph.output}
+    for n in graph.node:
+        for a in n.attribute:
+            for sub in (*([a.g] if a.type == onnx.AttributeProto.GRAPH else []), *a.graphs):
+                reads |= outer_reads(sub)
+    return reads - local
 
 
 def _format_attr(value: Any) -> str:

@@ -29,6 +29,21 @@ INTERNAL_DOMAIN = "ai.neuronx_cc_lite"
 INTERNAL_OPS = {"MatMulEpilogue", "ConvEpilogue", "AllReduce", "AllGather", "ReduceScatter", "SaturatingCast"}
 
 
+# Ops without a lowering that a pass removes when it can (an If whose condition folds, a NonZero over constants):
+# the pass registers why it kept a node, so that analyze and compile say that rather than "not supported".
+KEPT_BY_PASSES: dict[str, Check] = {}
+
+
+def kept_by_pass(*ops: str):  # type: ignore[no-untyped-def]
+    def register(fn: Check) -> Check:
+        for op in ops:
+            assert op not in KEPT_BY_PASSES and op not in LOWERINGS, f"{op} is kept by two passes or lowered"
+            KEPT_BY_PASSES[op] = fn
+        return fn
+
+    return register
+
+
 def lowering(*ops: str, check: Check | None = None, since: int = 1,  # type: ignore[no-untyped-def]
              constant_inputs: tuple[int, ...] = ()):
     def register(fn: Lower) -> Lower:
@@ -47,7 +62,8 @@ def why_unsupported(node: Node, g: Graph) -> str | None:
         return f"domain {node.domain!r} is not supported"
     entry = LOWERINGS.get(node.op)
     if entry is None:
-        return f"operator {node.op} is not supported"
+        kept = KEPT_BY_PASSES.get(node.op)
+        return (kept(node, g) if kept else None) or f"operator {node.op} is not supported"
     if g.opset_of(node) < entry.since:
         return f"{node.op} is supported from opset {entry.since}; the node is opset {g.opset_of(node)}"
     for name in (*node.inputs, *node.outputs):

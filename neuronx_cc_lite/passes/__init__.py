@@ -12,7 +12,8 @@ from typing import Callable
 from neuronx_cc_lite.errors import CompileError
 from neuronx_cc_lite.ir import Graph, print_graph
 from neuronx_cc_lite.passes import (canonicalize, eliminate_dead_code, expand_einsum, expand_functions,
-                                    expand_quantization, fold_batchnorm, fold_constants, fuse_epilogues)
+                                    expand_quantization, fold_batchnorm, fold_constants, fuse_epilogues,
+                                    inline_control_flow)
 from neuronx_cc_lite.passes.verify import verify
 
 
@@ -30,6 +31,9 @@ PIPELINE: list[Pass] = [
     Pass("expand-quantization", expand_quantization.run,
          "quantized ops are float arithmetic on integer values that fp32 holds exactly; before expand-functions, "
          "whose DynamicQuantizeLinear body casts floats to uint8 as ONNX's Cast, which truncates"),
+    Pass("inline-control-flow", inline_control_flow.run,
+         "the device runs straight-line code: an If whose condition folded is its chosen branch, a Loop or Scan with "
+         "a trip count known now is its body repeated (a run-time exit predicated); folding follows each round"),
     Pass("expand-functions", expand_functions.run,
          "ops ONNX defines as functions of simpler ops need no lowering of their own"),
     Pass("fold-function-bodies", fold_constants.run,

@@ -19,7 +19,8 @@ from onnx import helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 from neuronx_cc_lite.errors import CompileError
-from neuronx_cc_lite.ir import Graph, Node, Tensor
+from neuronx_cc_lite.ir import Graph, Node, Tensor, outer_reads, subgraphs
+from neuronx_cc_lite.lower.registry import kept_by_pass
 from neuronx_cc_lite.reference import onnxruntime_session
 
 # Folding a node whose result is larger than this would grow the bundle for nothing: it runs on the device.
@@ -86,6 +87,12 @@ def _agrees(value: Any, t: Tensor) -> bool:
     return (t.dtype is None or value.dtype == t.dtype) and (t.shape is None or value.shape == tuple(t.shape))
 
 
+@kept_by_pass("NonZero", "Unique", "NonMaxSuppression")
+def why_kept(node: Node, g: Graph) -> str:
+    return ("produces a data-dependent shape: how many elements it outputs depends on the values of its inputs, "
+            "known only at run time (it compiles when its inputs are constants, as it then folds)")
+
+
 def infer_node(node: Node, g: Graph) -> None:
     try:
         schema = onnx.defs.get_schema(node.op, g.opset_of(node), node.domain or "")
@@ -147,19 +154,28 @@ def _too_large(shape: tuple[int, ...] | None) -> bool:
     return shape is not None and int(np.prod(shape, dtype=np.int64)) > MAX_FOLDED_ELEMENTS
 
 
-def run(g: Graph) -> Graph:
+def fold_nodes(nodes: list[Node], g: Graph) -> list[Node]:
+    """Fold `nodes` (in order, reading and writing g's tensors): the nodes left for the device, their output shapes
+    inferred where their inputs' are known. Used on the whole graph and on one unrolled loop iteration at a time."""
     kept = []
-    for node in g.nodes:
+    for node in nodes:
         values = _fold(node, g) if _foldable(node, g) else None
         if values is not None:
             for name, value in zip([o for o in node.outputs if o], values):
                 g.tensors[name] = Tensor(name, tuple(value.shape), value.dtype, value)
             continue
-        if any(g.tensors[o].shape is None for o in node.outputs if o):
+        # a subgraph's types are settled by inlining it (inline-control-flow), not by inference through it
+        if any(g.tensors[o].shape is None for o in node.outputs if o) and not subgraphs(node):
             if all(g.tensors[i].shape is not None for i in node.inputs if i):
                 infer_node(node, g)
         kept.append(node)
-    g.nodes = kept
-    used = {i for n in g.nodes for i in n.inputs} | set(g.outputs) | set(g.inputs)
+    return kept
+
+
+def run(g: Graph) -> Graph:
+    g.nodes = fold_nodes(g.nodes, g)
+    # a constant an If branch or a Loop body reads from outside stays: inlining them makes it an input again
+    used = {i for n in g.nodes for i in n.inputs} | set(g.outputs) | set(g.inputs) | {
+        name for n in g.nodes for sub in subgraphs(n) for name in outer_reads(sub)}
     g.tensors = {name: t for name, t in g.tensors.items() if name in used or not t.is_constant}
     return g

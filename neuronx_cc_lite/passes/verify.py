@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import onnx
-
 from neuronx_cc_lite.errors import CompileError
-from neuronx_cc_lite.ir import Graph, Node
+from neuronx_cc_lite.ir import Graph, Node, subgraphs
+from neuronx_cc_lite.lower.registry import KEPT_BY_PASSES
 
 
 def verify(g: Graph, after: str, require_static: bool = False) -> None:
@@ -52,18 +51,17 @@ def not_static(node: Node, g: Graph) -> str | None:
         if upstream is None:
             break
         origin = producers[upstream]
-    if _has_subgraph(origin):
+    kept = KEPT_BY_PASSES.get(origin.op)
+    why = kept(origin, g) if kept else None
+    if why:
+        cause = f"{origin.op} node {origin.name!r} stays for run time: {why}"
+    elif subgraphs(origin):
         cause = f"it comes out of the subgraph of {origin.op} node {origin.name!r}, which shape inference cannot " \
                 "see through"
     else:
         cause = f"{origin.op} node {origin.name!r} computes it from values known only at run time"
     return f"the shape of {name!r} is not static after constant folding: {cause} (every model input's shape is " \
         "static already)"
-
-
-def _has_subgraph(node: Node) -> bool:
-    values = [x for v in node.attrs.values() for x in (v if isinstance(v, tuple) else (v,))]
-    return any(isinstance(x, onnx.GraphProto) for x in values)
 
 
 def _is_static(g: Graph, name: str) -> bool:
