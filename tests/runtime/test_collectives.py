@@ -449,3 +449,13 @@ def test_the_trace_and_the_summary_show_collectives_on_each_rank_cc_row():
     summary = summarize(model)
     assert summary.engines["CC"] == pytest.approx(1.0) and summary.dma_transfers == 0
     assert estimated_latency_ns(model.bundle, model.target) == pytest.approx(model.last_run.elapsed_ns)
+
+
+def test_an_algorithm_that_does_not_fit_the_group_is_a_load_error_naming_the_instruction():
+    """Hierarchical needs as many of the group's ranks on each of its chips: trn1's ranks 0, 1 and 2 are two on
+    chip 0 and one on chip 1."""
+    streams, src, dst = _one_collective("all_reduce", 3, DTYPES["fp32"])
+    b = bundle(streams, src, dst, DTYPES["fp32"])
+    assert runtime.load(b, collective_algorithm="ring").run({"x": np.ones((3, src), np.float32)})["y"].min() == 3
+    with pytest.raises(LoadError, match=r"^NRT_LOAD: core 0 CC #0 all_reduce \(node /cc/0\): hierarchical needs"):
+        runtime.load(b, collective_algorithm="hierarchical")
