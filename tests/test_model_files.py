@@ -52,7 +52,7 @@ def model_inputs(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray]
 def test_models_are_there():
     names = {os.path.basename(p) for p in MODELS}
     assert {"resnet_small.onnx", "cnn_ops.onnx", "bert_legacy.onnx", "bert_modern.onnx", "gpt_legacy.onnx",
-            "gpt_modern.onnx"} <= names
+            "gpt_modern.onnx", "cnn_qdq.onnx", "attention_int8.onnx"} <= names
 
 
 @pytest.mark.parametrize("path", MODELS, ids=os.path.basename)

@@ -15,7 +15,12 @@ from neuronx_cc_lite.precision import error_bound
 from neuronx_cc_lite.reference import error_over_rms, onnxruntime_outputs, seeded_inputs
 from tests.conftest import MODELS_DIR, compile_to_model, gemm_model
 
-MODELS = sorted(glob.glob(os.path.join(MODELS_DIR, "*.onnx")))
+QUANTIZATION_OPS = {"QuantizeLinear", "DynamicQuantizeLinear"}
+# A quantized model turns any perturbation of a value near a rounding tie into a whole quantization step, so no
+# bound in units of the narrow type's roundoff holds for it (README, "Quantized models"); its integer products
+# stay exact under auto-cast (tests/compiler/test_quantization.py).
+MODELS = [p for p in sorted(glob.glob(os.path.join(MODELS_DIR, "*.onnx")))
+          if not QUANTIZATION_OPS & {n.op_type for n in onnx.load(p).graph.node}]
 SETTINGS = [("matmult", "bf16"), ("matmult", "fp16"), ("matmult", "fp8_e4m3"), ("all", "bf16"), ("all", "fp16")]
 
 
