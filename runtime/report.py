@@ -350,16 +350,20 @@ def _top_nodes(s: Summary) -> str:
 
 
 def _chart(c: Occupancy, elapsed_ns: float) -> str:
-    """An inline SVG: live bytes as a filled step curve, the high-water mark as a line, against the capacity."""
+    """An inline SVG: live bytes as a filled step curve, the high-water mark as a line, up to the capacity (or, for
+    a program that uses under half of it, up to a round figure above its high-water mark, so that it shows)."""
     w, h, left, bottom = 900.0, 120.0, 60.0, 18.0
     plot_w, plot_h = w - left - 10, h - bottom - 8
     span = max(elapsed_ns, 1.0)
+    top = c.capacity
+    if 2 * c.peak_high_water < c.capacity:
+        top = min(c.capacity, 2 ** math.ceil(math.log2(max(c.peak_high_water, 1024) * 1.2)))
 
     def x(t: float) -> float:
         return left + t / span * plot_w
 
     def y(v: int) -> float:
-        return 8 + plot_h * (1 - v / c.capacity)
+        return 8 + plot_h * (1 - v / top)
 
     ends = [*c.times[1:], span]
     area = [f"M{x(0):.1f},{y(0):.1f}"]
@@ -368,9 +372,9 @@ def _chart(c: Occupancy, elapsed_ns: float) -> str:
         area.append(f"L{x(t0):.1f},{y(live):.1f}L{x(t1):.1f},{y(live):.1f}")
         line.append(f"{'M' if not line else 'L'}{x(t0):.1f},{y(hw):.1f}L{x(t1):.1f},{y(hw):.1f}")
     area.append(f"L{x(span):.1f},{y(0):.1f}Z")
-    ticks = "".join(f'<text x="{left - 4}" y="{y(v) + 4:.1f}" text-anchor="end">{v // 1024} KiB</text>'
+    ticks = "".join(f'<text x="{left - 4}" y="{y(v) + 4:.1f}" text-anchor="end">{v / 1024:g} KiB</text>'
                     f'<line x1="{left}" x2="{w - 10}" y1="{y(v):.1f}" y2="{y(v):.1f}" class="grid"/>'
-                    for v in (0, c.capacity // 2, c.capacity))
+                    for v in (0, top // 2, top))
     times = "".join(f'<text x="{x(t):.1f}" y="{h - 4}" text-anchor="{anchor}">{t / 1000:.1f} us</text>'
                     for t, anchor in ((0.0, "start"), (span / 2, "middle"), (span, "end")))
     caption = (f"core {c.core} {c.mem}: at most {c.peak_live / 1024:.1f} KiB live, highest byte touched "
@@ -473,7 +477,10 @@ _SCRIPT = r"""
           const px = Math.floor(x0);
           if (px === lastPx) continue;
           lastPx = px; x0 = px; x1 = px + 1;
-        } else lastPx = Math.floor(x1);
+        } else {
+          lastPx = Math.floor(x1);
+          if (x1 - x0 > 3) x1 -= 1;  // a gap, so that boxes end to end stay apart
+        }
         ctx.fillStyle = colour(i); ctx.fillRect(x0, y + 2, x1 - x0, ROW - 4); drawn++;
       }
       ctx.restore();
