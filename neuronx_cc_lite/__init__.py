@@ -3,17 +3,22 @@
     import neuronx_cc_lite, runtime
     bundle = neuronx_cc_lite.compile("model.onnx", auto_cast="matmult", output="model.neff")
     outputs = runtime.load(bundle).run({"input": x})
+
+    traced = neuronx_cc_lite.trace(torch_module, (x,))   # with the [torch] extra: runs on the simulated chip
 """
 
 from __future__ import annotations
 
 import os
+from types import ModuleType
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-if TYPE_CHECKING:  # the package imports onnx and the compiler only when compile is called
+if TYPE_CHECKING:  # the package imports onnx, the compiler and torch only when a function needs them
     import onnx
+    import torch
 
     from isa.bundle import Bundle
+    from neuronx_cc_lite.pytorch import TracedModule
 
 __version__ = "0.1.0"
 
@@ -50,3 +55,27 @@ def compile(model: str | os.PathLike[str] | onnx.ModelProto, *,  # noqa: A001 - 
     if output is not None:
         bundle_format.write(bundle, output)
     return bundle
+
+
+def trace(module: torch.nn.Module, example_inputs: torch.Tensor | Sequence[torch.Tensor],
+          **options: Any) -> TracedModule:
+    """A torch module exported through torch.onnx, compiled for `example_inputs` (keyword options as `compile`
+    has them) and returned as a module that runs on the simulated chip: neuronx_cc_lite/pytorch/traced.py.
+    Needs the [torch] extra; without torch it raises CompileError NCC_TORCH."""
+    return _pytorch().trace(module, example_inputs, **options)
+
+
+def load_traced(path: str | os.PathLike[str]) -> TracedModule:
+    """A module saved with `trace(...).save(path)`, back from its bundle file. Needs the [torch] extra."""
+    return _pytorch().load_traced(path)
+
+
+def _pytorch() -> ModuleType:
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        from neuronx_cc_lite.errors import CompileError
+        raise CompileError("NCC_TORCH", "the PyTorch front door needs torch: pip install "
+                                        "'neuronx-cc-lite[torch]'") from None
+    from neuronx_cc_lite import pytorch
+    return pytorch
