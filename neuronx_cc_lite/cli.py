@@ -658,11 +658,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ranks", type=int, required=True, help="ranks (logical cores) in the group")
     p.add_argument("--target", default="trn1", help="trn1, inf2 or trn2")
     p.add_argument("--lnc", type=int, choices=(1, 2), help="physical cores per rank (default: the target's)")
-    p.add_argument("--algorithm", choices=("auto", "ring", "rdh", "hierarchical"), default="auto")
+    p.add_argument("--algorithm", choices=("auto", "ring", "rdh", "hierarchical"), default="auto",
+                   help="how the collective moves its data; auto: the fastest for each size")
     p.add_argument("--min-bytes", type=int, default=1024, metavar="B", help="first size, per rank")
     p.add_argument("--max-bytes", type=int, default=1 << 28, metavar="B", help="last size: doubled up to it")
     p.add_argument("--dtype", choices=("fp32", "bf16", "fp16", "fp8_e4m3", "fp8_e5m2", "int8", "int16", "int32",
-                                       "uint8", "uint16", "uint32"), default="fp32")
+                                       "uint8", "uint16", "uint32"), default="fp32", help="element type")
     p.add_argument("--check-bytes", type=int, default=64 << 20, metavar="B",
                    help="run with data and check against numpy the sizes whose bytes x ranks are at most B; "
                         "larger ones are timed by the cost model alone")
