@@ -12,8 +12,9 @@ zero points and scales shaped to broadcast against the tensor they describe (per
     ConvInteger(x, w, zx, zw)     q(Conv(float(x) - zx, float(w) - zw))
     QLinearMatMul                 q(Round(acc * (sa * sb / sy)) + zy)      acc = MatMulInteger's product
     QLinearConv                   q(Round((acc + float(B)) * (sx * sw / sy)) + zy)
-    DynamicQuantizeLinear         ONNX's function body: s = (max(x, 0) - min(x, 0)) / 255,
-                                  z = q(Round(Clip(-min(x, 0) / s, 0, 255))), y = QuantizeLinear(x, s, z)
+    DynamicQuantizeLinear         ONNX's function body: s = (max(x, 0) - min(x, 0)) / 255 (1 where that is 0,
+                                  as onnxruntime has it), z = q(Round(Clip(-min(x, 0) / s, 0, 255))),
+                                  y = QuantizeLinear(x, s, z)
 
 The requantization of QLinear* multiplies by sa * sb / sy as onnxruntime's integer kernels do. The fp32
 accumulation equals their int32 one while every partial sum stays below 2**24 (K * max|a - za| * max|b - zb| <
@@ -246,7 +247,11 @@ def _dynamic_quantize(b: _Builder, node: Node) -> None:
     reduce_attrs = {"keepdims": 0}
     low = b.binary("Min", b.add("ReduceMin", [x], (), **reduce_attrs), zero)
     high = b.binary("Max", b.add("ReduceMax", [x], (), **reduce_attrs), zero)
-    scale = b.binary("Div", b.binary("Sub", high, low), b.const(np.asarray(255.0, dtype=F32)), y_scale)
+    spread = b.binary("Sub", high, low)
+    empty = b.add("Equal", [spread, zero], (), np.dtype(np.bool_))
+    # onnxruntime's scale of an all-zero x is 1 (the function body's 0 would make every quotient NaN)
+    scale = b.add("Where", [empty, b.const(np.asarray(1.0, dtype=F32)),
+                            b.binary("Div", spread, b.const(np.asarray(255.0, dtype=F32)))], (), F32, y_scale)
     start = b.binary("Sub", zero, b.binary("Div", low, scale))
     clipped = b.add("Clip", [start, zero, b.const(np.asarray(255.0, dtype=F32))], ())
     b.saturating_cast(b.round(clipped), np.dtype(np.uint8), y_zero)
