@@ -24,7 +24,6 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Iterator
 
-import ml_dtypes  # noqa: F401 - registers bfloat16 and the fp8 types with numpy
 import numpy as np
 
 from isa.bundle import Bundle, Placement, Stream, TensorInfo
