@@ -536,6 +536,7 @@ _SCRIPT = r"""
   canvas.addEventListener("dblclick", () => { t0 = 0; t1 = Math.max(D.elapsed, 1); draw(); });
   select.addEventListener("change", () => { drawLegend(); draw(); });
   window.addEventListener("resize", draw);
+  if (location.hash === "#node") select.value = "node";  // a link may ask for the colouring by node
   drawLegend(); draw();
 })();
 """
