@@ -16,6 +16,7 @@ import pytest
 from onnx import helper, numpy_helper
 
 from tests.conftest import MODELS_DIR
+from neuronx_cc_lite.ir import outer_reads
 from neuronx_cc_lite.reference import onnxruntime_outputs, seeded_inputs
 
 MODELS = sorted(glob.glob(os.path.join(MODELS_DIR, "*.onnx")))
@@ -52,7 +53,7 @@ def model_inputs(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray]
 def test_models_are_there():
     names = {os.path.basename(p) for p in MODELS}
     assert {"resnet_small.onnx", "cnn_ops.onnx", "bert_legacy.onnx", "bert_modern.onnx", "gpt_legacy.onnx",
-            "gpt_modern.onnx", "cnn_qdq.onnx", "attention_int8.onnx"} <= names
+            "gpt_modern.onnx", "cnn_qdq.onnx", "attention_int8.onnx", "refine_loop.onnx"} <= names
 
 
 @pytest.mark.parametrize("path", MODELS, ids=os.path.basename)
@@ -66,7 +67,9 @@ def test_model_passes_the_checker(path):
 def test_every_node_output_is_used(path):
     """No dead ends: each node output feeds a node or is a graph output."""
     graph = onnx.load(path).graph
-    used = {i for n in graph.node for i in n.input} | {o.name for o in graph.output}
+    used = {i for n in graph.node for i in n.input} | {o.name for o in graph.output} | {
+        name for n in graph.node for a in n.attribute if a.type == onnx.AttributeProto.GRAPH
+        for name in outer_reads(a.g)}  # read in a subgraph: refine_loop's If result, in its Loop body
     dead = [f"{n.name}: {o}" for n in graph.node for o in n.output if o not in used]
     assert not dead
 
