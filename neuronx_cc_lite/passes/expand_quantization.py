@@ -54,10 +54,17 @@ class _Builder:
     def dtype(self, name: str) -> np.dtype:
         return np.dtype(self.g.tensors[name].dtype)
 
+    def fresh(self, stem: str) -> str:
+        """A value name under the node's that no tensor has (node names need not be unique in ONNX)."""
+        self.count += 1
+        name = f"{self.node.name}/{stem}{self.count}"
+        while name in self.g.tensors:
+            name += "_"
+        return name
+
     def add(self, op: str, inputs: list[str], shape: tuple[int, ...], dtype: np.dtype = F32,
             out: str | None = None, domain: str = "", **attrs: object) -> str:
-        self.count += 1
-        name = out or f"{self.node.name}/q{self.count}"
+        name = out or self.fresh("q")
         if out is None:
             self.g.tensors[name] = Tensor(name, tuple(shape), np.dtype(dtype))
         self.nodes.append(Node(op, f"{self.node.name}/{op}{self.count}", inputs, [name], attrs, domain,
@@ -65,8 +72,7 @@ class _Builder:
         return name
 
     def const(self, value: np.ndarray) -> str:
-        self.count += 1
-        name = f"{self.node.name}/q_const{self.count}"
+        name = self.fresh("q_const")
         self.g.tensors[name] = Tensor(name, tuple(value.shape), value.dtype, value)
         return name
 
@@ -95,12 +101,12 @@ class _Builder:
     def round(self, name: str) -> str:
         return self.add("Round", [name], self.shape(name))
 
-    def minus_zero_point(self, x: str, zero: str | None, axis: int, block: int, rank: int) -> str:
+    def minus_zero_point(self, x: str, zero: str | None, axis: int, block: int) -> str:
         """float(x) - float(zero), the zero point shaped to broadcast (absent or all-zero: float(x))."""
         xf = self.to_float(x)
         if zero is None or _is_zero(self.g, zero):
             return xf
-        return self.binary("Sub", xf, self.broadcastable(self.to_float(zero), axis, block, self.shape(x)[:rank]))
+        return self.binary("Sub", xf, self.broadcastable(self.to_float(zero), axis, block, self.shape(x)))
 
     def broadcastable(self, param: str, axis: int, block: int, shape: tuple[int, ...]) -> str:
         """A scale or zero point of a tensor of `shape`, reshaped or repeated to broadcast against it: a scalar or
@@ -150,7 +156,7 @@ def _dequantize(b: _Builder, node: Node) -> None:
     x, scale, zero = node.inputs[0], node.inputs[1], _input(node, 2)
     axis, block = node.attrs.get("axis", 1), node.attrs.get("block_size", 0)
     shape = b.shape(x)
-    centred = b.minus_zero_point(x, zero, axis, block, len(shape))
+    centred = b.minus_zero_point(x, zero, axis, block)
     out_type = b.dtype(node.outputs[0])
     scaled = b.binary("Mul", centred, b.broadcastable(b.to_float(scale), axis, block, shape),
                       node.outputs[0] if out_type == F32 else None)
@@ -181,8 +187,8 @@ def _matmul_integer(b: _Builder, node: Node) -> None:
 def _integer_matmul(b: _Builder, a: str, za: str | None, bm: str, zb: str | None) -> str:
     """(float(a) - za) @ (float(b) - zb): za per row of a (axis -2), zb per column of b (axis -1)."""
     ra, rb = len(b.shape(a)), len(b.shape(bm))
-    left = b.minus_zero_point(a, za, max(ra - 2, 0), 0, ra)
-    right = b.minus_zero_point(bm, zb, rb - 1, 0, rb)
+    left = b.minus_zero_point(a, za, max(ra - 2, 0), 0)
+    right = b.minus_zero_point(bm, zb, rb - 1, 0)
     shape = _matmul_shape(b.shape(left), b.shape(right))
     return b.add("MatMul", [left, right], shape)
 
@@ -206,9 +212,8 @@ def _integer_conv(b: _Builder, node: Node, x: str, zx: str | None, w: str, zw: s
                   bias: str | None = None) -> str:
     """Conv(float(x) - zx, float(w) - zw) (+ float(bias)): zx is per tensor, zw per output channel. Conv's zero
     padding is then padding with x's zero point, as ONNX defines it."""
-    rank = len(b.shape(x))
-    left = b.minus_zero_point(x, zx, 1, 0, rank)
-    right = b.minus_zero_point(w, zw, 0, 0, rank)
+    left = b.minus_zero_point(x, zx, 1, 0)
+    right = b.minus_zero_point(w, zw, 0, 0)
     inputs = [left, right] + ([b.to_float(bias)] if bias else [])
     return b.add("Conv", inputs, b.shape(node.outputs[0]), **_conv_attrs(node))
 

@@ -258,6 +258,17 @@ def test_dynamic_quantize_linear(tmp, x):
     assert_equal(*ours_and_ort(model, {"x": x}, tmp))
 
 
+def test_nodes_sharing_a_name(tmp):
+    """ONNX does not require unique node names: two expansions under one name keep their values apart."""
+    weights = {"s": np.asarray(0.5, np.float32), "z": np.asarray(3, np.uint8)}
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"], name="quant"),
+             helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"], name="quant")]
+    model = make_model(nodes, {"x": ([2, 4, 6], F32)}, {"y": ([2, 4, 6], F32)}, weights, opset=13)
+    ours = compile_to_model(model, tmp).run({"x": X})
+    model.graph.node[1].name = "dequant"  # onnxruntime insists on unique names
+    assert_equal(ours, onnxruntime_outputs(model, {"x": X}))
+
+
 def test_refused_types_are_named():
     """int4 has no device type: the node stays and lowering names it."""
     model = node_model("QuantizeLinear", {"x": X}, {"s": np.asarray(1.0, np.float32)}, TensorProto.INT4,
