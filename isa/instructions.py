@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
-from isa.functions import ActFunc, AluOp
+from isa.functions import REDUCE_OPS, ActFunc, AluOp
 from isa.operand import Engine, Mem, Operand
 
 
@@ -234,6 +234,9 @@ def _check_predicated(instr: Instruction, target: Any) -> Iterator[str]:
 
 def _check_reduce(instr: Instruction, target: Any) -> Iterator[str]:
     d, s, axes = instr.args["dst"], instr.args["src"], instr.args["axes"]
+    if instr.args["op"] not in REDUCE_OPS:
+        yield (f"tensor_reduce reduces with {', '.join(o.name for o in sorted(REDUCE_OPS))}, "
+               f"not {instr.args['op'].name}")
     if not 1 <= axes <= len(s.dims):
         yield f"axes must be between 1 and {len(s.dims)}, got {axes}"
         return

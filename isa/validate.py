@@ -32,6 +32,14 @@ def _operand_problems(name: str, o: Operand, writes: bool, engine: Engine, targe
     if any(size < 1 or stride < 0 for size, stride in o.dims) or o.offset < 0 or o.partition_stride < 0:
         yield f"{name}: sizes must be positive, strides and offset non-negative"
         return
+    # A written operand repeats no element, so it fits its memory; a read may repeat (a broadcast), but never
+    # past what a chip's memory of its kind holds: a zero-stride read of 2**40 elements would make the runtime
+    # copy terabytes.
+    capacity = _capacity(o.mem, target, hbm_size if writes else None)
+    if o.num_partitions * o.free_size * o.dtype.size > capacity:
+        yield (f"{name}: names {o.num_partitions} x {o.free_size} elements, more bytes than {o.mem.name} holds "
+               f"({capacity})")
+        return
     if writes and any(size > 1 and stride == 0 for size, stride in o.dims):
         yield f"{name}: a written operand cannot repeat elements (zero stride)"
     if o.offset % o.dtype.size:
@@ -58,6 +66,14 @@ def _operand_problems(name: str, o: Operand, writes: bool, engine: Engine, targe
     last = o.partition_span[1]
     if last >= row:
         yield f"{name}: reaches byte {last} of a {row}-byte {o.mem.name} partition"
+
+
+def _capacity(mem: Mem, target: Target, hbm_size: int | None) -> int:
+    """The bytes of a memory: HBM's `hbm_size` when given (the bundle's), else the chip's; one core's SBUF or PSUM."""
+    if mem is Mem.HBM:
+        return target.hbm_bytes if hbm_size is None else hbm_size
+    row = target.sbuf_partition_bytes if mem is Mem.SBUF else target.psum_partition_bytes
+    return target.partitions * row
 
 
 def problems(instr: Instruction, engine: Engine, target: Target, hbm_size: int | None = None) -> list[str]:

@@ -55,6 +55,13 @@ def test_a_good_matmul_passes():
     (make("memset", dst=Operand(Mem.SBUF, DType.fp32, 0, 4, 0, ((8, 0),)), value=0.0), Engine.DVE,
      "zero stride"),
     (make("memset", dst=sb(offset=2), value=0.0), Engine.DVE, "not aligned"),
+    (make("tensor_reduce", dst=sb(f=1), src=sb(), op=AluOp.subtract, axes=1), Engine.DVE,
+     "not subtract"),
+    # a zero-stride read of 2**40 elements: more bytes than any HBM holds, refused before the runtime copies it
+    (make("dma_copy", dst=Operand(Mem.SBUF, DType.fp32, 0, 1, 0, ((2**20, 1), (2**20, 0))),
+          src=Operand(Mem.HBM, DType.fp32, 0, 1, 0, ((2**20, 0), (2**20, 0)))), Engine.DMA, "more bytes than"),
+    (make("tensor_reduce", dst=sb(f=1), src=Operand(Mem.SBUF, DType.fp32, 0, 128, 0, ((2**30, 0),)),
+          op=AluOp.add, axes=1), Engine.DVE, "more bytes than SBUF holds"),
 ])
 def test_rejected(instr, engine, expected):
     found = problems(instr, engine, TRN1)
