@@ -26,7 +26,8 @@ LEGACY = [p for p in MODELS if p.endswith("_legacy.onnx")]
 def model_inputs(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray]:
     """seeded_inputs for the float inputs; integer inputs made valid for what they feed: an attention_mask gets
     rows of ones then zeros (row 0 all ones, the others padded, at least one one per row), the indices of a
-    Gather into a weight table (token ids) are uniform over the table's rows."""
+    Gather into a weight table (token ids) are uniform over the table's rows, a recurrent node's sequence lengths
+    run from 1 to its steps."""
     infos = [SimpleNamespace(name=i.name, shape=tuple(d.dim_value for d in i.type.tensor_type.shape.dim),
                              dtype=np.dtype(helper.tensor_dtype_to_np_dtype(i.type.tensor_type.elem_type)))
              for i in model.graph.input]
@@ -42,6 +43,13 @@ def model_inputs(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray]
             lengths[0] = cols
             inputs[info.name] = (np.arange(cols)[None, :] < lengths[:, None]).astype(info.dtype)
             continue
+        recurrent = [n for n in model.graph.node
+                     if n.op_type in ("LSTM", "GRU", "RNN") and n.input[4:5] == [info.name]]
+        if recurrent:  # sequence lengths: 1 to the steps of X (time first), one row full
+            steps = next(i for i in infos if i.name == recurrent[0].input[0]).shape[0]
+            inputs[info.name] = rng.integers(1, steps + 1, info.shape).astype(info.dtype)
+            inputs[info.name][0] = steps
+            continue
         gathers = [n for n in model.graph.node if n.op_type == "Gather" and n.input[1] == info.name]
         sizes = [tables[n.input[0]][next((a.i for a in n.attribute if a.name == "axis"), 0)]
                  for n in gathers if n.input[0] in tables]
@@ -53,7 +61,8 @@ def model_inputs(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray]
 def test_models_are_there():
     names = {os.path.basename(p) for p in MODELS}
     assert {"resnet_small.onnx", "cnn_ops.onnx", "bert_legacy.onnx", "bert_modern.onnx", "gpt_legacy.onnx",
-            "gpt_modern.onnx", "cnn_qdq.onnx", "attention_int8.onnx", "refine_loop.onnx"} <= names
+            "gpt_modern.onnx", "lstm_tagger.onnx", "gru_classifier.onnx", "cnn_qdq.onnx",
+            "attention_int8.onnx", "refine_loop.onnx"} <= names
 
 
 @pytest.mark.parametrize("path", MODELS, ids=os.path.basename)
@@ -65,12 +74,13 @@ def test_model_passes_the_checker(path):
 
 @pytest.mark.parametrize("path", MODELS, ids=os.path.basename)
 def test_every_node_output_is_used(path):
-    """No dead ends: each node output feeds a node or is a graph output."""
+    """No dead ends: each node output feeds a node or is a graph output (an optional output left out is no
+    output: the GRU's Y in gru_classifier)."""
     graph = onnx.load(path).graph
     used = {i for n in graph.node for i in n.input} | {o.name for o in graph.output} | {
         name for n in graph.node for a in n.attribute if a.type == onnx.AttributeProto.GRAPH
         for name in outer_reads(a.g)}  # read in a subgraph: refine_loop's If result, in its Loop body
-    dead = [f"{n.name}: {o}" for n in graph.node for o in n.output if o not in used]
+    dead = [f"{n.name}: {o}" for n in graph.node for o in n.output if o and o not in used]  # "": not asked for
     assert not dead
 
 

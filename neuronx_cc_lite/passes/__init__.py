@@ -12,8 +12,8 @@ from typing import Callable
 from neuronx_cc_lite.errors import CompileError
 from neuronx_cc_lite.ir import Graph, print_graph
 from neuronx_cc_lite.passes import (canonicalize, eliminate_dead_code, expand_einsum, expand_functions,
-                                    expand_quantization, fold_batchnorm, fold_constants, fuse_epilogues,
-                                    inline_control_flow)
+                                    expand_quantization, expand_recurrent, fold_batchnorm, fold_constants,
+                                    fuse_epilogues, inline_control_flow)
 from neuronx_cc_lite.passes.verify import verify
 
 
@@ -40,6 +40,9 @@ PIPELINE: list[Pass] = [
          "the bodies just expanded hold shape arithmetic of their own (Attention's Shape, Gather and Range)"),
     Pass("expand-einsum", expand_einsum.run,
          "an Einsum of one or two operands is a ReduceSum, Transposes and a MatMul, which lower already"),
+    Pass("expand-recurrent", expand_recurrent.run,
+         "an LSTM, GRU or RNN over a static sequence length is a chain of matmuls and activations, one step each, "
+         "which the fusion after it folds together"),
     Pass("canonicalize", canonicalize.run,
          "older exporters spell LayerNorm and GELU as chains of small ops: one op each lowers far better"),
     Pass("fold-batchnorm", fold_batchnorm.run,
