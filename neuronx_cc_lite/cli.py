@@ -201,11 +201,33 @@ def cmd_compile(args: argparse.Namespace) -> int:
     return 0
 
 
-def _load_npz(path: str) -> dict[str, np.ndarray]:
+def _load_npz(path: str, expected: dict[str, tuple[int, ...]]) -> dict[str, np.ndarray]:
+    """The arrays of an .npz file, each one's header checked against the shape `expected` of it before its data
+    is read, so that a member declaring billions of elements costs nothing."""
+    import zipfile
+
+    from runtime.errors import InputError
+
+    if not zipfile.is_zipfile(path):
+        hint = " (an .npy file holds one array: give it as --input NAME=FILE.npy)" if path.endswith(".npy") else ""
+        raise UsageError(f"cannot read inputs from {path}: not an .npz archive{hint}")
     try:
+        with zipfile.ZipFile(path) as z:
+            for member in z.namelist():
+                name = member[:-4] if member.endswith(".npy") else member
+                if name not in expected:
+                    raise InputError(f"{path}: unknown input(s) {name} (the model takes {', '.join(expected)})")
+                with z.open(member) as f:  # the header only
+                    version = np.lib.format.read_magic(f)
+                    header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                              else np.lib.format.read_array_header_2_0)
+                    shape, _, _ = header(f)
+                if tuple(shape) != tuple(expected[name]):
+                    raise InputError(f"{path}: input {name!r}: shape {list(shape)}, expected "
+                                     f"{list(expected[name])}")
         with np.load(path, allow_pickle=False) as data:
             return {k: data[k] for k in data.files}
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as e:
         raise UsageError(f"cannot read inputs from {path}: {e}") from None
 
 
@@ -218,7 +240,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             _refuse_overwrite(written, *sources)
     model = runtime.load(args.bundle, host=_rank_host(args.bundle))
     first = model.host.process == 0  # under mpiexec, the first process writes and reports for the job
-    inputs = _load_npz(args.inputs) if args.inputs else {}
+    inputs = _load_npz(args.inputs, {i.name: i.shape for i in model.inputs}) if args.inputs else {}
     for name, path in args.input:
         try:
             inputs[name] = np.load(path, allow_pickle=False)
@@ -304,7 +326,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
     model = runtime.load(args.bundle)
     inputs = bundle_inputs(model.bundle, args.seed)
     if args.inputs:
-        inputs.update(_load_npz(args.inputs))
+        inputs.update(_load_npz(args.inputs, {i.name: i.shape for i in model.inputs}))
     model.run(inputs, trace=True)
     summary = summarize(model, top=args.top)
     print(summary_text(summary))
@@ -473,7 +495,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         model = runtime.load(path)
     inputs = bundle_inputs(b, args.seed)
     if args.inputs:
-        inputs.update(_load_npz(args.inputs))
+        inputs.update(_load_npz(args.inputs, {i.name: i.shape for i in model.inputs}))
     actual = model.run(inputs)
     expected = onnxruntime_outputs(proto, {**inputs, **input_value_arrays(proto, options.input_values)})
     bound = error_bound(options.auto_cast, options.auto_cast_type)

@@ -85,3 +85,28 @@ def test_an_interrupted_write_leaves_nothing_behind(tmp, capsys, monkeypatch, in
     assert f"NCC_INTERRUPTED: {says}" in err
     assert os.listdir(tmp) == []
     assert signal.getsignal(signal.SIGTERM) == handler  # main() puts the caller's handler back
+
+
+def _npz_declaring(path: str, name: str, shape: tuple[int, ...]) -> None:
+    """An .npz whose member's header declares `shape` but holds a few bytes of data."""
+    import io
+    import zipfile
+
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(header, {"descr": "<f4", "fortran_order": False, "shape": shape})
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr(f"{name}.npy", header.getvalue() + b"\0" * 16)  # the header writer writes the magic too
+
+
+def test_npz_inputs_are_checked_before_their_data_is_read(tmp, capsys):
+    neff = f"{tmp}/m.neff"
+    assert main(["-q", "compile", MODEL, "-o", neff, "--no-cache"]) == 0
+    _npz_declaring(f"{tmp}/huge.npz", "x", (10**6, 10**6))
+    np.save(f"{tmp}/x.npy", np.zeros((3, 100), np.float32))
+    np.savez(f"{tmp}/other.npz", z=np.zeros(3, np.float32))
+    for path, code, says in ((f"{tmp}/huge.npz", "NRT_INPUT: ", "input 'x': shape [1000000, 1000000], expected [3, 100]"),
+                       (f"{tmp}/x.npy", "NCC_USAGE: ", "not an .npz archive (an .npy file holds one array"),
+                       (f"{tmp}/other.npz", "NRT_INPUT: ", "unknown input(s) z (the model takes x)")):
+        assert main(["run", neff, "--inputs", path]) == 1
+        err = capsys.readouterr().err
+        assert code in err and says in err and len(err.strip().splitlines()) == 1, err
