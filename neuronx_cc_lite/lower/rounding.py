@@ -5,7 +5,7 @@ fmod is exact in floating point, so x - fmod(x, 1) is x truncated toward zero, e
 by one where the remainder was negative (Floor) or positive (Ceil). Mod with fmod=0 takes the divisor's sign, as
 numpy.mod: a remainder whose sign differs from the divisor's gets the divisor added (so mod(-1, inf) is inf).
 
-Round (half to even) is sign(x) * ((|x| + 2**23) - 2**23), each step rounded to fp32 as the engines write: for
+Round (half to even) is sign(x) * ((|x| + 2**23) - 2**23), each step written to an fp32 tile: for
 |x| < 2**23 the sum lies in [2**23, 2**24), where fp32's spacing is exactly 1, so round-to-nearest-even on write
 rounds |x| to the nearest integer, ties to even, and subtracting 2**23 is exact. Every fp32 of magnitude 2**23 or
 more is an integer already (or infinite): those are selected unchanged. The sign is applied after, so -0.4 gives
@@ -58,7 +58,8 @@ def round_half_even(prog: Program, dst: TileAccess, x: TileAccess) -> None:
     magnitude, big, sign = scratch(prog, dst, "magnitude"), scratch(prog, dst, "big"), scratch(prog, dst, "sign")
     ts(prog, magnitude, x, AluOp.abs_max, 0.0)
     ts(prog, big, magnitude, AluOp.greater_equal, _INTEGRAL)
-    ts(prog, magnitude, magnitude, AluOp.add, _INTEGRAL, AluOp.subtract, _INTEGRAL)  # the rounding happens here
+    ts(prog, magnitude, magnitude, AluOp.add, _INTEGRAL)  # the rounding happens here, as the fp32 tile is written
+    ts(prog, magnitude, magnitude, AluOp.subtract, _INTEGRAL)
     act(prog, sign, x, ActFunc.sign)
     tt(prog, dst, magnitude, sign, AluOp.multiply)
     select(prog, dst, x, big)
