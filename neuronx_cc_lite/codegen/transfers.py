@@ -3,16 +3,20 @@
 A queue runs one transfer at a time at one engine's rate; a 2 MiB tile on one queue takes 80 us while fifteen
 queues idle. Each piece costs a launch (1.3 us), so pieces stay large: a transfer is cut into pieces of about PIECE_BYTES
 (two at least from 64 KiB), each a band of partitions (the DMA guide's advice: >= 32 KiB per transfer, >= 4 KiB
-per partition row, which a band of a large tile keeps).
+per partition row, which a band of a large tile keeps). A load of what a collective wrote is cut finer, into
+pieces of EXCHANGE_PIECE_BYTES over more queues: it sits on the chain store -> collective -> load between ranks,
+on which nothing else runs, so its latency is all that counts (BERT-12 at --tp 2: 13% less latency).
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 
+from isa.operand import Engine
 from neuronx_cc_lite.lower.program import HbmAccess, PendingInstr, Program, TileAccess
 
 PIECE_BYTES = 128 * 1024
+EXCHANGE_PIECE_BYTES = 16 * 1024
 # A gather starts a chain of dependent work (an embedding lookup feeds everything after it): its bands are
 # smaller, so that it finishes soon after its indices arrive; so are the bands of a small transfer over many
 # partitions (its indices, a column of constants), whose cost is mostly one piece per partition.
@@ -37,11 +41,21 @@ def _band(a: TileAccess | HbmAccess, first: int, count: int) -> TileAccess | Hbm
     return replace(a, offset=a.offset + first * a.partition_stride, partitions=count)
 
 
+def _exchanged(program: Program) -> set[int]:
+    """The HBM tensors collectives write (by id)."""
+    return {id(p.args["dst"].tensor) for p in program.instrs if p.engine is Engine.CC}
+
+
 def split_transfers(program: Program) -> None:
     out: list[PendingInstr] = []
+    exchanged = _exchanged(program)
     for p in program.instrs:
         partitions = p.args["dst"].partitions if p.op in ("dma_copy", "dma_gather") else 0
-        if p.op == "dma_gather" and partitions > GATHER_PARTITIONS:
+        src = p.args.get("src")
+        if p.op == "dma_copy" and _bytes(p) > EXCHANGE_PIECE_BYTES and isinstance(src, HbmAccess) and \
+                id(src.tensor) in exchanged:
+            band = -(-partitions // min(partitions, -(-_bytes(p) // EXCHANGE_PIECE_BYTES)))
+        elif p.op == "dma_gather" and partitions > GATHER_PARTITIONS:
             band = GATHER_PARTITIONS
         elif p.op == "dma_copy" and _bytes(p) > PIECE_BYTES // 2:
             # at least two pieces above 64 KiB: a transfer alone on the critical path halves its latency
