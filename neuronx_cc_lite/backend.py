@@ -14,10 +14,10 @@ pass pipeline and asking the lowering registry for unsupported nodes; any coded 
 error (NCC_INTERNAL, a broken pass, a Python exception) is not an answer about support: the model counts as
 compatible, so that compiling it fails loudly.
 
-Inputs the compiler needs at compile time (a Reshape's shape, a reduction's axes, Pad's pads: ONNX's node tests
-often pass these as graph inputs) make a model specialise: `prepare` returns a rep that compiles at its first
-`run`, with those inputs' values built into the bundle as constants, and compiles again when a later run brings
-other values. Everything else about the run is unchanged: the other inputs go to the device.
+Inputs the compiler needs at compile time (a Reshape's shape, a reduction's axes, Pad's pads, and what decides
+control flow: an If's condition, a Loop's trip count; ONNX's node tests often pass these as graph inputs) make a
+model specialise: `prepare` returns a rep that compiles at its first `run`, with those inputs' values built into
+the bundle as constants, and compiles again when a later run brings other values. Everything else about the run is unchanged: the other inputs go to the device.
 
 `prepare` of a model that is not compatible raises `NotCompatibleError`, which is both a CompileError and a
 `unittest.SkipTest`: ONNX's node tests call `prepare` directly (without `is_compatible`), and an unsupported op
@@ -175,9 +175,10 @@ def _parameters(model: onnx.ModelProto) -> list[str]:
     inits = {i.name for i in model.graph.initializer}
     inputs = [vi.name for vi in model.graph.input if vi.name not in inits]
     found = parameter_inputs([(n.op_type, list(n.input)) for n in model.graph.node], set(inputs))
+    tensors = {vi.name for vi in model.graph.input if vi.name in inputs and vi.type.HasField("tensor_type")}
     deciding = [n.input[0] for n in model.graph.node if n.op_type in ("If", "Loop") and n.input]
-    found |= _inputs_behind(deciding, model.graph, set(inputs))
-    found |= {n.input[1] for n in model.graph.node if n.op_type == "Loop" and len(n.input) > 1} & set(inputs)
+    found |= _inputs_behind(deciding, model.graph, tensors)  # a sequence's length is no value to build in
+    found |= {n.input[1] for n in model.graph.node if n.op_type == "Loop" and len(n.input) > 1} & tensors
     return [name for name in inputs if name in found]
 
 

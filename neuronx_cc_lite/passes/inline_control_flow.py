@@ -233,7 +233,8 @@ class _Writer:
         return results
 
     def const(self, value: Any, dtype: type = np.int64) -> str:
-        return _constant(self.g, f"{self.node.name}/const", np.asarray(value, dtype=dtype))
+        self.count += 1
+        return _constant(self.g, f"{self.node.name}/const{self.count}", np.asarray(value, dtype=dtype))
 
     def take(self, x: str, axis: int, index: int) -> str:
         """x[..., index, ...] along `axis`, the axis dropped."""
