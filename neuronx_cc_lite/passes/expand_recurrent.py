@@ -262,8 +262,12 @@ def _direction(b: _Builder, d: int, x2: str, sizes: tuple[int, int, int, int], a
 
 
 def _gate(b: _Builder, xw: str, h: str, rt: str) -> str:
-    """xw + h @ R^T, the Add after the MatMul so that fuse-epilogues takes xw as the matmul's residual."""
-    return b.binary("Add", b.matmul(h, rt), xw)
+    """xw + h @ R^T, the Add after the MatMul so that fuse-epilogues takes xw as the matmul's residual. (One matmul
+    per gate rather than one for all: each gate's activation then leaves PSUM fused with it, in the layout the gate
+    arithmetic reads, where column slices of a shared result would be laid out anew through HBM.)"""
+    recurrent = b.matmul(h, rt)
+    v = b.value(recurrent)
+    return xw if v is not None and not v.any() else b.binary("Add", recurrent, xw)  # a zero state adds nothing
 
 
 def _lstm_step(b: _Builder, d: _Direction, t: int, h: str, c: str, clip: float | None,

@@ -207,8 +207,9 @@ def test_unrolled_into_matmuls_and_activations():
     assert "LSTM" not in ops
     assert ops.count("MatMul") == 1 + (T - 1) * 4  # the first step's state is the zero constant: its matmuls fold
     fused = [n.op for n in prepare(model, Options()).nodes]
-    assert fused.count("MatMulEpilogue") == 1 + (T - 1) * 4
+    assert fused.count("MatMulEpilogue") == 1 + (T - 1) * 4 and "MatMul" not in fused
     assert fused.count("Sigmoid") == 3  # the first step's i, f and o gates, which have no matmul
+    assert fused.count("Add") == T  # the cell's f*c + i*c~: the gates' Adds are in the matmuls, none at step 0
 
 
 def test_an_unknown_activation_is_refused_naming_the_node():
