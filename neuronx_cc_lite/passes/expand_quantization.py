@@ -148,10 +148,6 @@ def _input(node: Node, i: int) -> str | None:
     return node.inputs[i] if len(node.inputs) > i and node.inputs[i] else None
 
 
-def _held(g: Graph, *names: str | None) -> bool:
-    return all(device_dtype(np.dtype(g.tensors[n].dtype)) is not None for n in names if n)
-
-
 def _dequantize(b: _Builder, node: Node) -> None:
     x, scale, zero = node.inputs[0], node.inputs[1], _input(node, 2)
     axis, block = node.attrs.get("axis", 1), node.attrs.get("block_size", 0)
@@ -274,20 +270,26 @@ _EXPANSIONS = {
 }
 
 
-def _expandable(node: Node, g: Graph) -> bool:
-    names = [n for n in (*node.inputs, *node.outputs) if n]
-    if node.op not in _EXPANSIONS or node.domain not in ("", "ai.onnx") or not _held(g, *names):
-        return False
-    if any(g.tensors[n].shape is None for n in names):
-        return False
-    # a per-row scale of QLinearMatMul's left operand: onnxruntime has none either
-    return node.op != "QLinearMatMul" or int(np.prod(g.tensors[node.inputs[1]].shape)) == 1
+SINCE = {op: 11 if op == "DynamicQuantizeLinear" else 10 for op in _EXPANSIONS}  # the opset each op came in
+
+
+def why_not_expanded(node: Node, g: Graph) -> str | None:
+    """None when the node can be rewritten, else why not."""
+    for name in (n for n in (*node.inputs, *node.outputs) if n):
+        t = g.tensors[name]
+        if t.shape is None or t.dtype is None:
+            return f"the shape or type of {name!r} is not known when expand-quantization runs"
+        if device_dtype(np.dtype(t.dtype)) is None:
+            return f"tensor {name!r} has element type {t.dtype}, which the device does not hold"
+    if node.op == "QLinearMatMul" and g.tensors[node.inputs[1]].size != 1:
+        return "a per-row scale of QLinearMatMul's left operand (onnxruntime has none either)"
+    return None
 
 
 def run(g: Graph) -> Graph:
     nodes: list[Node] = []
     for node in g.nodes:
-        if _expandable(node, g):
+        if node.op in _EXPANSIONS and node.domain in ("", "ai.onnx") and why_not_expanded(node, g) is None:
             b = _Builder(g, node)
             _EXPANSIONS[node.op](b, node)
             nodes.extend(b.nodes)

@@ -23,6 +23,7 @@ from onnx import TensorProto, helper, numpy_helper
 from onnx.utils import Extractor
 
 from neuronx_cc_lite.compiler import Options, prepare
+from neuronx_cc_lite.lower import unsupported_nodes
 from neuronx_cc_lite.reference import onnxruntime_outputs, seeded_inputs
 from tests.conftest import MODELS_DIR, compile_to_model, make_model
 
@@ -270,11 +271,13 @@ def test_nodes_sharing_a_name(tmp):
 
 
 def test_refused_types_are_named():
-    """int4 has no device type: the node stays and lowering names it."""
+    """int4 has no device type: the node stays, and lowering names it and the tensor."""
     model = node_model("QuantizeLinear", {"x": X}, {"s": np.asarray(1.0, np.float32)}, TensorProto.INT4,
                        ["x", "s"], 21, output_dtype=TensorProto.INT4)
     graph = prepare(model, Options())
     assert [n.op for n in graph.nodes] == ["QuantizeLinear"]
+    [(_, op, reason)] = unsupported_nodes(graph)
+    assert op == "QuantizeLinear" and "'y' has element type int4, which the device does not hold" in reason
 
 
 def test_constant_weights_fold():
