@@ -38,6 +38,7 @@ from neuronx_cc_lite.partition import RankGraph, partition
 from neuronx_cc_lite.passes import run_pipeline
 from neuronx_cc_lite.passes.verify import verify
 from neuronx_cc_lite.precision import MODES, TYPES
+from neuronx_cc_lite.sizes import check_fits_hbm
 
 
 @dataclass
@@ -152,6 +153,7 @@ class CompiledRank:
 
 def compile_rank(graph: Graph, options: Options, target: Target) -> CompiledRank:
     """Lower, keep on chip, schedule, allocate and emit one rank's graph."""
+    check_fits_hbm(graph, target)
     cast = TYPES[options.auto_cast_type] if options.auto_cast != "none" else None
     by_rows: frozenset[str] | None = frozenset() if options.optimize >= 2 else None
     while True:

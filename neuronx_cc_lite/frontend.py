@@ -162,6 +162,10 @@ def import_model(model: onnx.ModelProto, input_shapes: Mapping[str, tuple[int, .
             raise CompileError("NCC_UNSUPPORTED_TYPE", f"value {vi.name!r} is a {kind.replace('_type', '')}; only "
                                "tensors are supported")
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+    if opset > onnx.defs.onnx_opset_version():
+        raise CompileError("NCC_UNSUPPORTED", f"the model imports opset {opset} of the ONNX domain; this compiler "
+                           f"knows opsets up to {onnx.defs.onnx_opset_version()}: export it for an older one")
+    _check_names(g)
     tensors: dict[str, Tensor] = {}
     for init in (*g.initializer, *large):
         value = _weight(init)
@@ -190,6 +194,18 @@ def import_model(model: onnx.ModelProto, input_shapes: Mapping[str, tuple[int, .
             tensors.setdefault(out, Tensor(out, None, None))  # type: ignore[arg-type]
         nodes.append(Node(n.op_type, name, list(n.input), list(n.output), attrs, n.domain))
     return Graph(g.name or "main", nodes, tensors, inputs, [o.name for o in g.output], opset)
+
+
+def _check_names(g: onnx.GraphProto) -> None:
+    """Protobuf hands back a name that is not valid UTF-8 as bytes: refuse it here, naming where it is."""
+    named = [(f"graph {kind}", vi.name) for kind, vis in (("input", g.input), ("output", g.output))
+             for vi in vis] + [("initializer", init.name) for init in g.initializer]
+    for index, n in enumerate(g.node):
+        named += [(f"node #{index}", n.name), (f"node #{index} op type", n.op_type)]
+        named += [(f"node #{index} input", v) for v in n.input] + [(f"node #{index} output", v) for v in n.output]
+    for where, value in named:
+        if isinstance(value, bytes):
+            raise CompileError("NCC_ONNX_INVALID", f"the name of {where} is not valid UTF-8: {value[:60]!r}")
 
 
 def _constant_value(attrs: dict[str, Any], name: str) -> np.ndarray:
