@@ -17,7 +17,8 @@ compatible, so that compiling it fails loudly.
 Inputs the compiler needs at compile time (a Reshape's shape, a reduction's axes, Pad's pads, and what decides
 control flow: an If's condition, a Loop's trip count; ONNX's node tests often pass these as graph inputs) make a
 model specialise: `prepare` returns a rep that compiles at its first `run`, with those inputs' values built into
-the bundle as constants, and compiles again when a later run brings other values. Everything else about the run is unchanged: the other inputs go to the device.
+the bundle as constants, and compiles again when a later run brings other values. Everything else about the run
+is unchanged: the other inputs go to the device.
 
 `prepare` of a model that is not compatible raises `NotCompatibleError`, which is both a CompileError and a
 `unittest.SkipTest`: ONNX's node tests call `prepare` directly (without `is_compatible`), and an unsupported op

@@ -141,16 +141,17 @@ def _rename_reads(graph: onnx.GraphProto, names: dict[str, str]) -> None:
         o.name = names.get(o.name, o.name)
 
 
+def _renamed_attr(value: Any, names: dict[str, str]) -> Any:
+    """An attribute value with the reads of its subgraphs (a GRAPH or GRAPHS attribute) following `names`."""
+    if isinstance(value, onnx.GraphProto):
+        return _renamed(value, names)
+    if isinstance(value, tuple) and value and isinstance(value[0], onnx.GraphProto):
+        return tuple(_renamed(v, names) for v in value)
+    return value
+
+
 def _attrs(proto: onnx.NodeProto, names: dict[str, str]) -> dict[str, Any]:
-    attrs = {}
-    for a in proto.attribute:
-        value = attr_value(a)
-        if isinstance(value, onnx.GraphProto):
-            value = _renamed(value, names)
-        elif isinstance(value, tuple) and value and isinstance(value[0], onnx.GraphProto):
-            value = tuple(_renamed(v, names) for v in value)
-        attrs[a.name] = value
-    return attrs
+    return {a.name: _renamed_attr(attr_value(a), names) for a in proto.attribute}
 
 
 def _instantiate(body: onnx.GraphProto, prefix: str, bound: dict[str, str], g: Graph,
@@ -205,7 +206,7 @@ def _bind(nodes: list[Node], results: list[str], outputs: list[str], g: Graph, p
     for n in nodes:
         n.inputs = [renames.get(i, i) for i in n.inputs]
         n.outputs = [renames.get(o, o) for o in n.outputs]
-        n.attrs = {k: _renamed(v, renames) if isinstance(v, onnx.GraphProto) else v for k, v in n.attrs.items()}
+        n.attrs = {k: _renamed_attr(v, renames) for k, v in n.attrs.items()}
     return nodes + copies
 
 
@@ -334,7 +335,7 @@ def _select(w: _Writer, running: str, new: str, old: str, node: Node) -> str:
 # ---------------------------------------------------------------------------------------------------------------
 # Scan
 
-def _scan_parts(node: Node, g: Graph) -> tuple[list[str], list[str]]:
+def _scan_parts(node: Node) -> tuple[list[str], list[str]]:
     """(initial states, scan inputs) of a Scan of opset 9 or later."""
     n = node.attrs["num_scan_inputs"]
     return node.inputs[:len(node.inputs) - n], node.inputs[len(node.inputs) - n:]
@@ -348,7 +349,7 @@ def _scan_length(node: Node, g: Graph) -> int | None:
         shapes = [g.tensors[x].shape for x in node.inputs[len(node.inputs) - n:]]
         axes = [1] * n
     else:
-        _, xs = _scan_parts(node, g)
+        _, xs = _scan_parts(node)
         shapes = [g.tensors[x].shape for x in xs]
         axes = list(node.attrs.get("scan_input_axes", [0] * len(xs)))
     if any(s is None for s in shapes):
@@ -362,7 +363,7 @@ def _unroll_scan(node: Node, g: Graph) -> list[Node]:
     length = _scan_length(node, g) or 0
     w = _Writer(node, g)
     if g.opset_of(node) >= 9:
-        states, xs = _scan_parts(node, g)
+        states, xs = _scan_parts(node)
         _limit(node, length, body)
         finals, outs = _scan_steps(node, w, body, states, xs, length, "")
         return _bind(w.nodes, [*finals, *outs], node.outputs, g, f"{node.name}/")
