@@ -78,7 +78,6 @@ def split_tensors(g: Graph, tp: int, sharded_outputs: bool) -> Plan:
 
 def partition(g: Graph, tp: int, dp: int) -> list[RankGraph]:
     groups = [g]
-    batch = [_whole(tuple(g.tensors[n].shape)) for n in g.inputs]
     dp_plan = None
     if dp > 1:
         dp_plan = split_batch(g, dp)
@@ -93,9 +92,8 @@ def partition(g: Graph, tp: int, dp: int) -> list[RankGraph]:
         for t in range(tp):
             graph = rank_graph(local, tp_plan, t, d) if tp_plan is not None else local
             verify(graph, "partition", require_static=True)
-            inputs, outputs = {}, {}
-            for name, whole in zip(g.inputs, batch):
-                inputs[name] = _dp_slice(g, name, d, dp, dp_plan)
+            inputs = {name: _dp_slice(g, name, d, dp, dp_plan) for name in g.inputs}
+            outputs = {}
             for name in g.outputs:
                 delivered = _delivered(local, name, t, tp_plan)
                 if delivered is not None:

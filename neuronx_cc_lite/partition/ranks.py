@@ -158,11 +158,11 @@ class _Builder:
                 continue
             self.nodes.append(Node(node.op, node.name, self._local_inputs(node, ins, outs), outs, dict(node.attrs),
                                    node.domain, node.opset))
-        for o, local in renamed.items():
+        for o, local in renamed.items():  # the output, as delivered, takes the output's name
             final = self.convert(local, plan.placement[o], plan.outputs[o], tuple(g.tensors[o].shape))
-            last = self.nodes[-1] if self.nodes and self.nodes[-1].outputs == [final] else None
-            assert last is not None, o
-            last.outputs = [o]
+            for node in self.nodes:
+                node.inputs = [o if name == final else name for name in node.inputs]
+                node.outputs = [o if name == final else name for name in node.outputs]
             self.tensors[o] = Tensor(o, self.tensors.pop(final).shape, g.tensors[o].dtype)
         return Graph(g.name, self.nodes, self.tensors, list(g.inputs), list(g.outputs), g.opset)
 

@@ -185,6 +185,22 @@ def test_embedding_by_vocabulary_and_head_by_vocabulary() -> None:
     assert [(p.rank, p.axis, p.start, p.stop) for p in logits.placements] == [(0, 2, 0, 4096), (1, 2, 4096, 8192)]
 
 
+def test_output_of_a_row_cut_pair_also_read_inside() -> None:
+    """y, the partial sums of an MLP pair, is a model output and Softmax's input: one AllReduce serves both."""
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.standard_normal((64, 128)).astype(np.float32), "w1"),
+             numpy_helper.from_array((rng.standard_normal((128, 64)) / 8).astype(np.float32), "w2")]
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"]), helper.make_node("Relu", ["h"], ["a"]),
+             helper.make_node("MatMul", ["a", "w2"], ["y"]), helper.make_node("Softmax", ["y"], ["z"], axis=-1)]
+    graph = helper.make_graph(nodes, "pair", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 64])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 64]),
+                               helper.make_tensor_value_info("z", TensorProto.FLOAT, [4, 64])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    _check(model, tp=4)
+    bundle = compile_model(model, Options(tp=4))
+    assert [len(c["CC"].instructions) for c in bundle.cores] == [1] * 4
+
+
 def test_refusals_name_the_node_and_dimension() -> None:
     with pytest.raises(CompileError) as e:
         compile_model(_model("bert_modern"), Options(tp=3))
