@@ -1,0 +1,283 @@
+"""Seeded mutators: each turns a seed into one hostile input of its kind and tries it. A case passes when it ends
+in a correct run or in one coded, one-line error; anything else (a traceback's exception, a multi-line message)
+is returned as the failure text.
+
+    bundle    bytes of one archive member flipped, overwritten, cut, repeated or grown; the archive re-signed with
+              a correct hash, so the reader, the schema check, the decoder and the validator must hold
+    manifest  one value anywhere in manifest.json replaced by a value of another type or range, re-signed
+    stream    one field of one instruction set to another value within its encoding, re-encoded and re-signed
+    listing   the disassembly edited (characters, numbers, lines, directives) and assembled
+    npz       input archives with wrong names, shapes, dtypes, headers or bytes, given to `run --inputs`
+    onnx      the model file with bytes flipped, or one attribute, type or dimension changed, compiled
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import io
+import json
+import random
+import sys
+import zipfile
+from typing import Any, Callable
+
+import numpy as np
+
+from isa import bundle as bundle_format
+from isa.assembly import assemble, disassemble
+from isa.bundle import HEADER, HEADER_SIZE
+from isa.codec import decode_stream, encode_stream
+from isa.errors import IsaError
+from isa.operand import Operand
+from runtime.errors import NeuronRuntimeError
+
+CODED = (IsaError, NeuronRuntimeError)
+
+
+def coded_or_failure(error: BaseException) -> str | None:
+    """None for a coded one-line error; else what is wrong with it."""
+    text = str(error)
+    code = getattr(error, "code", None)
+    if not isinstance(code, str) or not code.startswith(("NCC_", "NRT_")):
+        return f"uncoded {type(error).__name__}: {text[:300]}"
+    if "\n" in text:
+        return f"multi-line {code}: {text[:300]!r}"
+    return None
+
+
+class Base:
+    """What every mutator starts from: one small compiled model, as a bundle, its archive members and listing."""
+
+    def __init__(self, bundle: bundle_format.Bundle, model_bytes: bytes, tmp: str) -> None:
+        self.bundle = bundle
+        data = bundle_format.to_bytes(bundle)
+        with zipfile.ZipFile(io.BytesIO(data[HEADER_SIZE:])) as z:
+            self.files = {name: z.read(name) for name in sorted(z.namelist())}
+        self.listing = disassemble(bundle)
+        self.model_bytes = model_bytes
+        self.tmp = tmp
+
+
+def signed(files: dict[str, bytes], ranks: int = 1) -> bytes:
+    archive = io.BytesIO()
+    with zipfile.ZipFile(archive, "w") as z:
+        for name, content in files.items():
+            z.writestr(zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0)), content)
+    payload = archive.getvalue()
+    head = HEADER.pack(bundle_format.MAGIC, bundle_format.FORMAT_VERSION, HEADER_SIZE, ranks, len(payload),
+                       hashlib.sha256(payload).digest(), b"trn1")
+    return head.ljust(HEADER_SIZE, b"\0") + payload
+
+
+def _load_and_run(data: bytes, rng: random.Random) -> None:
+    """Load a bundle from bytes and, when it loads, run it on inputs of its declared shapes."""
+    import runtime
+
+    b = bundle_format.from_bytes(data)
+    model = runtime.Model(b)
+    inputs = {i.name: np.zeros(i.shape, np.dtype(i.dtype)) for i in model.inputs}
+    model.run(inputs, policy=rng.choice(["clock", "random"]), seed=rng.randrange(100),
+              check_races=rng.random() < 0.2)
+
+
+def _mutate_bytes(content: bytes, rng: random.Random) -> bytes:
+    out = bytearray(content)
+    for _ in range(rng.randint(1, 4)):
+        action = rng.choice(["flip", "byte", "cut", "repeat", "grow"])
+        at = rng.randrange(len(out)) if out else 0
+        if action == "flip" and out:
+            out[at] ^= 1 << rng.randrange(8)
+        elif action == "byte" and out:
+            out[at] = rng.randrange(256)
+        elif action == "cut":
+            del out[at:]
+        elif action == "repeat":
+            out[at:at] = out[at:at + rng.randint(1, 64)]
+        else:
+            out[at:at] = bytes(rng.randrange(256) for _ in range(rng.randint(1, 16)))
+    return bytes(out)
+
+
+def bundle_case(base: Base, rng: random.Random) -> None:
+    name = rng.choice(list(base.files))
+    _load_and_run(signed({**base.files, name: _mutate_bytes(base.files[name], rng)}), rng)
+
+
+def _any_value(rng: random.Random) -> Any:
+    return rng.choice([
+        lambda: rng.choice([-1, 0, 1, 2, 3, 7, 2**31, 2**32 + 1, 2**63, -2**63, 10**30]),
+        lambda: rng.choice([0.5, -0.0, 1e308, 3.0]),
+        lambda: rng.choice(["", "fp32", "float32", "bf16", "x" * 300, "\u2028", "int64", "trn2"]),
+        lambda: rng.choice([None, True, False]),
+        lambda: [rng.randrange(-2, 5) for _ in range(rng.randrange(0, 4))],
+        lambda: {"rank": rng.randrange(-1, 3)},
+        lambda: [[[[1]]]],
+    ])()
+
+
+def _paths(value: Any, at: tuple = ()) -> list[tuple]:
+    found = [at]
+    if isinstance(value, dict):
+        for k, v in value.items():
+            found += _paths(v, at + (k,))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            found += _paths(v, at + (i,))
+    return found
+
+
+def manifest_case(base: Base, rng: random.Random) -> None:
+    manifest = json.loads(base.files["manifest.json"])
+    path = rng.choice(_paths(manifest)[1:])
+    holder = manifest
+    for key in path[:-1]:
+        holder = holder[key]
+    if rng.random() < 0.15 and isinstance(holder, dict):
+        del holder[path[-1]]
+    else:
+        holder[path[-1]] = _any_value(rng)
+    _load_and_run(signed({**base.files, "manifest.json": json.dumps(manifest).encode()}), rng)
+
+
+def _new_operand(o: Operand, rng: random.Random) -> Operand:
+    field = rng.choice(["start_partition", "num_partitions", "offset", "dims", "partition_stride"])
+    if field == "dims":
+        dims = tuple((rng.choice([1, 2, 128, 2**20, 2**40]), rng.choice([0, 1, 4, -1, 2**40]))
+                     for _ in range(rng.randint(0, 5)))
+        return dataclasses.replace(o, dims=dims)
+    limit = 255 if field in ("start_partition", "num_partitions") else 2**62
+    return dataclasses.replace(o, **{field: rng.choice([0, 1, 63, 64, 127, 128, 129, 255, limit, 2**31])
+                                     if field != "partition_stride" else rng.choice([0, 1, -1, 2**40])})
+
+
+def stream_case(base: Base, rng: random.Random) -> None:
+    name = rng.choice([n for n in base.files if n.startswith("core")])
+    instrs = decode_stream(base.files[name])
+    if not instrs:
+        return
+    i = rng.randrange(len(instrs))
+    instr = instrs[i]
+    choice = rng.random()
+    if choice < 0.2:
+        instr.waits = tuple((rng.randrange(0, 40), rng.choice([0, 1, 5, 2**32 - 1])) for _ in range(rng.randint(0, 3)))
+    elif choice < 0.3:
+        instr.signal = rng.choice([None, 0, 31, 32, 300])
+    else:
+        operands = [k for k, v in instr.args.items() if isinstance(v, Operand)]
+        if not operands:
+            return
+        key = rng.choice(operands)
+        instr.args[key] = _new_operand(instr.args[key], rng)
+    try:
+        encoded = encode_stream(instrs)
+    except Exception:  # a value the encoding cannot hold: not a bundle anyone can write; draw again
+        return
+    _load_and_run(signed({**base.files, name: encoded}), rng)
+
+
+def listing_case(base: Base, rng: random.Random) -> None:
+    lines = base.listing.splitlines()
+    for _ in range(rng.randint(1, 3)):
+        k = rng.randrange(len(lines))
+        line = lines[k]
+        action = rng.choice(["char", "number", "drop", "repeat", "swap", "token"])
+        if action == "char" and line:
+            at = rng.randrange(len(line))
+            lines[k] = line[:at] + rng.choice("{}[]:=@;, .\"x0-9\r\u2028") + line[at + 1:]
+        elif action == "number":
+            words = line.split(" ")
+            digits = [j for j, w in enumerate(words) if any(c.isdigit() for c in w)]
+            if digits:
+                j = rng.choice(digits)
+                words[j] = "".join(str(rng.choice([0, 1, 128, 2**40, -3])) if c.isdigit() else c
+                                   for c in words[j])[:40]
+                lines[k] = " ".join(words)
+        elif action == "drop":
+            del lines[k]
+        elif action == "repeat":
+            lines.insert(k, line)
+        elif action == "swap":
+            j = rng.randrange(len(lines))
+            lines[k], lines[j] = lines[j], lines[k]
+        else:
+            lines.insert(k, rng.choice([".core 0", ".stream PE", ".data 0 0 4", ".end", ".bundle {}",
+                                        "0  memset", ".input {}", "; comment", ".tensor []"]))
+    b = assemble("\n".join(lines) + "\n", weights_from=base.bundle if rng.random() < 0.5 else None)
+    _load_and_run(bundle_format.to_bytes(b), rng)
+
+
+def npz_case(base: Base, rng: random.Random) -> str | None:
+    from neuronx_cc_lite.cli import main
+
+    path = f"{base.tmp}/in.npz"
+    arrays: dict[str, np.ndarray] = {}
+    for info in base.bundle.inputs:
+        shape = list(info.shape)
+        if rng.random() < 0.3 and shape:
+            shape[rng.randrange(len(shape))] = rng.choice([0, 1, 3, 10**5])
+        dtype = rng.choice([info.dtype, "float64", "int8", "bool", "complex64", "<U3"]) if rng.random() < 0.3 \
+            else info.dtype
+        arrays[info.name if rng.random() < 0.9 else rng.choice(["x", "", "a/b", "é"])] = \
+            np.zeros([min(n, 64) for n in shape], dtype=dtype) if 10**5 not in shape else np.zeros(1, dtype)
+    with open(path, "wb") as f:
+        np.savez(f, **arrays)
+    with open(path, "rb") as f:
+        data = f.read()
+    if rng.random() < 0.5:
+        data = _mutate_bytes(data, rng)
+    with open(path, "wb") as f:
+        f.write(data)
+    neff = f"{base.tmp}/base.neff"
+    captured, real = io.StringIO(), sys.stderr
+    sys.stderr = captured  # the command line logs to the stderr of the moment
+    try:
+        status = main(["-q", "run", neff, "--inputs", path, "--outputs", f"{base.tmp}/out.npz"])
+    finally:
+        sys.stderr = real
+    said = captured.getvalue().strip()
+    if status not in (0, 1) or "NCC_INTERNAL" in said or said.count("\n") > 0 or (status == 1) != bool(said):
+        raise AssertionError(f"run exited {status}: {said[:300]!r}")
+    return said.split(": ")[2] if status else None  # the error's code, or None for a run
+
+
+def onnx_case(base: Base, rng: random.Random) -> None:
+    import onnx
+
+    from neuronx_cc_lite.compiler import Options, compile_model
+    from neuronx_cc_lite.frontend import load_model
+
+    if rng.random() < 0.5:
+        data = _mutate_bytes(base.model_bytes, rng)
+    else:
+        model = onnx.load_from_string(base.model_bytes)
+        node = rng.choice(list(model.graph.node))
+        action = rng.choice(["attr", "dim", "type", "op", "input"])
+        if action == "attr" and node.attribute:
+            a = rng.choice(list(node.attribute))
+            a.i, a.f = rng.choice([-1, 0, 2**40]), rng.choice([float("nan"), -1.0, 1e30])
+            a.ints[:] = [rng.randrange(-3, 5) for _ in range(rng.randrange(0, 5))]
+        elif action == "dim":
+            vi = rng.choice(list(model.graph.input) + list(model.graph.output))
+            dims = vi.type.tensor_type.shape.dim
+            if dims:
+                dims[rng.randrange(len(dims))].dim_value = rng.choice([0, 1, 7, 2**31])
+        elif action == "type":
+            rng.choice(list(model.graph.input) + list(model.graph.output)).type.tensor_type.elem_type = \
+                rng.randrange(0, 30)
+        elif action == "op":
+            node.op_type = rng.choice(["NoSuchOp", "Loop", "If", "Relu", "Conv", ""])
+        else:
+            node.input.append(rng.choice(["", "missing", node.output[0]]))
+        data = model.SerializeToString()
+    path = f"{base.tmp}/m.onnx"
+    with open(path, "wb") as f:
+        f.write(data)
+    compile_model(load_model(path), Options())
+
+
+# Each case returns None when it ran, or the code of the error a command line reported for it.
+CASES: dict[str, Callable[[Base, random.Random], str | None]] = {
+    "bundle": bundle_case, "manifest": manifest_case, "stream": stream_case, "listing": listing_case,
+    "npz": npz_case, "onnx": onnx_case,
+}
