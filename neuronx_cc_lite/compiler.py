@@ -33,7 +33,7 @@ from neuronx_cc_lite.input_ranges import input_ranges
 from neuronx_cc_lite.ir import Graph
 from neuronx_cc_lite.lower import lower_graph, unsupported_nodes
 from neuronx_cc_lite.lower.context import LowerCtx
-from neuronx_cc_lite.lower.program import Program
+from neuronx_cc_lite.lower.program import HbmAccess, Program, TileAccess
 from neuronx_cc_lite.partition import RankGraph, partition
 from neuronx_cc_lite.passes import run_pipeline
 from neuronx_cc_lite.passes.verify import verify
@@ -123,7 +123,8 @@ def compile_graph(graph: Graph, options: Options) -> Bundle:
         outputs = [one.info(name) for name in graph.outputs]
         return _bundle([one], inputs, outputs, [], options, target, cast, flops, ranges)
     ranks = partition(graph, options.tp, options.dp)
-    compiled = [compile_rank(r.graph, options, target) for r in ranks]
+    done: dict[tuple[Any, ...], CompiledRank] = {}
+    compiled = [compile_rank(r.graph, options, target, done) for r in ranks]
     groups = [tuple(range(d * options.tp, (d + 1) * options.tp)) for d in range(options.dp)]
     inputs = [_placed(name, graph, ranks, compiled, "inputs") for name in graph.inputs]
     outputs = [_placed(name, graph, ranks, compiled, "outputs") for name in graph.outputs]
@@ -151,8 +152,12 @@ class CompiledRank:
                           (Placement(rank, view.tensor.offset, *piece),))
 
 
-def compile_rank(graph: Graph, options: Options, target: Target) -> CompiledRank:
-    """Lower, keep on chip, schedule, allocate and emit one rank's graph."""
+def compile_rank(graph: Graph, options: Options, target: Target,
+                 done: dict[tuple[Any, ...], CompiledRank] | None = None) -> CompiledRank:
+    """Lower, keep on chip, schedule, allocate and emit one rank's graph. With `done` (the ranks compiled so far,
+    by the shape of their tile program): a rank whose tile program differs from an earlier one's only in its
+    weights' bytes takes that rank's schedule, HBM layout and streams (nothing after lowering reads weight
+    bytes), and only its weights are its own."""
     check_fits_hbm(graph, target)
     cast = TYPES[options.auto_cast_type] if options.auto_cast != "none" else None
     by_rows: frozenset[str] | None = frozenset() if options.optimize >= 2 else None
@@ -176,10 +181,38 @@ def compile_rank(graph: Graph, options: Options, target: Target) -> CompiledRank
         verify_program(program, "broadcast-on-pe")
         dedupe_loads(program)
         verify_program(program, "dedupe-loads")
+    key = shape_of(program) if done is not None else ()
+    if done is not None and key in done:
+        twin = done[key]
+        for mine, theirs in zip(program.hbm, twin.program.hbm):
+            mine.offset = theirs.offset
+        return CompiledRank(graph, twin.streams, twin.hbm_size, program, ctx, on_chip)
     schedule_and_allocate(program, options.optimize)
     hbm_size = layout_hbm(program)
     streams = emit(program, hbm_size)
-    return CompiledRank(graph, streams, hbm_size, program, ctx, on_chip)
+    compiled = CompiledRank(graph, streams, hbm_size, program, ctx, on_chip)
+    if done is not None:
+        done[key] = compiled
+    return compiled
+
+
+def shape_of(program: Program) -> tuple[Any, ...]:
+    """Everything about a tile program that scheduling, allocation and emission read: each instruction with its
+    tiles and HBM tensors numbered, each tile's and tensor's size and kind; not the weights' bytes."""
+    tiles = {id(t): i for i, t in enumerate(program.tiles)}
+    tensors = {id(h): i for i, h in enumerate(program.hbm)}
+
+    def arg(v: Any) -> Any:
+        if isinstance(v, TileAccess):
+            return ("tile", tiles[id(v.tile)], v.first, v.partitions, v.offset, v.dims)
+        if isinstance(v, HbmAccess):
+            return ("hbm", tensors[id(v.tensor)], v.dtype, v.partitions, v.partition_stride, v.offset, v.dims)
+        return v
+
+    return (tuple((t.mem, t.partitions, t.free, t.dtype) for t in program.tiles),
+            tuple((h.kind, h.nbytes, h.dtype, h.layout) for h in program.hbm),
+            tuple((p.op, p.engine, p.queue, p.node, tuple((k, arg(v)) for k, v in p.args.items()))
+                  for p in program.instrs))
 
 
 def _placed(name: str, graph: Graph, ranks: list[RankGraph], compiled: list[CompiledRank], kind: str) -> TensorInfo:
