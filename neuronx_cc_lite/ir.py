@@ -89,6 +89,8 @@ def outer_reads(graph: onnx.GraphProto) -> set[str]:
 def _format_attr(value: Any) -> str:
     if isinstance(value, np.ndarray):
         return f"tensor<{value.dtype}{list(value.shape)}>"
+    if isinstance(value, onnx.GraphProto):  # an If's branch, a Loop's body: its size, not its text
+        return f"graph<{value.name}: {len(value.node)} nodes>"
     if isinstance(value, float):
         return repr(value)
     return str(value)

@@ -15,6 +15,7 @@ import runtime
 from neuronx_cc_lite.cli import main
 from neuronx_cc_lite.compiler import Options, compile_model, prepare
 from neuronx_cc_lite.errors import CompileError, UnsupportedError
+from neuronx_cc_lite.ir import print_graph
 from neuronx_cc_lite.passes import inline_control_flow
 from neuronx_cc_lite.reference import onnxruntime_outputs
 from tests.conftest import assert_close, compile_to_model, make_model
@@ -316,3 +317,8 @@ def test_analyze_lists_control_flow_it_cannot_unroll(tmp_path, capsys, model):
     out = capsys.readouterr().out
     assert "known only at run time" in out and "--input-value" in out
     assert "--input-shape" not in out and "Traceback" not in out
+
+
+def test_the_ir_dump_shows_a_kept_body_by_its_size():
+    text = print_graph(prepare(_loop_model(None, scan=False), Options(stop_after="inline-control-flow")))
+    assert "body=graph<body: 9 nodes>" in text and "MatMul" not in text
