@@ -125,6 +125,11 @@ def compile_graph(graph: Graph, options: Options) -> Bundle:
     ranks = partition(graph, options.tp, options.dp)
     done: dict[tuple[Any, ...], CompiledRank] = {}
     compiled = [compile_rank(r.graph, options, target, done) for r in ranks]
+    share = target.hbm_bytes // target.ranks_per_chip(options.ranks_lnc(target))
+    for r, c in zip(ranks, compiled):
+        if c.hbm_size > share:  # the ranks of a chip divide its HBM
+            raise CompileError("NCC_HBM_FULL", f"rank {r.rank} needs {c.hbm_size} bytes of HBM; a rank's share of a "
+                                               f"{target.name} chip is {share}")
     groups = [tuple(range(d * options.tp, (d + 1) * options.tp)) for d in range(options.dp)]
     inputs = [_placed(name, graph, ranks, compiled, "inputs") for name in graph.inputs]
     outputs = [_placed(name, graph, ranks, compiled, "outputs") for name in graph.outputs]

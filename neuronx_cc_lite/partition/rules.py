@@ -60,7 +60,6 @@ def _fit(p: Placement, shape: tuple[int, ...], n: int) -> Placement:
 
 def elementwise(node: Node, g: Graph, ins: list[Placement], n: int, decision: Shard | None):
     out_shape = _shape(g, node.outputs[0])
-    names = [i for i in node.inputs if i]
     partial = [p.partial for p in ins]
     if any(partial):
         others_whole = all(not p.shards and not p.partial for p, f in zip(ins, partial) if not f)
@@ -68,7 +67,7 @@ def elementwise(node: Node, g: Graph, ins: list[Placement], n: int, decision: Sh
                 (node.op == "Cast" and g.tensors[node.outputs[0]].dtype.kind == "f") or \
                 (node.op in ("Mul", "Div") and sum(partial) == 1 and others_whole and (partial[0] or node.op == "Mul")):
             return list(ins), [PARTIAL] * len(node.outputs)
-    maps = [_broadcast_map(_shape(g, name), out_shape) for name in names]
+    maps = [_broadcast_map(_shape(g, name), out_shape) if name else {} for name in node.inputs]  # "": absent
     mapped = [_whole(p).remap(m) for p, m in zip(ins, maps)]
     target = max(mapped, key=lambda p: len(p.shards))
     target = _fit(target, out_shape, n)
