@@ -80,7 +80,7 @@ def _reference(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> dict[str
         dims = v.type.tensor_type.shape.dim
         if len(dims) == 4:  # Y: [B, T, D, H] -> [T, D, B, H]
             order = (1, 2, 0, 3)
-        elif len(dims) == 3 and v.name in swap or v.name in ("Y_h", "Y_c"):
+        elif v.name in ("X", "initial_h", "initial_c", "Y_h", "Y_c"):  # [B, D, H] -> [D, B, H] (X: [B, T, I])
             order = (1, 0, 2)
         else:
             continue
@@ -138,6 +138,11 @@ def test_sequence_lengths_at_run_time_are_read_at_run_time(tmp, op):
 @pytest.mark.parametrize("op", GATES)
 def test_weights_given_at_run_time(tmp, op):
     _check(tmp, *_model(op, "bidirectional", initial=True, peephole=op == "LSTM", weights_at_run_time=True))
+
+
+def test_weights_and_states_given_at_run_time_batch_first(tmp):
+    """The initial states of layout 1, [B, D, H], sliced per direction on their second axis at run time."""
+    _check(tmp, *_model("LSTM", "bidirectional", layout=1, initial=True, weights_at_run_time=True))
 
 
 @pytest.mark.parametrize("op", GATES)
