@@ -62,7 +62,7 @@ def check_placements(b: Bundle) -> None:
             axis_size = info.shape[p.axis] if 0 <= p.axis < len(info.shape) else None
             if axis_size is None and not (info.shape == () and p.axis == 0):
                 raise LoadError(f"{where}: axis {p.axis} of a tensor of shape {list(info.shape)}")
-            if not 0 <= p.start < p.stop <= (1 if axis_size is None else axis_size):
+            if not 0 <= p.start <= p.stop <= (1 if axis_size is None else axis_size):  # empty tensors too
                 raise LoadError(f"{where}: [{p.start}, {p.stop}) of axis {p.axis} of shape {list(info.shape)}")
             end = p.hbm_offset + piece_bytes(info, p)
             if p.hbm_offset < 0 or end > b.hbm_size:

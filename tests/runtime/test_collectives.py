@@ -459,3 +459,9 @@ def test_an_algorithm_that_does_not_fit_the_group_is_a_load_error_naming_the_ins
     assert runtime.load(b, collective_algorithm="ring").run({"x": np.ones((3, src), np.float32)})["y"].min() == 3
     with pytest.raises(LoadError, match=r"^NRT_LOAD: core 0 CC #0 all_reduce \(node /cc/0\): hierarchical needs"):
         runtime.load(b, collective_algorithm="hierarchical")
+
+
+def test_an_empty_tensor_has_an_empty_placement():
+    b = Bundle("trn1", HBM_SIZE, [TensorInfo.whole("x", (0, 3), "float32", "fp32", IN)],
+               [TensorInfo.whole("y", (0,), "float32", "fp32", OUT)], [{}])
+    assert runtime.load(b).run({"x": np.zeros((0, 3), np.float32)})["y"].shape == (0,)
