@@ -9,10 +9,13 @@ Many ranks must not cost many chips' worth of host memory (64 ranks of 24 MiB of
 rank's memories hold only what its program can touch: its HBM array ends where the furthest operand, weight or
 tensor placement of that rank ends (the loader works that out before any view is made; the rank still addresses
 `hbm_size` bytes, which the validator enforces), and its SBUF and PSUM are allocated when an operand first names
-them.
+them. HBM is an anonymous mapping, whose pages cost memory only once touched, and only the spans some operand or
+placement names are filled with UNWRITTEN: a bundle that touches 4 bytes at the end of 3 GiB pays for a page.
 """
 
 from __future__ import annotations
+
+import mmap
 
 import numpy as np
 
@@ -27,16 +30,27 @@ class RankMemories:
     def __init__(self, target: Target, hbm_reach: list[int]) -> None:
         """`hbm_reach[r]`: how many bytes of rank r's HBM anything can touch."""
         self.target = target
-        self.hbm = [np.full(reach, UNWRITTEN, dtype=np.uint8) for reach in hbm_reach]
+        self.hbm = [_lazy_bytes(reach) for reach in hbm_reach]
+        self._hbm_spans: list[set[tuple[int, int]]] = [set() for _ in hbm_reach]  # [first, end) some view names
+        self._hbm_fill: list[list[tuple[int, int]]] | None = None  # the spans merged, until another is added
         self.sbuf: list[np.ndarray | None] = [None] * len(hbm_reach)
         self.psum: list[np.ndarray | None] = [None] * len(hbm_reach)
         # (memory, rank) -> how far into a partition row some view reaches: the bytes a run may have touched
         self._reach: dict[tuple[Mem, int], int] = {}
 
+    def touch(self, rank: int, first: int, end: int) -> None:
+        """Bytes [first, end) of `rank`'s HBM are read or written by a run: clear() fills them."""
+        if (first, end) not in self._hbm_spans[rank]:
+            self._hbm_spans[rank].add((first, end))
+            self._hbm_fill = None
+
     def clear(self) -> None:
         """Every byte a run may touch back to UNWRITTEN."""
-        for hbm in self.hbm:
-            hbm.fill(UNWRITTEN)
+        if self._hbm_fill is None:
+            self._hbm_fill = [_merged(spans) for spans in self._hbm_spans]
+        for hbm, fill in zip(self.hbm, self._hbm_fill):
+            for first, end in fill:
+                hbm[first:end].fill(UNWRITTEN)
         for (mem, rank), reach in self._reach.items():
             self._on_chip(mem, rank)[:, :reach].fill(UNWRITTEN)
 
@@ -57,6 +71,7 @@ class RankMemories:
             first, end = o.byte_span()
             if end > hbm.size:
                 raise AccessError(f"HBM access [{first}, {end}) past the {hbm.size} bytes of HBM")
+            self.touch(rank, first, end)
             base, offset, pstride = hbm, o.offset, o.partition_stride * size
         else:
             array = self._on_chip(o.mem, rank)
@@ -86,3 +101,18 @@ class RankMemories:
         for grid, (_, stride) in zip(grids[1:], o.dims):
             flat = flat + grid * (stride * size)
         return (o.mem.name, rank), np.ravel(flat)
+
+
+def _lazy_bytes(n: int) -> np.ndarray:
+    """n zero bytes whose pages the kernel provides when first touched."""
+    return np.frombuffer(mmap.mmap(-1, n), np.uint8) if n else np.zeros(0, np.uint8)
+
+
+def _merged(spans: set[tuple[int, int]]) -> list[tuple[int, int]]:
+    merged: list[tuple[int, int]] = []
+    for first, end in sorted(spans):
+        if merged and first <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((first, end))
+    return merged

@@ -55,6 +55,10 @@ class Model:
                    for name in streams}
         self._validate(engines)
         self.memory = RankMemories(self.target, self._hbm_reach())
+        for info in self.outputs:  # what the program leaves unwritten of an output reads as UNWRITTEN
+            for p in info.placements:
+                if self.host.local(p.rank):
+                    self.memory.touch(p.rank, p.hbm_offset, p.hbm_offset + piece_bytes(info, p))
         self.last_run: RunStats | None = None
         streams = []
         for rank, rank_streams in enumerate(b.cores):

@@ -129,3 +129,28 @@ def test_dma_transfers_share_the_chips_hbm_bandwidth():
     alone = model({"DMA0": streams["DMA0"]}, {}, {})
     alone.run({})
     assert alone.last_run.elapsed_ns == pytest.approx(fixed + size / target.dma_queue_gbps)
+
+
+def test_hbm_costs_only_the_pages_a_program_touches():
+    """A bundle whose one transfer touches 16 bytes at the end of 3 GiB of HBM loads and runs in far less memory
+    than 3 GiB: HBM is an anonymous mapping, and only the spans operands name are filled."""
+    from isa.bundle import Bundle, Stream, TensorInfo
+    from isa.dtypes import DType
+
+    far = 3 * 2**30 - 16
+    load = make("dma_copy", dst=sbuf(1, 4), src=hbm(far, 1, 4, DType.fp32), signal=5)
+    store = make("dma_copy", dst=hbm(0, 1, 4, DType.fp32), src=sbuf(1, 4), waits=((5, 1),))
+    b = Bundle("trn1", 3 * 2**30, [TensorInfo.whole("x", (1, 4), "float32", "fp32", far)],
+               [TensorInfo.whole("y", (1, 4), "float32", "fp32", 0)], [{"DMA0": Stream([load], [""]),
+                                                                         "DMA1": Stream([store], [""])}])
+    before = _resident_kib()
+    x = np.arange(4, dtype=np.float32).reshape(1, 4)
+    model = runtime.load(b)
+    np.testing.assert_array_equal(model.run({"x": x})["y"], x)
+    grown_kib = _resident_kib() - before  # while the model, and its HBM, are alive
+    assert grown_kib < 256 * 1024, f"loading and running grew the process by {grown_kib} KiB"
+
+
+def _resident_kib() -> int:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
