@@ -258,7 +258,7 @@ COLLECTIVE_REDUCE_OPS = frozenset({AluOp.add, AluOp.maximum, AluOp.minimum, AluO
 
 def _check_collective(instr: Instruction, target: Any) -> Iterator[str]:
     """What one rank can check alone; sizes against the group's size are checked where the groups are known
-    (isa/collectives.py)."""
+    (the runtime, runtime/collectives.py)."""
     if instr.args["group"] < 0:
         yield f"group {instr.args['group']} is negative"
     op = instr.args.get("op")
