@@ -38,6 +38,7 @@ from neuronx_cc_lite.partition import RankGraph, partition
 from neuronx_cc_lite.passes import run_pipeline
 from neuronx_cc_lite.passes.verify import verify
 from neuronx_cc_lite.precision import MODES, TYPES
+from neuronx_cc_lite.progress import phase
 from neuronx_cc_lite.sizes import check_fits_hbm
 
 
@@ -101,9 +102,11 @@ class Options:
 def prepare(model: str | os.PathLike[str] | onnx.ModelProto, options: Options,
             dump: Callable[[str, str], None] | None = None) -> Graph:
     """Frontend and passes: the graph that lowering receives."""
-    proto = model if isinstance(model, onnx.ModelProto) else load_model(model)
-    graph = import_model(proto, options.input_shapes, options.input_values)
-    return run_pipeline(graph, dump, options.dump_ir_after, options.stop_after)
+    with phase("import"):
+        proto = model if isinstance(model, onnx.ModelProto) else load_model(model)
+        graph = import_model(proto, options.input_shapes, options.input_values)
+    with phase("passes"):
+        return run_pipeline(graph, dump, options.dump_ir_after, options.stop_after)
 
 
 def compile_graph(graph: Graph, options: Options) -> Bundle:
@@ -121,8 +124,10 @@ def compile_graph(graph: Graph, options: Options) -> Bundle:
         one = compile_rank(graph, options, target)
         inputs = [one.info(name) for name in graph.inputs]
         outputs = [one.info(name) for name in graph.outputs]
-        return _bundle([one], inputs, outputs, [], options, target, cast, flops, ranges)
-    ranks = partition(graph, options.tp, options.dp)
+        with phase("package"):
+            return _bundle([one], inputs, outputs, [], options, target, cast, flops, ranges)
+    with phase("partitioning"):
+        ranks = partition(graph, options.tp, options.dp)
     done: dict[tuple[Any, ...], CompiledRank] = {}
     compiled = [compile_rank(r.graph, options, target, done) for r in ranks]
     share = target.hbm_bytes // target.ranks_per_chip(options.ranks_lnc(target))
@@ -133,7 +138,8 @@ def compile_graph(graph: Graph, options: Options) -> Bundle:
     groups = [tuple(range(d * options.tp, (d + 1) * options.tp)) for d in range(options.dp)]
     inputs = [_placed(name, graph, ranks, compiled, "inputs") for name in graph.inputs]
     outputs = [_placed(name, graph, ranks, compiled, "outputs") for name in graph.outputs]
-    return _bundle(compiled, inputs, outputs, groups, options, target, cast, flops, ranges)
+    with phase("package"):
+        return _bundle(compiled, inputs, outputs, groups, options, target, cast, flops, ranges)
 
 
 @dataclass
@@ -166,35 +172,39 @@ def compile_rank(graph: Graph, options: Options, target: Target,
     check_fits_hbm(graph, target)
     cast = TYPES[options.auto_cast_type] if options.auto_cast != "none" else None
     by_rows: frozenset[str] | None = frozenset() if options.optimize >= 2 else None
-    while True:
-        program, ctx = lower_graph(graph, target, matmul_dtype=cast,
-                                   internal_dtype=cast if options.auto_cast == "all" else None, by_rows=by_rows)
-        verify_program(program, "lowering")
-        on_chip = Report()
-        if options.optimize < 2:
-            break
-        on_chip = keep_on_chip(program)
-        # lay the stranded tensors out by rows, those the feature-major policy chose (each try adds one at least,
-        # so this ends; a by-rows tensor with one element per row, a global pool's, looks stranded too)
-        retry = frozenset(n for n in on_chip.stranded if n in graph.tensors and ctx.feature_major(n))
-        if not retry:
-            break
-        by_rows = by_rows | retry  # type: ignore[operator]
-    if options.optimize >= 2:
-        verify_program(program, "keep-on-chip")
-        broadcast_on_pe(program)
-        verify_program(program, "broadcast-on-pe")
-        dedupe_loads(program)
-        verify_program(program, "dedupe-loads")
+    with phase("lowering"):  # the tile program, kept on chip (which may lower again)
+        while True:
+            program, ctx = lower_graph(graph, target, matmul_dtype=cast, by_rows=by_rows,
+                                       internal_dtype=cast if options.auto_cast == "all" else None)
+            verify_program(program, "lowering")
+            on_chip = Report()
+            if options.optimize < 2:
+                break
+            on_chip = keep_on_chip(program)
+            # lay the stranded tensors out by rows, those the feature-major policy chose (each try adds one at
+            # least, so this ends; a by-rows tensor with one element per row, a global pool's, looks stranded too)
+            retry = frozenset(n for n in on_chip.stranded if n in graph.tensors and ctx.feature_major(n))
+            if not retry:
+                break
+            by_rows = by_rows | retry  # type: ignore[operator]
+        if options.optimize >= 2:
+            verify_program(program, "keep-on-chip")
+            broadcast_on_pe(program)
+            verify_program(program, "broadcast-on-pe")
+            dedupe_loads(program)
+            verify_program(program, "dedupe-loads")
     key = shape_of(program) if done is not None else ()
     if done is not None and key in done:
         twin = done[key]
         for mine, theirs in zip(program.hbm, twin.program.hbm):
             mine.offset = theirs.offset
         return CompiledRank(graph, twin.streams, twin.hbm_size, program, ctx, on_chip)
-    schedule_and_allocate(program, options.optimize)
-    hbm_size = layout_hbm(program)
-    streams = emit(program, hbm_size)
+    with phase("scheduling"):
+        schedule_and_allocate(program, options.optimize)
+    with phase("allocation"):  # of HBM
+        hbm_size = layout_hbm(program)
+    with phase("emit"):
+        streams = emit(program, hbm_size)
     compiled = CompiledRank(graph, streams, hbm_size, program, ctx, on_chip)
     if done is not None:
         done[key] = compiled
@@ -276,7 +286,8 @@ def schedule_and_allocate(program: Program, optimize: int) -> None:
         for p, e in zip(lowered, engines):
             p.engine = e
     assign_queues_in_order(program)
-    allocate(program)
+    with phase("allocation"):  # -O2's scheduling places the tiles as it goes
+        allocate(program)
 
 
 def compile_model(model: str | os.PathLike[str] | onnx.ModelProto, options: Options | None = None,

@@ -27,3 +27,23 @@ def test_every_error_code_is_in_the_readme_table():
     missing = sorted(c for c in codes
                      if f"`{c}`" not in table and not (c.startswith("NCC_ISA_") and "`NCC_ISA_*`" in table))
     assert not missing, f"error codes missing from the README's table: {missing}"
+
+
+def test_the_readme_operator_count_is_list_operators_count():
+    from neuronx_cc_lite.lower import LOWERINGS
+    from neuronx_cc_lite.lower.registry import INTERNAL_OPS
+
+    with open(os.path.join(ROOT, "README.md")) as f:
+        readme = f.read()
+    stated = re.search(r"(\d+) ONNX operators \(`neuronx-cc-lite list-operators`\)", readme)
+    assert stated, "the README no longer states the operator count"
+    assert int(stated.group(1)) == len(set(LOWERINGS) - INTERNAL_OPS)
+
+
+def test_the_readme_links_work_from_a_clone():
+    """Markdown links point inside the repository; the shared folder beside a checkout is named, not linked."""
+    with open(os.path.join(ROOT, "README.md")) as f:
+        readme = f.read()
+    for target in re.findall(r"\]\(([^)#]+)\)", readme):
+        if not target.startswith(("http://", "https://")):
+            assert os.path.exists(os.path.join(ROOT, target)), f"README links to {target}, missing from a clone"

@@ -39,6 +39,7 @@ from isa.costs import Port, dma_cost, duration_ns, ports
 from isa.instructions import OPS, Instruction
 from isa.operand import READABLE, WRITABLE, Engine, Mem
 from isa.target import Target
+from neuronx_cc_lite import progress
 from neuronx_cc_lite.codegen.allocate import OnChipMemory, tile_uses
 from neuronx_cc_lite.codegen.deps import dependencies
 from neuronx_cc_lite.lower.program import HbmAccess, PendingInstr, Program, Tile, TileAccess
@@ -284,6 +285,7 @@ def schedule(program: Program) -> list[list[int]]:
                 port_free[p] = end
             instrs[i].engine = e
         order.append(i)
+        progress.step("scheduling", len(order), n, "instructions")
         scheduled[i] = True
         while frontier < n and scheduled[frontier]:
             frontier += 1

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from isa.dtypes import DType
 from isa.target import Target
+from neuronx_cc_lite import progress
 from neuronx_cc_lite.ir import Graph
 from neuronx_cc_lite.lower import (  # noqa: F401  (each module registers its lowerings)
     activations, batchnorm, cast, collective, concat, conv, cumsum, einsum, elementwise, feature_norm, gather,
@@ -24,7 +25,8 @@ def lower_graph(g: Graph, target: Target, matmul_dtype: DType | None = None,
     not to lay out feature-major (None: none at all, for programs whose tensors stay in HBM)."""
     program = Program(target, matmul_dtype)
     ctx = LowerCtx(g, program, internal_dtype, by_rows)
-    for node in g.nodes:
+    for k, node in enumerate(g.nodes):
+        progress.step("lowering", k, len(g.nodes), node.name)
         program.node = node.name
         LOWERINGS[node.op].lower(ctx, node)
     ctx.materialize_outputs()

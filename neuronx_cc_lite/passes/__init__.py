@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+from neuronx_cc_lite import progress
 from neuronx_cc_lite.errors import CompileError
 from neuronx_cc_lite.ir import Graph, print_graph
 from neuronx_cc_lite.passes import (canonicalize, eliminate_dead_code, expand_einsum, expand_functions,
@@ -67,7 +68,8 @@ def run_pipeline(g: Graph, dump_after: Callable[[str, str], None] | None = None,
     verify(g, "import")
     if dump_after and "import" in dump:
         dump_after("import", print_graph(g))
-    for p in PIPELINE:
+    for k, p in enumerate(PIPELINE):
+        progress.step("passes", k, len(PIPELINE), p.name)
         g = p.run(g)
         verify(g, p.name)
         if dump_after and p.name in dump:
