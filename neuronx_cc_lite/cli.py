@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
+from neuronx_cc_lite import progress
+
 if TYPE_CHECKING:
     from isa.target import Target
 
@@ -162,12 +164,10 @@ def _compile_cached(args: argparse.Namespace, options: Any, model: Any) -> Any:
     from neuronx_cc_lite.compiler import compile_graph, prepare
 
     def build() -> Any:
-        start = time.perf_counter()
-        graph = prepare(model, options, _dump)
-        log.debug(f"import and graph passes: {time.perf_counter() - start:.3f} s")
-        lowered = time.perf_counter()
-        b = compile_graph(graph, options)
-        log.debug(f"lowering to the bundle: {time.perf_counter() - lowered:.3f} s")
+        with progress.timed() as seconds:
+            b = compile_graph(prepare(model, options, _dump), options)
+        for name, took in seconds.items():
+            log.info(f"{name + ':':<14}{took:7.3f} s")
         return b
 
     use = not (args.no_cache or options.dump_ir_after)
@@ -248,8 +248,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             raise UsageError(f"cannot read input {name} from {path}: {e}") from None
     if args.profile and args.policy != "clock":
         raise UsageError("--profile needs simulated time: use it with --policy clock")
-    outputs = model.run(inputs, policy=args.policy, seed=args.seed, trace=bool(args.profile),
-                        check_races=args.check_races)
+    with progress.simulating(model):
+        outputs = model.run(inputs, policy=args.policy, seed=args.seed, trace=bool(args.profile),
+                            check_races=args.check_races)
     stats = model.last_run
     if not first:
         return 0
@@ -327,7 +328,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
     inputs = bundle_inputs(model.bundle, args.seed)
     if args.inputs:
         inputs.update(_load_npz(args.inputs, {i.name: i.shape for i in model.inputs}))
-    model.run(inputs, trace=True)
+    with progress.simulating(model):
+        model.run(inputs, trace=True)
     summary = summarize(model, top=args.top)
     print(summary_text(summary))
     if args.json:
@@ -496,7 +498,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     inputs = bundle_inputs(b, args.seed)
     if args.inputs:
         inputs.update(_load_npz(args.inputs, {i.name: i.shape for i in model.inputs}))
-    actual = model.run(inputs)
+    with progress.simulating(model):
+        actual = model.run(inputs)
     expected = onnxruntime_outputs(proto, {**inputs, **input_value_arrays(proto, options.input_values)})
     bound = error_bound(options.auto_cast, options.auto_cast_type)
     ok = True
@@ -769,7 +772,8 @@ def main(argv: list[str] | None = None) -> int:
     on_main_thread = threading.current_thread() is threading.main_thread()  # handlers can only be set there
     previous = signal.signal(signal.SIGTERM, _raise_terminated) if on_main_thread else None
     try:
-        return _run(args)
+        with progress.shown(handlers[0], enabled=not args.quiet):  # a status line, on a terminal only
+            return _run(args)
     finally:
         if on_main_thread:
             signal.signal(signal.SIGTERM, previous)  # main() may be called inside a longer-lived program

@@ -1,0 +1,183 @@
+"""Progress on long work, and how long each phase of a compile took.
+
+Progress is one status line on stderr, rewritten in place ("\\r") and erased when the work ends, only when stderr is
+a terminal: logs, pipes and tests see nothing. The work only sets the line's text, which costs a global lookup when
+nothing is shown; a background thread draws it, at most ten times a second (and not at all for work shorter than a
+tenth of a second). A simulation is polled rather than told, so the runtime needs no hook.
+
+    with progress.shown(console_handler):                # the command line, around a command
+        with progress.timed() as seconds:                # {phase: seconds} of the phases run inside
+            with progress.phase("lowering"):             # the compiler, around a phase (summed over ranks)
+                for k, node in enumerate(nodes):
+                    progress.step("lowering", k, len(nodes), node.name)
+        with progress.simulating(model):                 # "simulating 1200/5000 instructions"
+            model.run(inputs)
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import threading
+import time
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator, TextIO
+
+INTERVAL = 0.1  # seconds between redraws: ten a second at most
+
+
+class StatusLine:
+    """The line on a terminal stream. `text` (or `poll()`, when set) is what to show; a daemon thread draws it
+    every `interval` seconds when it changed."""
+
+    def __init__(self, stream: TextIO, interval: float = INTERVAL) -> None:
+        self.stream = stream
+        self.interval = interval
+        self.text = ""
+        self.poll: Callable[[], str] | None = None
+        self._drawn = ""
+        self._lock = threading.Lock()  # the drawing thread and erase() (from a log record) write the same line
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="progress", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                text = self.poll() if self.poll is not None else self.text
+            except Exception:  # noqa: BLE001 - a poll racing the work it reads: keep the last line
+                continue
+            self.draw(text)
+
+    def draw(self, text: str) -> None:
+        with self._lock:
+            if text == self._drawn:
+                return
+            width = shutil.get_terminal_size().columns - 1  # a wrapped line could not be rewritten
+            self.stream.write("\r" + text[:width] + "\x1b[K")
+            self.stream.flush()
+            self._drawn = text
+
+    def erase(self) -> None:
+        with self._lock:
+            if self._drawn:
+                self.stream.write("\r\x1b[K")
+                self.stream.flush()
+                self._drawn = ""
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.erase()
+
+
+class _Eraser(logging.Filter):
+    """Erases the status line before a log record prints on its stream (the next tick draws it again)."""
+
+    def __init__(self, line: StatusLine) -> None:
+        super().__init__()
+        self.line = line
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        self.line.erase()
+        return True
+
+
+_line: StatusLine | None = None  # the line being shown, if any
+
+
+class _Timing(threading.local):
+    """A thread's phase timing: compiles in other threads (the Python API) keep their own."""
+
+    seconds: dict[str, float] | None = None  # the phases' times, inside timed()
+    running: list[str]  # the phases entered and not left, innermost last
+    lapped = 0.0  # when the innermost phase's time was last added
+
+    def __init__(self) -> None:
+        self.running = []
+
+
+_timing = _Timing()
+
+
+@contextmanager
+def shown(handler: logging.StreamHandler[Any], enabled: bool = True, interval: float = INTERVAL) -> Iterator[None]:
+    """Show progress on the handler's stream while inside, if it is a terminal (asked once, here)."""
+    global _line
+    stream = handler.stream
+    if not enabled or _line is not None or not (hasattr(stream, "isatty") and stream.isatty()):
+        yield
+        return
+    line = StatusLine(stream, interval)
+    eraser = _Eraser(line)
+    handler.addFilter(eraser)
+    _line = line
+    try:
+        yield
+    finally:
+        _line = None
+        handler.removeFilter(eraser)
+        line.close()
+
+
+def step(label: str, done: int, total: int | None = None, detail: str = "") -> None:
+    """Say how far `label` has come: done of total, and what it works on now."""
+    line = _line
+    if line is None:
+        return
+    line.text = f"{label} {done}{'' if total is None else f'/{total}'} {detail}".rstrip()
+
+
+@contextmanager
+def timed() -> Iterator[dict[str, float]]:
+    """The seconds each phase() inside took, in the order they first ran."""
+    outer, seconds = _timing.seconds, {}
+    _timing.seconds = seconds
+    try:
+        yield seconds
+    finally:
+        _timing.seconds = outer
+
+
+@contextmanager
+def phase(name: str) -> Iterator[None]:
+    """A phase of the work: named on the status line, and timed when inside timed(). A phase run again (per rank)
+    adds up; a phase inside another counts for itself only, so that the phases add up to the whole."""
+    if _line is not None:
+        _line.text = f"{name}..."
+    _lap()
+    _timing.running.append(name)
+    try:
+        yield
+    finally:
+        _lap()
+        _timing.running.pop()
+
+
+def _lap() -> None:
+    """Add the time since the last lap to the innermost running phase."""
+    now = time.perf_counter()
+    running, seconds = _timing.running, _timing.seconds
+    if running and seconds is not None:
+        seconds[running[-1]] = seconds.get(running[-1], 0.0) + now - _timing.lapped
+    _timing.lapped = now
+
+
+@contextmanager
+def simulating(model: Any) -> Iterator[None]:
+    """While the model runs, show how many of its instructions the simulator has completed, by polling the
+    simulator's streams (their program counters) from the drawing thread."""
+    line = _line
+    if line is None:
+        yield
+        return
+
+    def poll() -> str:
+        streams = model.simulator.streams
+        return f"simulating {sum(s.pc for s in streams)}/{sum(len(s.ops) for s in streams)} instructions"
+
+    line.poll = poll
+    try:
+        yield
+    finally:
+        line.poll = None

@@ -1,0 +1,145 @@
+"""neuronx_cc_lite/progress.py: a status line on a terminal only, rewritten in place at most ten times a second and
+erased at the end; the compile's phase timings at the info level."""
+
+from __future__ import annotations
+
+import io
+import logging
+import os
+import re
+import select
+import time
+from types import SimpleNamespace
+
+import pytest
+
+from neuronx_cc_lite import progress
+from neuronx_cc_lite.cli import main
+from tests.conftest import MODELS_DIR
+
+MLP = os.path.join(MODELS_DIR, "mlp_small.onnx")
+PHASES = ("import", "passes", "lowering", "scheduling", "allocation", "emit", "package")
+
+
+class _Terminal(io.StringIO):
+    """A stream that says it is a terminal, counting its writes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes = 0
+
+    def isatty(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        self.writes += 1
+        return super().write(text)
+
+
+def test_nothing_is_shown_when_stderr_is_not_a_terminal(tmp, capsys):
+    assert main(["compile", MLP, "-o", f"{tmp}/m.neff", "--no-cache"]) == 0
+    assert main(["profile", f"{tmp}/m.neff"]) == 0
+    err = capsys.readouterr().err
+    assert "\r" not in err and "\x1b" not in err
+    with progress.shown(logging.StreamHandler(io.StringIO())):
+        assert progress._line is None  # no thread, and step() returns at once
+        progress.step("lowering", 1, 2)
+
+
+def test_a_terminal_sees_one_line_rewritten_in_place_and_erased():
+    master, slave = os.openpty()
+    stream = os.fdopen(slave, "w")
+    handler = logging.StreamHandler(stream)
+    log = logging.getLogger("tests.progress")
+    log.addHandler(handler)
+    log.propagate = False
+    try:
+        with progress.shown(handler, interval=0.02):
+            for k in range(5):
+                progress.step("lowering", k, 5, f"node{k}")
+                time.sleep(0.05)
+            log.warning("a message in between")
+            time.sleep(0.05)
+    finally:
+        log.removeHandler(handler)
+        stream.close()
+    out = b""
+    while select.select([master], [], [], 0.1)[0]:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # the other end is closed
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.close(master)
+    text = out.decode()
+    assert "\rlowering 4/5 node4\x1b[K" in text
+    assert "\r\x1b[Ka message in between" in text  # the line makes way for the log record...
+    assert text.endswith("\r\x1b[K")  # ...and is erased at the end
+    assert text.count("a message in between") == 1
+
+
+def test_updates_are_throttled():
+    terminal = _Terminal()
+    with progress.shown(logging.StreamHandler(terminal), interval=0.1):
+        start = time.perf_counter()
+        k = 0
+        while time.perf_counter() - start < 0.35:
+            progress.step("scheduling", k, None, "instructions")
+            k += 1
+    assert k > 1000
+    assert 2 <= terminal.writes <= 5 + 1  # ten a second at most, and the erase
+    assert terminal.getvalue().endswith("\r\x1b[K")
+
+
+def test_a_simulation_is_polled():
+    terminal = _Terminal()
+    streams = [SimpleNamespace(pc=3, ops=[None] * 4), SimpleNamespace(pc=0, ops=[None] * 6)]
+    model = SimpleNamespace(simulator=SimpleNamespace(streams=streams))
+    with progress.shown(logging.StreamHandler(terminal), interval=0.01):
+        with progress.simulating(model):
+            time.sleep(0.1)
+    assert "\rsimulating 3/10 instructions\x1b[K" in terminal.getvalue()
+
+
+def test_phases_are_timed_and_added_up():
+    with progress.timed() as seconds:
+        for _ in range(2):
+            with progress.phase("lowering"):
+                time.sleep(0.01)
+        with progress.phase("emit"):
+            pass
+    assert list(seconds) == ["lowering", "emit"] and seconds["lowering"] >= 0.02
+    with progress.phase("outside"):  # no timed(): nothing recorded, nothing fails
+        pass
+
+
+def _timings(err: str) -> dict[str, float]:
+    return {m.group(1): float(m.group(2)) for m in re.finditer(r"^(\w+):\s+(\d+\.\d+) s$", err, re.M)}
+
+
+def test_compile_logs_each_phase_at_info_and_not_with_q(tmp, capsys):
+    assert main(["compile", MLP, "-o", f"{tmp}/a.neff", "--no-cache"]) == 0
+    timings = _timings(capsys.readouterr().err)
+    assert tuple(timings) == PHASES and all(s >= 0 for s in timings.values())
+    assert main(["-q", "compile", MLP, "-o", f"{tmp}/b.neff", "--no-cache"]) == 0
+    assert _timings(capsys.readouterr().err) == {}
+    assert main(["compile", MLP, "-o", f"{tmp}/c.neff", "--no-cache", "--verbose", "warning"]) == 0
+    assert _timings(capsys.readouterr().err) == {}
+
+
+@pytest.mark.parametrize("level", ["-O1", "-O2"])
+def test_every_optimisation_level_has_every_phase(tmp, capsys, level):
+    assert main(["compile", MLP, "-o", f"{tmp}/m.neff", "--no-cache", level]) == 0
+    assert tuple(_timings(capsys.readouterr().err)) == PHASES
+
+
+def test_a_phase_inside_another_counts_for_itself_only():
+    with progress.timed() as seconds:
+        with progress.phase("scheduling"):
+            time.sleep(0.02)
+            with progress.phase("allocation"):
+                time.sleep(0.05)
+    assert list(seconds) == ["scheduling", "allocation"]
+    assert 0.02 <= seconds["scheduling"] < 0.05 <= seconds["allocation"]
