@@ -37,8 +37,8 @@ def compile(model: str | os.PathLike[str] | onnx.ModelProto, *,  # noqa: A001 - 
     array} to pin inputs to constants (the Ifs and Loops they decide fold), optimize 1 (fast compiles) or 2 (the best
     code), tp N (tensor parallel: N ranks share each layer), dp N (data parallel: N replica groups, each on its
     share of the batch), lnc 1 | 2 (physical cores per rank; None: the target's default). With `output`, the
-    bundle is also written there, atomically. The compile cache (neuronx_cc_lite/cache.py) answers a model compiled before with the same options; `cache_dir` overrides where it lives, `cache=False`
-    skips it. Errors raise neuronx_cc_lite.errors.CompileError (its `code` is the one-line error's code)."""
+    bundle is also written there, atomically. The compile cache (neuronx_cc_lite/cache.py) answers a model
+    compiled before with the same options; `cache_dir` overrides where it lives, `cache=False` skips it. Errors raise neuronx_cc_lite.errors.CompileError (its `code` is the one-line error's code)."""
     import numpy as np
 
     from isa import bundle as bundle_format

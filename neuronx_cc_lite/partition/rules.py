@@ -257,7 +257,7 @@ def along_axis(node: Node, g: Graph, ins: list[Placement], n: int, decision: Sha
     """Split, Concat and Slice: the axes they cut or join must be whole; the rest pass through."""
     rank = len(_shape(g, node.inputs[0]))
     if node.op == "Slice":
-        axes = _axes_from(node, g, rank, attr="", index=3)
+        axes = _axes_from(node, g, rank, index=3)
         whole = axes if axes is not None else set(range(rank))
         p = _whole(ins[0]).without(whole)
         return [p] + [REPLICATED] * (len(node.inputs) - 1), [p]
