@@ -46,6 +46,8 @@ def _refuse(message: str, node: str | None = None) -> CompileError:
 
 def split_batch(g: Graph, dp: int) -> Plan:
     """The plan of --dp: every input cut on axis 0; refused when something needs the whole batch."""
+    if not g.inputs:
+        raise _refuse(f"--dp {dp}: the model has no inputs to split")
     inputs = {}
     for name in g.inputs:
         shape = tuple(g.tensors[name].shape)
