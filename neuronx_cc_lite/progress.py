@@ -36,7 +36,7 @@ class StatusLine:
         self.text = ""
         self.poll: Callable[[], str] | None = None
         self._drawn = ""
-        self._lock = threading.Lock()  # the drawing thread and erase() (from a log record) write the same line
+        self._lock = threading.Lock()  # the drawing thread and the work's log records write the same line
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="progress", daemon=True)
         self._thread.start()
@@ -59,11 +59,16 @@ class StatusLine:
             self._drawn = text
 
     def erase(self) -> None:
+        self.write_over("")
+        self.stream.flush()
+
+    def write_over(self, text: str) -> int:
+        """Erase the line and write `text` in its place, with no redraw in between."""
         with self._lock:
             if self._drawn:
                 self.stream.write("\r\x1b[K")
-                self.stream.flush()
                 self._drawn = ""
+            return self.stream.write(text) if text else 0
 
     def close(self) -> None:
         self._stop.set()
@@ -71,16 +76,19 @@ class StatusLine:
         self.erase()
 
 
-class _Eraser(logging.Filter):
-    """Erases the status line before a log record prints on its stream (the next tick draws it again)."""
+class _Erasing:
+    """The handler's stream while the line shows: a log record takes the line's place; the next tick draws the
+    line again below it."""
 
-    def __init__(self, line: StatusLine) -> None:
-        super().__init__()
+    def __init__(self, stream: TextIO, line: StatusLine) -> None:
+        self.stream = stream
         self.line = line
 
-    def filter(self, record: logging.LogRecord) -> bool:
-        self.line.erase()
-        return True
+    def write(self, text: str) -> int:
+        return self.line.write_over(text)
+
+    def __getattr__(self, name: str) -> Any:  # flush, isatty, ...: the stream's
+        return getattr(self.stream, name)
 
 
 _line: StatusLine | None = None  # the line being shown, if any
@@ -109,14 +117,13 @@ def shown(handler: logging.StreamHandler[Any], enabled: bool = True, interval: f
         yield
         return
     line = StatusLine(stream, interval)
-    eraser = _Eraser(line)
-    handler.addFilter(eraser)
+    handler.setStream(_Erasing(stream, line))  # type: ignore[arg-type]
     _line = line
     try:
         yield
     finally:
         _line = None
-        handler.removeFilter(eraser)
+        handler.setStream(stream)
         line.close()
 
 
@@ -152,6 +159,8 @@ def phase(name: str) -> Iterator[None]:
     finally:
         _lap()
         _timing.running.pop()
+        if _line is not None and not _timing.running:
+            _line.text = ""  # not the name of a phase that has ended
 
 
 def _lap() -> None:
