@@ -142,6 +142,16 @@ def test_dequantize_to_float16(tmp):
     assert_equal(*ours_and_ort(model, feeds, tmp))
 
 
+def test_quantize_float16(tmp):
+    """From opset 19 x and its scale may be float16: both convert to fp32 exactly, and the fp32 quotient rounds as
+    onnxruntime's does, ties included."""
+    x = (RNG.standard_normal((4, 64)) * 100).astype(np.float16)
+    x[0, :8] = np.asarray([0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 3.5, 4.5], np.float16) * np.float16(0.375)
+    weights = {"s": np.asarray(0.375, np.float16), "z": np.asarray(1, np.int8)}
+    model = node_model("QuantizeLinear", {"x": x}, weights, I8, ["x", "s", "z"], 19)
+    assert_equal(*ours_and_ort(model, {"x": x}, tmp))
+
+
 def test_round(tmp):
     """Half to even at every tie, magnitudes where fp32's spacing is 1/2 (2**22) and 1 (2**23), infinities,
     NaN, and -0.4 to -0.0."""
