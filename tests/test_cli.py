@@ -190,24 +190,26 @@ def _if_and_loop_model() -> onnx.ModelProto:
 
 
 def test_analyze_reports_subgraph_ops_and_what_they_leave_dynamic(tmp, capsys):
-    """If and Loop are reported like any unsupported op (no internal error); a node whose shape the If leaves open
-    is told why, and nobody is told to pin input shapes that are static already."""
+    """An If on a run-time value is reported with why it stays and how to make it fold (no internal error); the
+    Loop with a constant trip count is unrolled; a node whose shape the If leaves open is told why, and nobody is
+    told to pin input shapes that are static already."""
     onnx.save(_if_and_loop_model(), f"{tmp}/m.onnx")
     assert _cli("analyze", f"{tmp}/m.onnx") == 1
     captured = capsys.readouterr()
     assert captured.err == ""
     out = captured.out
-    assert "2 of 5 nodes supported (40.0%)" in out
-    assert "unsupported: the_if (If): operator If is not supported" in out
-    assert "unsupported: the_loop (Loop): operator Loop is not supported" in out
-    assert "unsupported: pick (Gather): the shape of 'z' is not static after constant folding: it comes out of the " \
-           "subgraph of If node 'the_if'" in out
-    assert "pin" not in out and "--input-shape" not in out
+    assert "5 of 7 nodes supported (71.4%)" in out  # the Loop's three Adds among them
+    assert "unsupported: the_if (If): its condition 'positive' is known only at run time (it depends on input(s) " \
+           "'x'); an If compiles when its condition folds to a constant (pin the input with --input-value" in out
+    assert "the_loop" not in out
+    assert "unsupported: pick (Gather): the shape of 'z' is not static after constant folding: If node 'the_if' " \
+           "stays for run time" in out
+    assert "--input-shape" not in out
 
     assert _cli("compile", f"{tmp}/m.onnx", "-o", f"{tmp}/m.neff") == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("neuronx-cc-lite: error: NCC_SHAPE_DYNAMIC: node 'the_if' (If)")
-    assert "pin" not in err and "--input-shape" not in err and not os.path.exists(f"{tmp}/m.neff")
+    assert "--input-shape" not in err and not os.path.exists(f"{tmp}/m.neff")
 
 
 @pytest.mark.slow
