@@ -97,11 +97,22 @@ def dma_pieces(a: Operand, b: Operand) -> int:
     return n // ra + n // rb - n // math.lcm(ra, rb)
 
 
+# An indirect DMA: (the operand of its rows, one per partition; the table's row 0).
+INDIRECT = {"dma_gather": ("dst", "src"), "dma_scatter": ("src", "dst")}
+
+
+def dma_elements(instr: Instruction) -> int:
+    """The elements a DMA moves: an indirect one's rows, whatever the size of its table."""
+    moved = instr.args[INDIRECT[instr.op][0]] if instr.op in INDIRECT else instr.args["dst"]
+    return moved.num_partitions * moved.free_size
+
+
 def dma_cost(instr: Instruction, target: Target) -> DmaCost:
     dst, src = instr.args["dst"], instr.args["src"]
-    n = dst.num_partitions * dst.free_size
-    if instr.op == "dma_gather":  # one table row per partition
-        pieces = dst.num_partitions * max(1, dst.free_size // max(1, contiguous_run(src)))
+    n = dma_elements(instr)
+    if instr.op in INDIRECT:  # one table row per partition
+        moved, row = (instr.args[name] for name in INDIRECT[instr.op])
+        pieces = moved.num_partitions * max(1, moved.free_size // max(1, contiguous_run(row)))
     else:
         pieces = dma_pieces(dst, src)
     sides = ((dst, n * dst.dtype.size), (src, n * src.dtype.size))

@@ -77,7 +77,16 @@ class Instruction:
         return [o for f, o in self.operands() if not f.writes] + list(implicit.values())
 
     def writes(self) -> list[Operand]:
-        return [o for f, o in self.operands() if f.writes]
+        implicit = self.spec.implicit_writes(self) if self.spec.implicit_writes else {}
+        return [o for f, o in self.operands() if f.writes] + list(implicit.values())
+
+    def implicit_operands(self) -> dict[str, tuple[Operand, bool]]:
+        """The memory touched beyond the fields' own operands, by name, with whether it is written."""
+        spec = self.spec
+        found: dict[str, tuple[Operand, bool]] = {}
+        for hook, writes in ((spec.implicit_reads, False), (spec.implicit_writes, True)):
+            found.update({name: (o, writes) for name, o in (hook(self) if hook else {}).items()})
+        return found
 
 
 Cycles = Callable[[Instruction, Any], int]  # (instruction, Target) -> engine cycles
@@ -93,8 +102,9 @@ class OpSpec:
     cycles: Cycles | None  # None: timed by the DMA model, not in engine cycles
     check: Check | None = None
     doc: str = ""
-    # Memory read beyond the operands' own footprints, by name (the whole table of an indirect DMA).
+    # Memory read or written beyond the operands' own footprints, by name (the whole table of an indirect DMA).
     implicit_reads: Callable[[Instruction], dict[str, Operand]] | None = None
+    implicit_writes: Callable[[Instruction], dict[str, Operand]] | None = None
     # A collective: every rank of its replica group runs it together (the runtime's collective model times it).
     collective: bool = False
     field_index: dict[str, Field] = field(init=False, repr=False, compare=False)
@@ -144,22 +154,38 @@ def _check_dma(instr: Instruction, target: Any) -> Iterator[str]:
     yield from _same_elements(instr, ("src",))
 
 
-def _check_gather(instr: Instruction, target: Any) -> Iterator[str]:
-    d, s, index = instr.args["dst"], instr.args["src"], instr.args["index"]
-    if s.num_partitions != 1:
-        yield "src describes one row of the table: one partition"
-    if d.free_size != s.free_size:
-        yield f"dst holds {d.free_size} elements per partition, a table row {s.free_size}"
-    if (index.num_partitions, index.free_size) != (d.num_partitions, 1) or index.dtype.name != "int32":
-        yield f"index must be int32 [{d.num_partitions}, 1]"
+def _check_indirect(instr: Instruction, rows_name: str, table_name: str) -> Iterator[str]:
+    """An indirect DMA moves the rows of `rows_name` (one per partition, its index in `index`) from or to the
+    table whose row 0 is `table_name`."""
+    moved, row, index = instr.args[rows_name], instr.args[table_name], instr.args["index"]
+    if row.num_partitions != 1:
+        yield f"{table_name} describes one row of the table: one partition"
+    if moved.free_size != row.free_size:
+        yield f"{rows_name} holds {moved.free_size} elements per partition, a table row {row.free_size}"
+    if (index.num_partitions, index.free_size) != (moved.num_partitions, 1) or index.dtype.name != "int32":
+        yield f"index must be int32 [{moved.num_partitions}, 1]"
     if instr.args["rows"] < 1 or instr.args["row_stride"] < 0:
         yield "the table needs at least one row and a non-negative row stride"
 
 
-def _gather_table(instr: Instruction) -> dict[str, Operand]:
-    src = instr.args["src"]
-    return {"table": Operand(src.mem, src.dtype, 0, instr.args["rows"], src.offset, src.dims,
-                             instr.args["row_stride"])}
+def _check_gather(instr: Instruction, target: Any) -> Iterator[str]:
+    yield from _check_indirect(instr, "dst", "src")
+
+
+def _check_scatter(instr: Instruction, target: Any) -> Iterator[str]:
+    yield from _check_indirect(instr, "src", "dst")
+    if instr.args["rows"] > 1 and instr.args["row_stride"] == 0:
+        yield "a written table needs a positive row stride: its rows cannot be one"
+
+
+def _table(row_name: str) -> Callable[[Instruction], dict[str, Operand]]:
+    """The whole table of an indirect DMA whose row 0 is the operand `row_name`: `rows` partitions, `row_stride`
+    elements apart."""
+    def table(instr: Instruction) -> dict[str, Operand]:
+        row = instr.args[row_name]
+        return {"table": Operand(row.mem, row.dtype, 0, instr.args["rows"], row.offset, row.dims,
+                                 instr.args["row_stride"])}
+    return table
 
 
 def _check_matmul(instr: Instruction, target: Any) -> Iterator[str]:
@@ -340,7 +366,14 @@ _ROWS = (
             Field("row_stride", Kind.INT)),
            None, _check_gather,
            "indirect DMA: dst[p] = row index[p] of the table whose row 0 is src, rows apart by row_stride",
-           implicit_reads=_gather_table),
+           implicit_reads=_table("src")),
+    OpSpec("dma_scatter", 0x03, frozenset({Engine.DMA, Engine.SP}),
+           (dst(Mem.HBM), src("src", Mem.SBUF), src("index", Mem.SBUF), Field("rows", Kind.INT),
+            Field("row_stride", Kind.INT)),
+           None, _check_scatter,
+           "indirect DMA: row index[p] of the table whose row 0 is dst, rows apart by row_stride, = src[p]; "
+           "rows are written in partition order, so of equal indices the highest partition's row wins",
+           implicit_writes=_table("dst")),
     OpSpec("nc_matmul", 0x10, frozenset({Engine.PE}),
            (dst(Mem.PSUM), src("stationary", Mem.SBUF), src("moving", Mem.SBUF),
             Field("accumulate", Kind.BOOL)),

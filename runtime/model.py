@@ -123,9 +123,7 @@ class Model:
         try:
             views = {name: self.memory.view(value, rank) if isinstance(value, Operand) else value
                      for name, value in instr.args.items()}
-            if instr.spec.implicit_reads:
-                views.update({name: self.memory.view(o, rank)
-                              for name, o in instr.spec.implicit_reads(instr).items()})
+            views.update({name: self.memory.view(o, rank) for name, (o, _) in instr.implicit_operands().items()})
         except AccessError as e:
             raise LoadError(f"invalid instruction at {where}: {e.args[0]}") from None
         if instr.spec.collective:

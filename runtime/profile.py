@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from isa.bundle import Bundle, HbmTensorInfo
-from isa.costs import DmaCost, dma_cost, duration_ns, ports
+from isa.costs import DmaCost, dma_cost, dma_elements, duration_ns, ports
 from isa.dtypes import DType
 from isa.instructions import Instruction
 from isa.listing import format_operand
@@ -238,13 +238,12 @@ def transfers(bundle: Bundle, target: Target) -> list[Transfer]:
             for instr in s.instructions:
                 if instr.spec.cycles is not None or instr.spec.collective:
                     continue
-                dst, src = instr.args["dst"], instr.args["src"]
+                dst, src, n = instr.args["dst"], instr.args["src"], dma_elements(instr)
                 found.append(Transfer(
                     dma_cost(instr, target),
                     _tensor_at(tensors, starts, src.offset) if src.mem is Mem.HBM else None,
                     _tensor_at(tensors, starts, dst.offset) if dst.mem is Mem.HBM else None,
-                    dst.num_partitions * dst.free_size * src.dtype.size,
-                    dst.num_partitions * dst.free_size * dst.dtype.size))
+                    n * src.dtype.size, n * dst.dtype.size))
     return found
 
 

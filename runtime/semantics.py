@@ -268,6 +268,29 @@ def dma_gather(instr: Instruction, v: Views) -> Issue:
     return issue
 
 
+def dma_scatter(instr: Instruction, v: Views) -> Issue:
+    """`table` is the view (rows, *row) of the whole table, which the row's implicit_writes hook describes. Of
+    equal indices the highest partition's row is written (numpy leaves repeated assignment unspecified)."""
+    table, index, src = v["table"], snapshot(v["index"], np.int64), snapshot(v["src"])
+    rows = instr.args["rows"]
+
+    def issue() -> Commit:
+        chosen = index().reshape(-1)
+        bad = (chosen < 0) | (chosen >= rows)
+        if bad.any():
+            raise AccessError(f"dma_scatter index {int(chosen[bad][0])} outside the table's {rows} rows")
+        _, last_from_end = np.unique(chosen[::-1], return_index=True)
+        kept = len(chosen) - 1 - last_from_end  # the last partition naming each row
+        data = convert(src()[kept], table.dtype).reshape((len(kept), *table.shape[1:]))
+
+        def commit() -> None:
+            table[chosen[kept]] = data
+
+        return commit
+
+    return issue
+
+
 def nc_matmul(instr: Instruction, v: Views) -> Issue:
     """A systolic array computes every output column the same way, so equal columns give equal bits. numpy's
     sgemm does not promise that (its kernels treat the edge columns of a block apart), so products are summed in
@@ -462,7 +485,7 @@ def iota(instr: Instruction, v: Views) -> Issue:
 
 HANDLERS: dict[str, Callable[[Instruction, Views], Issue]] = {
     fn.__name__: fn
-    for fn in (dma_copy, dma_gather, nc_matmul, nc_transpose, activation, tensor_tensor, tensor_scalar,
+    for fn in (dma_copy, dma_gather, dma_scatter, nc_matmul, nc_transpose, activation, tensor_tensor, tensor_scalar,
                scalar_tensor_tensor, tensor_copy,
                tensor_copy_predicated, tensor_reduce, bn_stats, bn_aggr, memset, iota)
 }

@@ -109,18 +109,18 @@ class PendingInstr:
                                      if isinstance(v, (TileAccess, HbmAccess)) else v for k, v in self.args.items()})
 
     def accesses(self) -> Iterator[tuple[VirtualOperand, bool]]:
-        """Every virtual operand, with whether the instruction writes it (implicit reads of a gather's table
-        included)."""
+        """Every virtual operand, with whether the instruction writes it (the whole table of an indirect DMA
+        included: it lies in the tensor of the row operand, "src" of a gather, "dst" of a scatter)."""
         spec = OPS[self.op]
         for f in spec.fields:
             value = self.args[f.name]
             if isinstance(value, (TileAccess, HbmAccess)):
                 yield value, f.writes
-        if spec.implicit_reads is not None:
-            src = self.args["src"]
-            for o in spec.implicit_reads(self.instruction(placed=False)).values():
-                yield HbmAccess(src.tensor, o.dtype, o.num_partitions, o.partition_stride,
-                                o.offset // o.dtype.size, o.dims), False
+        if spec.implicit_reads or spec.implicit_writes:
+            for o, writes in self.instruction(placed=False).implicit_operands().values():
+                row = self.args["dst" if writes else "src"]
+                yield HbmAccess(row.tensor, o.dtype, o.num_partitions, o.partition_stride,
+                                o.offset // o.dtype.size, o.dims), writes
 
 
 class Program:

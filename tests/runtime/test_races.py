@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from isa.dtypes import DType
 from isa.functions import ActFunc
 from isa.instructions import make
 import runtime
@@ -44,3 +45,25 @@ def test_write_after_read_through_transitive_order_is_fine():
     """DMA1's second copy overwrites what ACT read; DMA1 waited on ACT's completion for its first copy, and a
     stream runs in order, so the overwrite is ordered after the read without a semaphore of its own."""
     _program(False, war_only=True).run({"x": np.ones((4, 8), np.float32)}, check_races=True)
+
+
+def test_a_scatter_writes_its_whole_table():
+    """A scatter's row operand is row 0, yet any row may be written: a read of row 3 on another queue that no
+    semaphore orders after the scatter is a race; with a semaphore it is none."""
+    int32 = DType.int32
+    index = sbuf(2, 1, 64, int32)
+
+    def program(synchronised: bool) -> runtime.Model:
+        return model({
+            "DMA0": [make("dma_copy", dst=sbuf(2, 8), src=hbm(X, 2, 8)),
+                     make("dma_copy", dst=index, src=hbm(X, 2, 1, int32)),  # x's zero bits: both rows to row 0
+                     make("dma_scatter", dst=hbm(OUT, 1, 8), src=sbuf(2, 8), index=index, rows=4, row_stride=8,
+                          signal=5 if synchronised else None)],
+            "DMA1": [make("dma_copy", dst=sbuf(1, 8, 1024), src=hbm(OUT + 3 * 32, 1, 8),
+                          waits=((5, 1),) if synchronised else ())],
+        }, {"x": (X, (4, 8))}, {"y": (OUT, (4, 8))})
+
+    x = np.zeros((4, 8), np.float32)
+    program(True).run({"x": x}, check_races=True)
+    with pytest.raises(runtime.RaceError, match="dma_scatter"):
+        program(False).run({"x": x}, check_races=True)

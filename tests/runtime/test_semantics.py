@@ -10,12 +10,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from isa.bundle import Bundle, Stream, TensorInfo
 from isa.dtypes import DType
 from isa.functions import ActFunc, AluOp
 from isa.instructions import OPS, make
 from runtime.collectives import COLLECTIVE_HANDLERS
 from runtime.semantics import ACTIVATIONS, ALU, HANDLERS
-from tests.runtime.helpers import hbm, model, psum, sbuf
+import runtime
+from tests.runtime.helpers import HBM_SIZE, hbm, model, psum, sbuf
 
 X, Y, OUT = 0, 262144, 524288  # HBM offsets
 
@@ -274,3 +276,41 @@ def test_bn_stats_then_bn_aggr_give_the_mean_and_variance():
     y = m.run({"x": x})["y"]
     np.testing.assert_allclose(y[:, 0], x.astype(np.float64).mean(axis=1), rtol=1e-6)
     np.testing.assert_allclose(y[:, 1], x.astype(np.float64).var(axis=1), rtol=1e-6)
+
+
+def _scatter_model(rows: int, n: int) -> runtime.Model:
+    """out = table (rows x 4), then row index[p] of out = updates[p] for p < n: a copy HBM -> HBM, two loads and
+    the scatter, in order on one queue."""
+    table, updates, index, out = 0, 4096, 8192, 12288
+    int32 = DType.int32
+    streams = {"DMA0": [make("dma_copy", dst=hbm(out, rows, 4), src=hbm(table, rows, 4)),
+                        make("dma_copy", dst=sbuf(n, 4), src=hbm(updates, n, 4)),
+                        make("dma_copy", dst=sbuf(n, 1, 64, int32), src=hbm(index, n, 1, int32)),
+                        make("dma_scatter", dst=hbm(out, 1, 4), src=sbuf(n, 4), index=sbuf(n, 1, 64, int32),
+                             rows=rows, row_stride=4)]}
+    tensors = [("table", (rows, 4), "float32", table), ("updates", (n, 4), "float32", updates),
+               ("index", (n, 1), "int32", index)]
+    b = Bundle("trn1", HBM_SIZE, [TensorInfo.whole(name, shape, dt, DType.from_numpy(np.dtype(dt)).name, at)
+                                  for name, shape, dt, at in tensors],
+               [TensorInfo.whole("out", (rows, 4), "float32", "fp32", out)],
+               [{name: Stream(instrs, [""] * len(instrs)) for name, instrs in streams.items()}])
+    return runtime.Model(b)
+
+
+def test_dma_scatter_writes_rows_the_highest_partition_last():
+    rng = np.random.default_rng(3)
+    table, updates = rng.standard_normal((6, 4)).astype(np.float32), rng.standard_normal((5, 4)).astype(np.float32)
+    index = np.array([[4], [1], [4], [0], [1]], np.int32)
+    expected = table.copy()
+    for p in range(5):  # numpy's reference, one row after another: the later partition wins
+        expected[index[p, 0]] = updates[p]
+    out = _scatter_model(6, 5).run({"table": table, "updates": updates, "index": index}, check_races=True)["out"]
+    np.testing.assert_array_equal(out, expected)
+
+
+def test_dma_scatter_index_outside_the_table_names_the_instruction():
+    inputs = {"table": np.zeros((6, 4), np.float32), "updates": np.ones((2, 4), np.float32),
+              "index": np.array([[1], [6]], np.int32)}
+    with pytest.raises(runtime.AccessError,
+                       match=r"DMA0 #3 dma_scatter.*: dma_scatter index 6 outside the table's 6 rows$"):
+        _scatter_model(6, 2).run(inputs)
