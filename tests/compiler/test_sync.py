@@ -9,6 +9,10 @@ import onnx
 import pytest
 
 from isa import bundle as bundle_format
+from isa.dtypes import DType
+from isa.instructions import make
+from isa.operand import Mem, Operand
+from neuronx_cc_lite.codegen.sync import synchronize
 from neuronx_cc_lite.compiler import compile_model
 from neuronx_cc_lite.reference import onnxruntime_outputs, seeded_inputs
 import runtime
@@ -63,3 +67,16 @@ def test_every_cross_engine_wait_is_needed_somewhere(tmp):
     b = compile_model(gemm_model(129, 300, 513, trans_b=True))
     waiting = {name for name, s in b.cores[0].items() if any(i.waits for i in s.instructions)}
     assert {"PE", "ACT"} <= waiting and any(name.startswith("DMA") for name in waiting)
+
+
+def test_a_scatter_waits_for_a_write_anywhere_in_its_table():
+    """The scatter's row operand is row 0 of the table; a copy into row 3 on another queue overlaps only the
+    whole table, which the scatter writes implicitly: the sync pass must still order the two."""
+    f32, i32 = DType.fp32, DType.int32
+    write_row_3 = make("dma_copy", dst=Operand(Mem.HBM, f32, 0, 1, 3 * 32, ((8, 1),)),
+                       src=Operand(Mem.SBUF, f32, 0, 1, 0, ((8, 1),)))
+    scatter = make("dma_scatter", dst=Operand(Mem.HBM, f32, 0, 1, 0, ((8, 1),)),
+                   src=Operand(Mem.SBUF, f32, 0, 2, 64, ((8, 1),)),
+                   index=Operand(Mem.SBUF, i32, 0, 2, 128, ((1, 1),)), rows=4, row_stride=8)
+    synchronize([(0, write_row_3), (1, scatter)], 2)
+    assert write_row_3.signal == 0 and scatter.waits == ((0, 1),)

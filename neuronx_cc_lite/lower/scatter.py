@@ -1,0 +1,172 @@
+"""ScatterND and ScatterElements (and Scatter, ScatterElements' name before opset 11): a copy of the data with
+updates written at indices that may be known only at run time.
+
+    out = data                                    one HBM -> HBM copy
+    for each block of up to pmax index rows:      (a ScatterND index tuple, a ScatterElements element)
+        index  <- the block's indices             DMA, one index row per partition
+        row    =  the table row each one names    VectorE, in the fp32 ALU: exact below 2**24
+        update <- the block's updates             DMA, one table row per partition
+        dma_scatter(update -> out's rows `row`)
+
+The table is the output seen as rows: for ScatterND the slices out[i_0, .., i_{k-1}] (row = sum_j i_j * the
+product of shape[j+1:k]); for ScatterElements single elements (row = the element's flat offset: a compile-time
+base for its other coordinates plus index * the axis' stride), one element per partition, which suits the small
+tensors these ops see and is refused past MAX_INDEX_ROWS index rows. ONNX counts a negative index from the end
+of its axis; an index still outside its axis after that sends its row past the table, which dma_scatter refuses
+at run time naming itself, as onnxruntime refuses the index.
+
+A scatter writes its whole table as far as ordering goes (the instruction's implicit write), so the copy, each
+block and every reader of the output follow one another: of two equal indices the later one wins, as in
+onnxruntime's loop (ONNX leaves duplicates undefined for reduction 'none'). The reductions (add, mul, max, min)
+are refused.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from isa.dtypes import DType
+from isa.functions import AluOp
+from isa.operand import MAX_FREE_DIMS, Engine
+from neuronx_cc_lite.errors import CompileError
+from neuronx_cc_lite.ir import Graph, Node
+from neuronx_cc_lite.lower.context import LowerCtx
+from neuronx_cc_lite.lower.elementwise import tile_free_max
+from neuronx_cc_lite.lower.hbm import HbmView, coalesce
+from neuronx_cc_lite.lower.instr import ts, tt
+from neuronx_cc_lite.lower.patterns import contiguous
+from neuronx_cc_lite.lower.program import HbmAccess, Program, TileAccess
+from neuronx_cc_lite.lower.registry import lowering
+from neuronx_cc_lite.lower.rows import free_chunks
+
+MAX_INDEX_ROWS = 1 << 16  # index rows (tuples or elements) per node: at most 512 blocks of 128
+MAX_TABLE_ROWS = 1 << 23  # a row index, plus the table's size for an index outside it, stays below 2**24
+
+
+def _reduction(node: Node) -> str:
+    value = node.attrs.get("reduction", "none")
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _check_scatter(node: Node, g: Graph) -> str | None:
+    data, indices = g.tensors[node.inputs[0]], g.tensors[node.inputs[1]]
+    if _reduction(node) != "none":
+        return f"{node.op} with reduction {_reduction(node)!r} is not supported (only 'none')"
+    if data.size == 0:
+        return f"{node.op} into an empty tensor is not supported"
+    rows = math.prod(indices.shape[:-1]) if node.op == "ScatterND" else indices.size
+    if rows > MAX_INDEX_ROWS:
+        return f"{node.op} with {rows} index rows is not supported (at most {MAX_INDEX_ROWS})"
+    k = indices.shape[-1] if node.op == "ScatterND" else 0
+    table_rows = math.prod(data.shape[:k]) if node.op == "ScatterND" else data.size
+    if table_rows > MAX_TABLE_ROWS:
+        return f"{node.op} into {table_rows} rows is not supported (row indices exact up to {MAX_TABLE_ROWS})"
+    return None
+
+
+def _table_rows(prog: Program, p: int, columns: list[tuple[TileAccess, int, int]], base: TileAccess | None,
+                rows: int) -> TileAccess:
+    """The int32 [p, 1] table row of each partition: base + sum_j wrap(index_j) * stride_j over `columns`
+    (index_j [p, 1], size_j, stride_j), plus `rows` where some index_j lies outside [0, size_j) once negatives
+    are wrapped, so that dma_scatter refuses it."""
+    f32 = DType.fp32
+    acc, wrapped = prog.sbuf(p, 1, f32, "row_sum").ap(), prog.sbuf(p, 1, f32, "wrapped").ap()
+    outside, anywhere = prog.sbuf(p, 1, f32, "outside").ap(), prog.sbuf(p, 1, f32, "outside_any").ap()
+    for j, (index, size, stride) in enumerate(columns):
+        ts(prog, wrapped, index, AluOp.less, 0.0, AluOp.multiply, float(size))  # negatives count from the end
+        tt(prog, wrapped, wrapped, index, AluOp.add)
+        middle = (size - 1) / 2  # inside [0, size) <=> |wrapped - middle| <= middle
+        ts(prog, outside, wrapped, AluOp.subtract, middle, AluOp.abs_max, 0.0)
+        ts(prog, anywhere if j == 0 else outside, outside, AluOp.greater, middle)
+        if j:
+            tt(prog, anywhere, anywhere, outside, AluOp.maximum)
+        previous = base if j == 0 else acc
+        if previous is None:
+            ts(prog, acc, wrapped, AluOp.multiply, float(stride))
+        else:
+            prog.emit("scalar_tensor_tensor", Engine.DVE, dst=acc, src=wrapped, op0=AluOp.multiply,
+                      scalar=float(stride), op1=AluOp.add, b=previous)
+    row = prog.sbuf(p, 1, DType.int32, "row").ap()
+    prog.emit("scalar_tensor_tensor", Engine.DVE, dst=row, src=anywhere, op0=AluOp.multiply, scalar=float(rows),
+              op1=AluOp.add, b=acc)
+    return row
+
+
+def _scatter_block(ctx: LowerCtx, row: TileAccess, updates: HbmView, table: HbmView, rows: int) -> None:
+    """Rows of `updates` (p, *row) to table rows `row`, where `table` (1, *row) is the table's row 0 (its rows
+    one row's size apart), cut along the row to fit a tile."""
+    prog = ctx.program
+    p = updates.shape[0]
+    row_stride = math.prod(table.shape[1:])
+    budget = tile_free_max(ctx)
+    for (_, dst_piece), (_, src_piece) in zip(free_chunks(table, budget), free_chunks(updates, budget)):
+        shape, (strides,) = coalesce([dst_piece], keep_first=True)
+        if len(shape) - 1 > MAX_FREE_DIMS:
+            raise CompileError("NCC_UNSUPPORTED", f"a scattered row needs {len(shape) - 1} access dimensions "
+                               f"(at most {MAX_FREE_DIMS})", prog.node)
+        update = prog.sbuf(p, math.prod(src_piece.shape[1:]), updates.dtype, "update")
+        prog.dma(update.ap(), src_piece)
+        dst = HbmAccess(table.tensor, table.dtype, 1, 0, dst_piece.offset, tuple(zip(shape[1:], strides[1:])))
+        prog.emit("dma_scatter", Engine.DMA, dst=dst, src=update.ap(), index=row, rows=rows, row_stride=row_stride)
+
+
+def _flat(ctx: LowerCtx, name: str, shape: tuple[int, ...]) -> HbmView:
+    view = contiguous(ctx.program, ctx.view(name), name).reshape(shape)
+    assert view is not None  # contiguous
+    return view
+
+
+@lowering("ScatterND", check=_check_scatter, since=11)
+def lower_scatter_nd(ctx: LowerCtx, node: Node) -> None:
+    prog, pmax = ctx.program, ctx.program.target.partitions
+    shape = ctx.shape(node.inputs[0])
+    idx_shape = ctx.shape(node.inputs[1])
+    k, n = idx_shape[-1], math.prod(idx_shape[:-1])
+    rows, row_shape = math.prod(shape[:k]), shape[k:]
+    out = ctx.output(node.outputs[0])
+    prog.dma(out, ctx.view(node.inputs[0]))
+    if n == 0:
+        return
+    table = out.reshape((rows, *row_shape))
+    assert table is not None  # a fresh output is contiguous
+    indices, updates = _flat(ctx, node.inputs[1], (n, k)), _flat(ctx, node.inputs[2], (n, *row_shape))
+    strides = [math.prod(shape[j + 1:k]) for j in range(k)]
+    for p0 in range(0, n, pmax):
+        p = min(pmax, n - p0)
+        index = prog.sbuf(p, k, DType.int32, "index")
+        prog.dma(index.ap(), indices.box((p0, 0), (p, k)))
+        columns = [(index.region(j, 1), shape[j], strides[j]) for j in range(k)]
+        row = _table_rows(prog, p, columns, None, rows)
+        _scatter_block(ctx, row, updates.box((p0,) + (0,) * len(row_shape), (p, *row_shape)),
+                       table.box((0,) * (1 + len(row_shape)), (1, *row_shape)), rows)
+
+
+@lowering("Scatter", check=_check_scatter, since=9)
+@lowering("ScatterElements", check=_check_scatter, since=11)
+def lower_scatter_elements(ctx: LowerCtx, node: Node) -> None:
+    prog, pmax = ctx.program, ctx.program.target.partitions
+    shape = ctx.shape(node.inputs[0])
+    idx_shape = ctx.shape(node.inputs[1])
+    axis = int(node.attrs.get("axis", 0)) % len(shape)
+    n, size = math.prod(idx_shape), math.prod(shape)
+    out = ctx.output(node.outputs[0])
+    prog.dma(out, ctx.view(node.inputs[0]))
+    if n == 0:
+        return
+    table = out.reshape((size, 1))
+    assert table is not None  # a fresh output is contiguous
+    out_strides = [math.prod(shape[a + 1:]) for a in range(len(shape))]
+    coords = np.indices(idx_shape, dtype=np.int64)
+    base = sum((c * s for a, (c, s) in enumerate(zip(coords, out_strides)) if a != axis),
+               np.zeros(idx_shape, dtype=np.int64))
+    bases = ctx.view(ctx.constant(f"{node.name}/base", base.reshape(n, 1).astype(np.int32)))
+    indices, updates = _flat(ctx, node.inputs[1], (n, 1)), _flat(ctx, node.inputs[2], (n, 1))
+    for p0 in range(0, n, pmax):
+        p = min(pmax, n - p0)
+        index, start = prog.sbuf(p, 1, DType.int32, "index"), prog.sbuf(p, 1, DType.int32, "base")
+        prog.dma(index.ap(), indices.box((p0, 0), (p, 1)))
+        prog.dma(start.ap(), bases.box((p0, 0), (p, 1)))
+        row = _table_rows(prog, p, [(index.ap(), shape[axis], out_strides[axis])], start.ap(), size)
+        _scatter_block(ctx, row, updates.box((p0, 0), (p, 1)), table.box((0, 0), (1, 1)), size)

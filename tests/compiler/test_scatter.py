@@ -1,0 +1,115 @@
+"""ScatterND and ScatterElements with indices given at run time (graph inputs), against onnxruntime."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+import runtime
+from neuronx_cc_lite.errors import CompileError
+from neuronx_cc_lite.reference import onnxruntime_outputs
+from tests.conftest import compile_to_model, make_model
+
+ONNX_TYPES = {np.float32: TensorProto.FLOAT, np.int32: TensorProto.INT32, np.int64: TensorProto.INT64,
+              np.float16: TensorProto.FLOAT16, np.uint8: TensorProto.UINT8}
+
+
+def _model(op: str, data: np.ndarray, indices: np.ndarray, updates: np.ndarray, **attrs: object):
+    types = {name: ONNX_TYPES[a.dtype.type] for name, a in (("data", data), ("indices", indices),
+                                                             ("updates", updates))}
+    node = helper.make_node(op, ["data", "indices", "updates"], ["y"], **attrs)
+    return make_model([node], {name: (list(a.shape), types[name]) for name, a in
+                               (("data", data), ("indices", indices), ("updates", updates))},
+                      {"y": (list(data.shape), types["data"])})
+
+
+def _check(tmp_path, op: str, data: np.ndarray, indices: np.ndarray, updates: np.ndarray, **attrs: object) -> None:
+    model = _model(op, data, indices, updates, **attrs)
+    inputs = {"data": data, "indices": indices, "updates": updates}
+    ours = compile_to_model(model, tmp_path).run(inputs, check_races=True)
+    np.testing.assert_array_equal(ours["y"], onnxruntime_outputs(model, inputs)["y"])
+
+
+def _values(shape: tuple[int, ...], dtype: type, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return (rng.standard_normal(shape) * 50).astype(dtype)
+
+
+def _distinct_tuples(shape: tuple[int, ...], count: int, seed: int) -> np.ndarray:
+    """`count` distinct index tuples into `shape`, some written negative (counted from the end)."""
+    rng = np.random.default_rng(seed)
+    flat = rng.choice(int(np.prod(shape)), count, replace=False)
+    tuples = np.stack(np.unravel_index(flat, shape), axis=-1).astype(np.int64)
+    negative = rng.random(tuples.shape) < 0.4
+    return np.where(negative, tuples - np.array(shape), tuples)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int32, np.int64, np.float16, np.uint8])
+@pytest.mark.parametrize("data_shape, k, count", [
+    ((4, 5, 6), 3, 17),  # k = rank: single elements
+    ((4, 5, 6), 1, 3),  # k < rank: slices of 5 x 6
+    ((6, 7, 3), 2, 9),  # rows of 3
+    ((300, 2), 1, 150),  # more than a block of 128 tuples
+], ids=["elements", "slices", "rows", "two-blocks"])
+def test_scatter_nd(tmp_path, dtype, data_shape, k, count):
+    data = _values(data_shape, dtype, 1)
+    indices = _distinct_tuples(data_shape[:k], count, 2)
+    updates = _values((count, *data_shape[k:]), dtype, 3)
+    _check(tmp_path, "ScatterND", data, indices, updates)
+
+
+def test_scatter_nd_batched_index_tuples(tmp_path):
+    """Indices of shape (2, 3, k): the tuples' own leading axes, the updates' too."""
+    data = _values((5, 4, 3), np.float32, 4)
+    indices = _distinct_tuples((5, 4), 6, 5).reshape(2, 3, 2)
+    _check(tmp_path, "ScatterND", data, indices, _values((2, 3, 3), np.float32, 6))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int64])
+@pytest.mark.parametrize("axis", [0, 1, 2, -1])
+def test_scatter_elements_on_each_axis(tmp_path, dtype, axis):
+    rng = np.random.default_rng(7)
+    data = _values((4, 5, 6), dtype, 8)
+    idx_shape = [3, 4, 5]
+    size = data.shape[axis]
+    idx_shape[axis] = size  # along the axis: a permutation per line, so no two updates meet
+    perms = np.argsort(rng.random(idx_shape), axis=axis)
+    indices = np.where(rng.random(idx_shape) < 0.4, perms - size, perms).astype(np.int64)
+    _check(tmp_path, "ScatterElements", data, indices, _values(tuple(idx_shape), dtype, 9), axis=axis)
+
+
+def test_scatter_elements_beyond_one_block(tmp_path):
+    data = _values((3, 200), np.float32, 10)
+    indices = np.argsort(np.random.default_rng(11).random((3, 200)), axis=1).astype(np.int64)
+    _check(tmp_path, "ScatterElements", data, indices, _values((3, 200), np.float32, 12), axis=1)
+
+
+def test_scatter_opset_10(tmp_path):
+    """Scatter, ScatterElements' name before opset 11."""
+    data = _values((3, 3), np.float32, 13)
+    indices, updates = np.array([[1, 0, 2], [0, 2, 1]], np.int64), _values((2, 3), np.float32, 14)
+    model = _model("Scatter", data, indices, updates, axis=0)
+    model.opset_import[0].version = 10
+    inputs = {"data": data, "indices": indices, "updates": updates}
+    ours = compile_to_model(model, tmp_path).run(inputs)
+    np.testing.assert_array_equal(ours["y"], onnxruntime_outputs(model, inputs)["y"])
+
+
+def test_an_index_outside_its_axis_stops_the_run(tmp_path):
+    """(0, 6) would land on the next row's element (1, 0) were the tuple not checked part by part."""
+    data = np.zeros((4, 6), np.float32)
+    model = _model("ScatterND", data, np.array([[0, 6]], np.int64), np.ones(1, np.float32))
+    compiled = compile_to_model(model, tmp_path)
+    with pytest.raises(runtime.AccessError, match="dma_scatter index .* outside the table's 24 rows"):
+        compiled.run({"data": data, "indices": np.array([[0, 6]], np.int64), "updates": np.ones(1, np.float32)})
+
+
+def test_reductions_are_refused_naming_the_node(tmp_path):
+    data = np.zeros((4, 6), np.float32)
+    model = _model("ScatterElements", data, np.zeros((1, 6), np.int64), np.ones((1, 6), np.float32),
+                   reduction="add")
+    model.graph.node[0].name = "accumulate"
+    with pytest.raises(CompileError, match=r"NCC_UNSUPPORTED.*'accumulate' \(ScatterElements\): "
+                                           r"ScatterElements with reduction 'add' is not supported"):
+        compile_to_model(model, tmp_path)
