@@ -17,8 +17,13 @@ at run time naming itself, as onnxruntime refuses the index.
 
 A scatter writes its whole table as far as ordering goes (the instruction's implicit write), so the copy, each
 block and every reader of the output follow one another: of two equal indices the later one wins, as in
-onnxruntime's loop (ONNX leaves duplicates undefined for reduction 'none'). The reductions (add, mul, max, min)
-are refused.
+onnxruntime's loop (ONNX leaves duplicates undefined for reduction 'none'). A reduction (add, mul, max, min)
+combines each update with what its row holds, one index row after another in index order, so that equal indices
+accumulate:
+
+        old <- dma_gather(table row row[p]);  old = old op update[p];  dma_scatter(old -> table row row[p])
+
+which is one read-modify-write per index row: refused past MAX_REDUCED_ROWS.
 """
 
 from __future__ import annotations
@@ -43,6 +48,8 @@ from neuronx_cc_lite.lower.rows import free_chunks
 
 MAX_INDEX_ROWS = 1 << 16  # index rows (tuples or elements) per node: at most 512 blocks of 128
 MAX_TABLE_ROWS = 1 << 23  # a row index, plus the table's size for an index outside it, stays below 2**24
+MAX_REDUCED_ROWS = 1 << 10  # index rows of a reduction: four DMA or VectorE instructions each, in sequence
+REDUCTIONS = {"none": None, "add": AluOp.add, "mul": AluOp.multiply, "max": AluOp.maximum, "min": AluOp.minimum}
 
 
 def _reduction(node: Node) -> str:
@@ -52,13 +59,15 @@ def _reduction(node: Node) -> str:
 
 def _check_scatter(node: Node, g: Graph) -> str | None:
     data, indices = g.tensors[node.inputs[0]], g.tensors[node.inputs[1]]
-    if _reduction(node) != "none":
-        return f"{node.op} with reduction {_reduction(node)!r} is not supported (only 'none')"
+    reduction = _reduction(node)
+    if reduction not in REDUCTIONS:
+        return f"{node.op} with reduction {reduction!r} is not supported"
     if data.size == 0:
         return f"{node.op} into an empty tensor is not supported"
     rows = math.prod(indices.shape[:-1]) if node.op == "ScatterND" else indices.size
-    if rows > MAX_INDEX_ROWS:
-        return f"{node.op} with {rows} index rows is not supported (at most {MAX_INDEX_ROWS})"
+    limit = MAX_INDEX_ROWS if reduction == "none" else MAX_REDUCED_ROWS
+    if rows > limit:
+        return f"{node.op} with {rows} index rows is not supported (at most {limit} with reduction {reduction!r})"
     k = indices.shape[-1] if node.op == "ScatterND" else 0
     table_rows = math.prod(data.shape[:k]) if node.op == "ScatterND" else data.size
     if table_rows > MAX_TABLE_ROWS:
@@ -94,9 +103,11 @@ def _table_rows(prog: Program, p: int, columns: list[tuple[TileAccess, int, int]
     return row
 
 
-def _scatter_block(ctx: LowerCtx, row: TileAccess, updates: HbmView, table: HbmView, rows: int) -> None:
+def _scatter_block(ctx: LowerCtx, row: TileAccess, updates: HbmView, table: HbmView, rows: int,
+                   op: AluOp | None) -> None:
     """Rows of `updates` (p, *row) to table rows `row`, where `table` (1, *row) is the table's row 0 (its rows
-    one row's size apart), cut along the row to fit a tile."""
+    one row's size apart), cut along the row to fit a tile; with `op`, each combined with what its row holds,
+    one after another."""
     prog = ctx.program
     p = updates.shape[0]
     row_stride = math.prod(table.shape[1:])
@@ -106,10 +117,21 @@ def _scatter_block(ctx: LowerCtx, row: TileAccess, updates: HbmView, table: HbmV
         if len(shape) - 1 > MAX_FREE_DIMS:
             raise CompileError("NCC_UNSUPPORTED", f"a scattered row needs {len(shape) - 1} access dimensions "
                                f"(at most {MAX_FREE_DIMS})", prog.node)
-        update = prog.sbuf(p, math.prod(src_piece.shape[1:]), updates.dtype, "update")
-        prog.dma(update.ap(), src_piece)
+        f = math.prod(src_piece.shape[1:])
         dst = HbmAccess(table.tensor, table.dtype, 1, 0, dst_piece.offset, tuple(zip(shape[1:], strides[1:])))
-        prog.emit("dma_scatter", Engine.DMA, dst=dst, src=update.ap(), index=row, rows=rows, row_stride=row_stride)
+        if op is None:
+            update = prog.sbuf(p, f, updates.dtype, "update")
+            prog.dma(update.ap(), src_piece)
+            prog.emit("dma_scatter", Engine.DMA, dst=dst, src=update.ap(), index=row, rows=rows,
+                      row_stride=row_stride)
+            continue
+        for q in range(p):  # DMA reads and writes any partition: each row through partition 0 of small tiles
+            at = TileAccess(row.tile, row.first + q, 1, row.offset, row.dims)
+            old, update = prog.sbuf(1, f, table.dtype, "old"), prog.sbuf(1, f, updates.dtype, "update")
+            prog.emit("dma_gather", Engine.DMA, dst=old.ap(), src=dst, index=at, rows=rows, row_stride=row_stride)
+            prog.dma(update.ap(), src_piece.box((q,) + (0,) * (len(src_piece.shape) - 1), (1, *src_piece.shape[1:])))
+            tt(prog, old.ap(), old.ap(), update.ap(), op)
+            prog.emit("dma_scatter", Engine.DMA, dst=dst, src=old.ap(), index=at, rows=rows, row_stride=row_stride)
 
 
 def _flat(ctx: LowerCtx, name: str, shape: tuple[int, ...]) -> HbmView:
@@ -140,7 +162,7 @@ def lower_scatter_nd(ctx: LowerCtx, node: Node) -> None:
         columns = [(index.region(j, 1), shape[j], strides[j]) for j in range(k)]
         row = _table_rows(prog, p, columns, None, rows)
         _scatter_block(ctx, row, updates.box((p0,) + (0,) * len(row_shape), (p, *row_shape)),
-                       table.box((0,) * (1 + len(row_shape)), (1, *row_shape)), rows)
+                       table.box((0,) * (1 + len(row_shape)), (1, *row_shape)), rows, REDUCTIONS[_reduction(node)])
 
 
 @lowering("Scatter", check=_check_scatter, since=9)
@@ -169,4 +191,5 @@ def lower_scatter_elements(ctx: LowerCtx, node: Node) -> None:
         prog.dma(index.ap(), indices.box((p0, 0), (p, 1)))
         prog.dma(start.ap(), bases.box((p0, 0), (p, 1)))
         row = _table_rows(prog, p, [(index.ap(), shape[axis], out_strides[axis])], start.ap(), size)
-        _scatter_block(ctx, row, updates.box((p0, 0), (p, 1)), table.box((0, 0), (1, 1)), size)
+        _scatter_block(ctx, row, updates.box((p0, 0), (p, 1)), table.box((0, 0), (1, 1)), size,
+                       REDUCTIONS[_reduction(node)])

@@ -21,7 +21,7 @@ def _model(op: str, data: np.ndarray, indices: np.ndarray, updates: np.ndarray, 
     node = helper.make_node(op, ["data", "indices", "updates"], ["y"], **attrs)
     return make_model([node], {name: (list(a.shape), types[name]) for name, a in
                                (("data", data), ("indices", indices), ("updates", updates))},
-                      {"y": (list(data.shape), types["data"])})
+                      {"y": (list(data.shape), types["data"])}, opset=18)  # 18: reductions max and min
 
 
 def _check(tmp_path, op: str, data: np.ndarray, indices: np.ndarray, updates: np.ndarray, **attrs: object) -> None:
@@ -105,11 +105,22 @@ def test_an_index_outside_its_axis_stops_the_run(tmp_path):
         compiled.run({"data": data, "indices": np.array([[0, 6]], np.int64), "updates": np.ones(1, np.float32)})
 
 
-def test_reductions_are_refused_naming_the_node(tmp_path):
+@pytest.mark.parametrize("reduction", ["add", "mul", "max", "min"])
+def test_reductions_accumulate_equal_indices_in_order(tmp_path, reduction):
+    """Each update combined with what its row holds when its turn comes: equal indices accumulate."""
+    data = _values((5, 3), np.float32, 15)
+    indices = np.array([[1], [-1], [1], [4], [0], [1]], np.int64)  # row 1 three times, row 4 twice
+    _check(tmp_path, "ScatterND", data, indices, _values((6, 3), np.float32, 16), reduction=reduction)
+    elements = np.array([[0, 2, 0], [1, 0, 0], [-5, 2, 2]], np.int64)
+    _check(tmp_path, "ScatterElements", data, elements, _values((3, 3), np.float32, 17), axis=0,
+           reduction=reduction)
+
+
+def test_a_reduction_past_its_limit_is_refused_naming_the_node(tmp_path):
     data = np.zeros((4, 6), np.float32)
-    model = _model("ScatterElements", data, np.zeros((1, 6), np.int64), np.ones((1, 6), np.float32),
+    model = _model("ScatterElements", data, np.zeros((200, 6), np.int64), np.ones((200, 6), np.float32),
                    reduction="add")
     model.graph.node[0].name = "accumulate"
     with pytest.raises(CompileError, match=r"NCC_UNSUPPORTED.*'accumulate' \(ScatterElements\): "
-                                           r"ScatterElements with reduction 'add' is not supported"):
+                                           r"ScatterElements with 1200 index rows is not supported"):
         compile_to_model(model, tmp_path)
