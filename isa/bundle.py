@@ -18,6 +18,10 @@ Archive (stored, fixed timestamps, sorted names, so that equal bundles are equal
 - core<N>/<STREAM>.bin: the encoded instruction stream of one engine or DMA queue of rank N;
 - weights.bin: the weight segments, back to back, copied into HBM at load;
 - debug.json: for each stream, the ONNX node each instruction came from.
+
+Large bundles: `write` streams the members into the file (the header, with the payload's size and hash, last) and
+`read` checks the hash reading a piece at a time and maps weights.bin instead of reading it, so a bundle's weights
+are never held twice in memory.
 """
 
 from __future__ import annotations
@@ -25,13 +29,16 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import mmap
 import os
 import struct
 import tempfile
 import zipfile
 import zlib
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, BinaryIO, Callable
+
+import numpy as np
 
 from isa.codec import decode_stream, encode_stream
 from isa.errors import BundleError, IsaError
@@ -44,6 +51,8 @@ FORMAT_VERSION = 2  # 2: ranks, replica groups, collectives, tensors placed per 
 HEADER = struct.Struct("<8sHHHQ32s16s")
 HEADER_SIZE = 96
 _ZIP_TIME = (1980, 1, 1, 0, 0, 0)
+_CHUNK = 1 << 20  # bytes hashed, checked or copied at a time: large weights never need a second copy in memory
+_LOCAL_HEADER = struct.Struct(zipfile.structFileHeader)  # a member's local header, before its bytes
 
 
 @dataclass(frozen=True)
@@ -101,11 +110,30 @@ class TensorInfo:
 
 @dataclass(frozen=True)
 class Segment:
-    """Bytes placed in a rank's HBM at load: weights and other constants."""
+    """Bytes placed in a rank's HBM at load: weights and other constants. `data` is bytes, or a view of the
+    bundle file read (a memory map: its pages are read from the file when touched), with `mapped` the map and
+    where the view starts in it."""
 
     hbm_offset: int
-    data: bytes
+    data: bytes | memoryview
     rank: int = 0
+    mapped: tuple[mmap.mmap, int] | None = field(default=None, compare=False, repr=False)
+
+    def copy_to(self, dst: np.ndarray) -> None:
+        """dst (uint8, as long as the data) = the bytes, a piece at a time. The pages of a mapped segment are given
+        back once copied (they are read from the page cache again when next needed), so a weight is in memory
+        once, where it is copied to, and not twice."""
+        for at in range(0, len(self.data), _CHUNK):
+            piece = self.data[at:at + _CHUNK]
+            dst[at:at + len(piece)] = np.frombuffer(piece, np.uint8)
+            if self.mapped is not None:
+                _release(self.mapped[0], self.mapped[1] + at, len(piece))
+
+
+def _release(mapped: mmap.mmap, start: int, length: int) -> None:
+    """Drop the pages of [start, start + length) of a read-only file map from this process's memory."""
+    first = start - start % mmap.PAGESIZE
+    mapped.madvise(mmap.MADV_DONTNEED, first, start + length - first)
 
 
 @dataclass(frozen=True)
@@ -155,7 +183,69 @@ def _stream_path(core: int, name: str) -> str:
     return f"core{core}/{name}.bin"
 
 
-def to_bytes(bundle: Bundle) -> bytes:
+class _Window(io.RawIOBase):
+    """Bytes [start, start + size) of a file as a file of their own, so that the archive after the header is
+    written and read as if it began at offset 0 (zipfile records offsets from the start of the file it has).
+    Every write is kept (a reference, not a copy), so that the archive's sha256 is taken without reading it back:
+    zipfile rewrites a member's local header once the member is written, so its bytes are final only at the end."""
+
+    def __init__(self, f: BinaryIO, start: int, size: int | None = None) -> None:
+        self.f, self.start, self.size, self.pos = f, start, size, 0
+        self.written: list[list[Any]] = []  # [position, bytes], in file order
+
+    def readable(self) -> bool:
+        return True
+
+    def writable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self.pos
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        end = self.size if self.size is not None else self.end
+        self.pos = (offset, self.pos + offset, end + offset)[whence]
+        if self.pos < 0:
+            raise OSError("seek before the start of the archive")
+        return self.pos
+
+    @property
+    def end(self) -> int:
+        return self.written[-1][0] + len(self.written[-1][1]) if self.written else 0
+
+    def readinto(self, b: Any) -> int:
+        assert self.size is not None
+        view = memoryview(b).cast("B")[:max(0, self.size - self.pos)]
+        self.f.seek(self.start + self.pos)
+        n = self.f.readinto(view) or 0
+        self.pos += n
+        return n
+
+    def write(self, b: Any) -> int:
+        n = memoryview(b).nbytes
+        if self.pos == self.end:
+            self.written.append([self.pos, b])
+        else:  # zipfile rewriting the header of the member it just wrote: the same length, at the same place
+            k = next(k for k in reversed(range(len(self.written)))
+                     if self.written[k][0] == self.pos and memoryview(self.written[k][1]).nbytes == n)
+            self.written[k][1] = b
+        self.f.seek(self.start + self.pos)
+        self.f.write(b)
+        self.pos += n
+        return n
+
+    def sha256(self) -> bytes:
+        h = hashlib.sha256()
+        for _, data in self.written:
+            h.update(data)
+        return h.digest()
+
+
+def _write_archive(bundle: Bundle, out: BinaryIO) -> None:
+    """The zip archive of a bundle into `out`, its members streamed: weights.bin is written segment by segment."""
     manifest = {
         "target": bundle.target,
         "hbm_size": bundle.hbm_size,
@@ -172,10 +262,10 @@ def to_bytes(bundle: Bundle) -> bytes:
         "hbm_tensors": [t.to_json() for t in bundle.hbm_tensors],
     }
     debug = [{name: s.nodes for name, s in streams.items()} for streams in bundle.cores]
-    files = {
+    files: dict[str, bytes | None] = {
         "manifest.json": json.dumps(manifest, indent=1, sort_keys=True).encode(),
         "debug.json": json.dumps(debug, sort_keys=True).encode(),
-        "weights.bin": b"".join(s.data for s in bundle.weights),
+        "weights.bin": None,  # streamed
     }
     for c, streams in enumerate(bundle.cores):
         for name, s in streams.items():
@@ -183,30 +273,55 @@ def to_bytes(bundle: Bundle) -> bytes:
                 raise BundleError(f"rank {c} {name} has {len(s.instructions)} instructions; a stream holds at most "
                                   f"{MAX_INSTRUCTIONS_PER_STREAM} (isa/limits.py)")
             files[_stream_path(c, name)] = encode_stream(s.instructions)
-    archive = io.BytesIO()
-    with zipfile.ZipFile(archive, "w", zipfile.ZIP_STORED) as z:
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as z:
         for name in sorted(files):
             info = zipfile.ZipInfo(name, date_time=_ZIP_TIME)
             info.external_attr = 0o644 << 16
-            z.writestr(info, files[name])
-    payload = archive.getvalue()
+            data = files[name]
+            if data is not None:
+                z.writestr(info, data)
+                continue
+            info.file_size = sum(len(s.data) for s in bundle.weights)  # as writestr sets it: it decides zip64
+            with z.open(info, "w") as member:
+                for s in bundle.weights:
+                    member.write(s.data)
+
+
+def _header(bundle: Bundle, payload_size: int, digest: bytes) -> bytes:
+    return HEADER.pack(MAGIC, FORMAT_VERSION, HEADER_SIZE, len(bundle.cores), payload_size, digest,
+                       _target_name(bundle)).ljust(HEADER_SIZE, b"\0")
+
+
+def _target_name(bundle: Bundle) -> bytes:
     target = bundle.target.encode()
     if len(target) > 16:
         raise BundleError(f"target name {bundle.target!r} longer than 16 bytes")
-    header = HEADER.pack(MAGIC, FORMAT_VERSION, HEADER_SIZE, len(bundle.cores), len(payload),
-                         hashlib.sha256(payload).digest(), target)
-    return header.ljust(HEADER_SIZE, b"\0") + payload
+    return target
+
+
+def to_bytes(bundle: Bundle) -> bytes:
+    """The bundle file's bytes, in memory (`write` streams a large bundle into a file instead)."""
+    _target_name(bundle)
+    archive = io.BytesIO()
+    _write_archive(bundle, archive)
+    payload = archive.getvalue()
+    return _header(bundle, len(payload), hashlib.sha256(payload).digest()) + payload
 
 
 def write(bundle: Bundle, path: str | os.PathLike[str]) -> None:
-    """Write atomically: the file appears complete or not at all."""
-    data = to_bytes(bundle)
+    """Write atomically (the file appears complete or not at all) and streaming: the members go into the file as
+    they are made, the header last, so that a bundle's weights are never copied in memory; the bytes are those
+    of `to_bytes`."""
+    _target_name(bundle)
     directory = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=".neff-", dir=directory)
     try:
         os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes the file private; a bundle is made as any file is
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            window = _Window(f, HEADER_SIZE)
+            _write_archive(bundle, window)
+            f.seek(0)
+            f.write(_header(bundle, window.end, window.sha256()))
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
@@ -278,20 +393,45 @@ def _check_segments(segments: list[Segment]) -> None:
 
 
 def from_bytes(data: bytes) -> Bundle:
-    header = read_header(data)
-    payload = data[HEADER_SIZE:]
-    if len(payload) != header.payload_size:
-        raise BundleError(f"payload is {len(payload)} bytes, the header says {header.payload_size} "
+    """A bundle from its file's bytes (the weights are views of `data`, not copies)."""
+    return _parse(io.BytesIO(data), len(data), lambda: memoryview(data), None)
+
+
+def read(path: str | os.PathLike[str]) -> Bundle:
+    """A bundle from its file, read a member at a time: the hash is checked streaming, and the weights are a
+    memory map of the file, whose pages cost memory only as they are read (the runtime gives them back once it has
+    copied them into HBM). The file must not change while the bundle is in use: bundles are replaced, never
+    rewritten in place (`write`)."""
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            maps: list[mmap.mmap] = []
+
+            def whole() -> memoryview:
+                maps.append(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
+                return memoryview(maps[0])
+
+            return _parse(f, size, whole, maps)
+    except OSError as e:
+        raise BundleError(f"cannot read {path}: {e.strerror}") from None
+
+
+def _parse(f: BinaryIO, size: int, whole: Callable[[], memoryview], maps: list[mmap.mmap] | None) -> Bundle:
+    """The checks of a bundle, on the file `f` of `size` bytes: `whole()` views all of it, for the weights
+    (`maps` holds the memory map it makes, if any)."""
+    f.seek(0)
+    header = read_header(f.read(HEADER_SIZE))
+    if size - HEADER_SIZE != header.payload_size:
+        raise BundleError(f"payload is {size - HEADER_SIZE} bytes, the header says {header.payload_size} "
                           f"(truncated or padded file)")
-    if hashlib.sha256(payload).digest() != header.sha256:
+    if _digest(f, HEADER_SIZE, header.payload_size, hashlib.sha256()).digest() != header.sha256:
         raise BundleError("sha256 hash mismatch: the bundle is corrupted")
     try:
-        with zipfile.ZipFile(io.BytesIO(payload)) as z:
-            members = _members(z, len(payload))
+        with zipfile.ZipFile(_Window(f, HEADER_SIZE, header.payload_size)) as z:
+            members = _members(z, header.payload_size)
             manifest = parse_json(_read(z, members, "manifest.json", MAX_MANIFEST_BYTES), "manifest.json")
             check_manifest(manifest)
             debug = parse_json(_read(z, members, "debug.json", MAX_MANIFEST_BYTES), "debug.json")
-            weights_blob = _read(z, members, "weights.bin")
             cores, total = [], 0
             for c, streams in enumerate(manifest["cores"]):
                 core = {}
@@ -307,11 +447,15 @@ def from_bytes(data: bytes) -> Bundle:
                                           f"({len(instrs)})")
                     core[name] = Stream(instrs, [str(n) for n in nodes])
                 cores.append(core)
+            first, length = _stored_span(z, members, "weights.bin", header.payload_size)
+            if _digest(f, HEADER_SIZE + first, length, zlib.crc32) != members["weights.bin"].CRC:
+                raise BundleError("weights.bin fails its CRC-32 check")
+            weights_blob = whole()[HEADER_SIZE + first:HEADER_SIZE + first + length] if length else memoryview(b"")
             segments, at = [], 0
             for w in manifest["weights"]:
-                size = w["size"]
-                segments.append(Segment(w["hbm_offset"], weights_blob[at:at + size], w["rank"]))
-                at += size
+                mapped = (maps[0], HEADER_SIZE + first + at) if maps else None
+                segments.append(Segment(w["hbm_offset"], weights_blob[at:at + w["size"]], w["rank"], mapped))
+                at += w["size"]
             if at != len(weights_blob):
                 raise BundleError("weights.bin does not match the manifest's weight segments")
             _check_segments(segments)
@@ -339,10 +483,41 @@ def from_bytes(data: bytes) -> Bundle:
     return bundle
 
 
-def read(path: str | os.PathLike[str]) -> Bundle:
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError as e:
-        raise BundleError(f"cannot read {path}: {e.strerror}") from None
-    return from_bytes(data)
+def _digest(f: BinaryIO, start: int, length: int, h: Any) -> Any:
+    """Bytes [start, start + length) of `f` fed to `h` a piece at a time: a hashlib object (returned), or
+    zlib.crc32 (the CRC returned)."""
+    buffer = memoryview(bytearray(min(length, _CHUNK)))
+    f.seek(start)
+    crc = 0
+    while length:
+        n = f.readinto(buffer[:min(length, len(buffer))]) or 0
+        if n == 0:
+            raise BundleError("the file ends early")
+        if h is zlib.crc32:
+            crc = zlib.crc32(buffer[:n], crc)
+        else:
+            h.update(buffer[:n])
+        length -= n
+    return crc if h is zlib.crc32 else h
+
+
+def _stored_span(z: zipfile.ZipFile, members: dict[str, zipfile.ZipInfo], name: str,
+                 payload_size: int) -> tuple[int, int]:
+    """Where a stored member's bytes lie in the archive, from its local header (checked as zipfile checks it):
+    the weights are mapped there, not read."""
+    if name not in members:
+        raise BundleError(f"the archive has no member {name!r}")
+    info = members[name]
+    assert z.fp is not None
+    z.fp.seek(info.header_offset)
+    fixed = z.fp.read(_LOCAL_HEADER.size)
+    if len(fixed) != _LOCAL_HEADER.size:
+        raise BundleError(f"the local header of {name!r} is cut short")
+    fields = _LOCAL_HEADER.unpack(fixed)
+    signature, name_length, extra_length = fields[0], fields[10], fields[11]
+    if signature != zipfile.stringFileHeader or z.fp.read(name_length) != name.encode():
+        raise BundleError(f"the local header of {name!r} is not that member's")
+    first = info.header_offset + _LOCAL_HEADER.size + name_length + extra_length
+    if first + info.file_size > payload_size:
+        raise BundleError(f"member {name!r} runs past the end of the archive")
+    return first, info.file_size

@@ -67,7 +67,8 @@ def _model_digest(model: str | os.PathLike[str] | onnx.ModelProto) -> str:
     for location in locations:
         h.update(location.encode())
         with open(os.path.join(os.path.dirname(path), location), "rb") as f:
-            h.update(f.read())
+            for piece in iter(lambda: f.read(1 << 20), b""):  # a piece at a time: a large model's weights are
+                h.update(piece)  # never in memory
     return h.hexdigest()
 
 

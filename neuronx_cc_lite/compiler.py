@@ -28,7 +28,7 @@ from neuronx_cc_lite.codegen.transfers import split_transfers
 from neuronx_cc_lite.codegen.verify import verify_order, verify_program
 from neuronx_cc_lite.errors import CompileError, UnsupportedError
 from neuronx_cc_lite.flops import model_flops
-from neuronx_cc_lite.frontend import import_model, load_model
+from neuronx_cc_lite.frontend import import_file, import_model
 from neuronx_cc_lite.input_ranges import input_ranges
 from neuronx_cc_lite.ir import Graph
 from neuronx_cc_lite.lower import lower_graph, unsupported_nodes
@@ -103,8 +103,10 @@ def prepare(model: str | os.PathLike[str] | onnx.ModelProto, options: Options,
             dump: Callable[[str, str], None] | None = None) -> Graph:
     """Frontend and passes: the graph that lowering receives."""
     with phase("import"):
-        proto = model if isinstance(model, onnx.ModelProto) else load_model(model)
-        graph = import_model(proto, options.input_shapes, options.input_values)
+        if isinstance(model, onnx.ModelProto):
+            graph = import_model(model, options.input_shapes, options.input_values)
+        else:
+            graph = import_file(model, options.input_shapes, options.input_values)
     with phase("passes"):
         return run_pipeline(graph, dump, options.dump_ir_after, options.stop_after)
 

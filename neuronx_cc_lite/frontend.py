@@ -1,7 +1,10 @@
 """ONNX model -> graph IR.
 
 Loads the file, pins the input shapes the user gave and makes the inputs given a value constants, runs the ONNX
-checker and shape inference, and imports nodes, initializers and Constant nodes. Shapes that inference could not
+checker and shape inference, and imports nodes, initializers and Constant nodes. A file's large weights in external
+data are not read into the protobuf: each becomes a read-only view of a memory map of its data file, so a model's
+weights are never in memory twice (a model over protobuf's 2 GB compiles), and lowering gives the pages back once
+it has laid a weight out (`release_mapped_weights`). Shapes that inference could not
 settle stay None here; the fold_constants pass settles those that depend on shape arithmetic, and the verifier
 before lowering insists every shape is static.
 """
@@ -9,25 +12,83 @@ before lowering insists every shape is static.
 from __future__ import annotations
 
 import math
+import mmap
 import os
+import weakref
 from typing import Any, Mapping
 
 import numpy as np
 import onnx
-from onnx import helper, numpy_helper
+from onnx import external_data_helper, helper, numpy_helper
 
 from neuronx_cc_lite.errors import CompileError
 from neuronx_cc_lite.ir import Graph, Node, Tensor
 
 
-def load_model(path: str | os.PathLike[str]) -> onnx.ModelProto:
+def load_model(path: str | os.PathLike[str], map_weights: bool = False) -> onnx.ModelProto:
+    """The model with its external data read in; `map_weights`: but for the large initializers that
+    `import_file` maps (they stay references to their files)."""
     try:
-        return onnx.load(os.fspath(path))
+        model = onnx.load(os.fspath(path), load_external_data=False)
+        base_dir = os.path.dirname(os.path.abspath(path))
+        mapped = {i.name for i in model.graph.initializer if map_weights and _mappable(i)}
+        for tensor in external_data_helper._get_all_tensors(model):
+            if external_data_helper.uses_external_data(tensor) and tensor.name not in mapped:
+                external_data_helper.load_external_data_for_tensor(tensor, base_dir)
+        return model
     except FileNotFoundError:
         raise CompileError("NCC_ONNX_LOAD", f"no such file: {path}") from None
     except Exception as e:  # protobuf raises several unrelated types for a malformed file
         raise CompileError("NCC_ONNX_LOAD", f"cannot parse {path} as an ONNX model: {type(e).__name__}: "
                            f"{str(e).splitlines()[0] if str(e) else 'malformed protobuf'}") from None
+
+
+# ONNX types whose external bytes are the numpy array's bytes (little-endian, one element after another)
+_MAPPABLE_TYPES = frozenset({onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16,
+                             onnx.TensorProto.BFLOAT16, onnx.TensorProto.INT8, onnx.TensorProto.INT16,
+                             onnx.TensorProto.INT32, onnx.TensorProto.INT64, onnx.TensorProto.UINT8,
+                             onnx.TensorProto.UINT16, onnx.TensorProto.UINT32, onnx.TensorProto.UINT64,
+                             onnx.TensorProto.BOOL})
+
+# the memory maps weights are views of, to give their pages back; weak, so a map goes with its last weight
+_MAPS: weakref.WeakSet[mmap.mmap] = weakref.WeakSet()
+
+
+def _mappable(init: onnx.TensorProto) -> bool:
+    return (external_data_helper.uses_external_data(init) and init.data_type in _MAPPABLE_TYPES
+            and math.prod(init.dims) > ELEMENTS_CHECKED_AS_TYPES)
+
+
+def _mapped(init: onnx.TensorProto, base_dir: str, maps: dict[str, mmap.mmap]) -> np.ndarray:
+    """The external initializer as a read-only view of a memory map of its file (`maps`: by path, one each)."""
+    info = external_data_helper.ExternalDataInfo(init)
+    root = os.path.realpath(base_dir)
+    path = os.path.realpath(os.path.join(root, info.location))
+    if os.path.isabs(info.location) or os.path.commonpath([root, path]) != root:
+        raise CompileError("NCC_ONNX_INVALID", f"initializer {init.name!r}: external data {info.location!r} is "
+                           "not a file beside the model")
+    dtype = np.dtype(helper.tensor_dtype_to_np_dtype(init.data_type))
+    count = math.prod(init.dims)
+    offset = info.offset or 0
+    if path not in maps:
+        try:
+            with open(path, "rb") as f:
+                maps[path] = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        except (OSError, ValueError) as e:  # ValueError: an empty file
+            raise CompileError("NCC_ONNX_LOAD", f"initializer {init.name!r}: cannot read its external data "
+                               f"{info.location!r}: {getattr(e, 'strerror', None) or e}") from None
+        _MAPS.add(maps[path])
+    if info.length not in (None, count * dtype.itemsize) or offset + count * dtype.itemsize > len(maps[path]):
+        raise CompileError("NCC_ONNX_INVALID", f"initializer {init.name!r}: its external data ({info.location!r}, "
+                           f"offset {offset}, length {info.length}) does not hold {count} {dtype} elements")
+    return np.frombuffer(maps[path], dtype, count, offset).reshape(tuple(init.dims))
+
+
+def release_mapped_weights() -> None:
+    """Give back the pages of the mapped weights read so far: they are read from the page cache again if needed.
+    Lowering calls it after each node, so a weight's source and its laid-out copy are not both kept."""
+    for m in list(_MAPS):
+        m.madvise(mmap.MADV_DONTNEED)
 
 
 def attr_value(a: onnx.AttributeProto) -> Any:
@@ -138,8 +199,16 @@ def _weight(init: onnx.TensorProto) -> np.ndarray:
                            f"{str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}") from None
 
 
+def import_file(path: str | os.PathLike[str], input_shapes: Mapping[str, tuple[int, ...]] | None = None,
+                input_values: Mapping[str, Any] | None = None) -> Graph:
+    """The graph of an ONNX file, its large external weights mapped, not read."""
+    return import_model(load_model(path, map_weights=True), input_shapes, input_values,
+                        os.path.dirname(os.path.abspath(path)))
+
+
 def import_model(model: onnx.ModelProto, input_shapes: Mapping[str, tuple[int, ...]] | None = None,
-                 input_values: Mapping[str, Any] | None = None) -> Graph:
+                 input_values: Mapping[str, Any] | None = None, base_dir: str | None = None) -> Graph:
+    """`base_dir`: where the files of weights still in external data are (`import_file`)."""
     model, large = _weights_apart(model)
     if input_shapes:
         _pin_inputs(model, input_shapes)
@@ -167,8 +236,9 @@ def import_model(model: onnx.ModelProto, input_shapes: Mapping[str, tuple[int, .
                            f"knows opsets up to {onnx.defs.onnx_opset_version()}: export it for an older one")
     _check_names(g)
     tensors: dict[str, Tensor] = {}
+    maps: dict[str, mmap.mmap] = {}
     for init in (*g.initializer, *large):
-        value = _weight(init)
+        value = _mapped(init, base_dir, maps) if base_dir is not None and _mappable(init) else _weight(init)
         tensors[init.name] = Tensor(init.name, tuple(value.shape), value.dtype, value)
     for vi in (*g.input, *g.value_info, *g.output):
         if vi.name in tensors:

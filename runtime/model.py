@@ -179,9 +179,9 @@ class Model:
         arrays = self._check_inputs(inputs)
         mem = self.memory
         mem.clear()
-        for seg in self.bundle.weights:
+        for seg in self.bundle.weights:  # a piece at a time: a bundle file's weights are not held twice
             if self.host.local(seg.rank):
-                mem.hbm[seg.rank][seg.hbm_offset:seg.hbm_offset + len(seg.data)] = np.frombuffer(seg.data, np.uint8)
+                seg.copy_to(mem.hbm[seg.rank][seg.hbm_offset:seg.hbm_offset + len(seg.data)])
         for info, array in zip(self.inputs, arrays):
             for p in info.placements:
                 if self.host.local(p.rank):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from isa.dtypes import DType
 from isa.target import Target
 from neuronx_cc_lite import progress
+from neuronx_cc_lite.frontend import release_mapped_weights
 from neuronx_cc_lite.ir import Graph
 from neuronx_cc_lite.lower import (  # noqa: F401  (each module registers its lowerings)
     activations, batchnorm, cast, collective, concat, conv, cumsum, einsum, elementwise, feature_norm, gather,
@@ -29,6 +30,7 @@ def lower_graph(g: Graph, target: Target, matmul_dtype: DType | None = None,
         progress.step("lowering", k, len(g.nodes), node.name)
         program.node = node.name
         LOWERINGS[node.op].lower(ctx, node)
+        release_mapped_weights()  # what the node read of a file's weights it has laid out by now
     ctx.materialize_outputs()
     ctx.columns.finish()
     return program, ctx

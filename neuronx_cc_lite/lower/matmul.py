@@ -186,9 +186,10 @@ def _check_matmul(node: Node, g: Graph) -> str | None:
 
 
 def operand(ctx: LowerCtx, name: str) -> Operand:
-    """A matmul input: its value when it is a constant (laid out by the matmul), else its HBM view."""
+    """A matmul input: its value when it is a constant (laid out by the matmul, which casts it to the matmul type
+    piece by piece: no copy of a large weight here), else its HBM view."""
     t = ctx.graph.tensors[name]
-    return t.value.astype(np.float64) if t.is_constant else ctx.view(name)
+    return t.value if t.is_constant else ctx.view(name)
 
 
 def _broadcast(x: Operand, shape: tuple[int, ...]) -> Operand:

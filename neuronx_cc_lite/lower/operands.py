@@ -106,7 +106,7 @@ class BSource:
             kmax = max(kt for _, kt in k_tiles)
             parts = []
             for g0, gn in self.groups:
-                part = np.zeros((kmax, len(k_tiles), gn))
+                part = np.zeros((kmax, len(k_tiles), gn), b.dtype)  # not float64: twice the weight
                 for j, (k0, kt) in enumerate(k_tiles):
                     part[:kt, j] = b[k0:k0 + kt, g0:g0 + gn]
                 parts.append(part)
