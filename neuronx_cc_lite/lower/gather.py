@@ -5,7 +5,8 @@ indirect DMA, `dma_gather`: up to pmax indices are loaded into a partition colum
 the table row its index names. For Gather the rows are the slices along the gathered axis and the indices may be
 known only at run time (embedding lookups); for GatherElements and GatherND the element offset every output
 element comes from is computed (by the compiler for constant indices, on VectorE for GatherElements' run-time
-indices) and one-element "rows" are gathered at those offsets.
+indices) and one-element "rows" are gathered at those offsets; GatherND's run-time index tuples name slices,
+whose table rows are computed on VectorE (index_rows.py).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from neuronx_cc_lite.ir import Graph, Node, Tensor
 from neuronx_cc_lite.lower.context import LowerCtx
 from neuronx_cc_lite.lower.elementwise import Operand, elementwise, tile_free_max
 from neuronx_cc_lite.lower.hbm import HbmView, coalesce
+from neuronx_cc_lite.lower.index_rows import MAX_TABLE_ROWS, table_rows
 from neuronx_cc_lite.lower.instr import scratch, ts, tt
 from neuronx_cc_lite.lower.patterns import contiguous
 from neuronx_cc_lite.lower.program import HbmAccess, Program, TileAccess
@@ -174,8 +176,51 @@ def _check_gather_elements(node: Node, g: Graph) -> str | None:
     return _check_gather(node, g)
 
 
+def _check_gather_nd(node: Node, g: Graph) -> str | None:
+    data, indices = g.tensors[node.inputs[0]], g.tensors[node.inputs[1]]
+    rows = math.prod(data.shape[:int(node.attrs.get("batch_dims", 0)) + indices.shape[-1]])
+    if not indices.is_constant and rows > MAX_TABLE_ROWS:
+        return f"GatherND with run-time indices into {rows} rows (row indices exact up to {MAX_TABLE_ROWS})"
+    return _check_gather(node, g)
+
+
+@lowering("GatherND", check=_check_gather_nd, since=11)
+def lower_gather_nd(ctx: LowerCtx, node: Node) -> None:
+    """Constant indices: the element offsets, as for GatherElements. Run-time indices: the table row of each
+    index tuple computed on chip (index_rows.py), the tuple's batch coordinates giving a compile-time base, then
+    the rows (slices data[batch, i_0, .., i_{k-1}]) gathered."""
+    if ctx.graph.tensors[node.inputs[1]].is_constant:
+        lower_gather_elements(ctx, node)
+        return
+    prog, pmax = ctx.program, ctx.program.target.partitions
+    shape, idx_shape = ctx.shape(node.inputs[0]), ctx.shape(node.inputs[1])
+    b, k = int(node.attrs.get("batch_dims", 0)), idx_shape[-1]
+    n, rows, inner = math.prod(idx_shape[:-1]), math.prod(shape[:b + k]), shape[b + k:] or (1,)
+    data = contiguous(prog, ctx.view(node.inputs[0]), f"{node.name}/data").reshape((rows, *inner))
+    indices = contiguous(prog, ctx.view(node.inputs[1]), f"{node.name}/indices").reshape((n, k))
+    assert data is not None and indices is not None  # contiguous
+    strides = [math.prod(shape[a + 1:b + k]) for a in range(b + k)]
+    batch = np.indices(idx_shape[:-1], dtype=np.int64)[:b]
+    base = sum((c * s for c, s in zip(batch, strides)), np.zeros(idx_shape[:-1], dtype=np.int64))
+    bases = ctx.view(ctx.constant(f"{node.name}/base", base.reshape(n, 1).astype(np.int32))) if b else None
+    found = HbmView.whole(prog.hbm_tensor(f"{node.name}/rows", n * 4, "scratch", DType.int32), DType.int32, (n, 1))
+    for p0 in range(0, n, pmax):
+        p = min(pmax, n - p0)
+        index = prog.sbuf(p, k, DType.int32, "index")
+        prog.dma(index.ap(), indices.box((p0, 0), (p, k)))
+        start = None
+        if bases is not None:
+            start = prog.sbuf(p, 1, DType.int32, "base").ap()
+            prog.dma(start, bases.box((p0, 0), (p, 1)))
+        columns = [(index.region(j, 1), shape[b + j], strides[b + j]) for j in range(k)]
+        prog.dma(found.box((p0, 0), (p, 1)), table_rows(prog, p, columns, start, rows))
+    out = ctx.output(node.outputs[0]).reshape((n, *inner))
+    assert out is not None  # a fresh output is contiguous
+    gather_rows(ctx, data.box((0,) * (1 + len(inner)), (1, *inner)), found.reshape((n,)), out, rows,
+                math.prod(inner), fix_negative=False)
+
+
 @lowering("GatherElements", check=_check_gather_elements, since=11)
-@lowering("GatherND", check=_check_gather, since=11, constant_inputs=(1,))
 def lower_gather_elements(ctx: LowerCtx, node: Node) -> None:
     data = ctx.view(node.inputs[0])
     extent = sum((n - 1) * s for n, s in zip(data.shape, data.strides)) + 1

@@ -11,9 +11,8 @@ updates written at indices that may be known only at run time.
 The table is the output seen as rows: for ScatterND the slices out[i_0, .., i_{k-1}] (row = sum_j i_j * the
 product of shape[j+1:k]); for ScatterElements single elements (row = the element's flat offset: a compile-time
 base for its other coordinates plus index * the axis' stride), one element per partition, which suits the small
-tensors these ops see and is refused past MAX_INDEX_ROWS index rows. ONNX counts a negative index from the end
-of its axis; an index still outside its axis after that sends its row past the table, which dma_scatter refuses
-at run time naming itself, as onnxruntime refuses the index.
+tensors these ops see and is refused past MAX_INDEX_ROWS index rows. The rows are computed as index_rows.py
+says: negative indices wrapped, an index outside its axis refused by dma_scatter at run time.
 
 A scatter writes its whole table as far as ordering goes (the instruction's implicit write), so the copy, each
 block and every reader of the output follow one another: of two equal indices the later one wins, as in
@@ -40,14 +39,14 @@ from neuronx_cc_lite.ir import Graph, Node
 from neuronx_cc_lite.lower.context import LowerCtx
 from neuronx_cc_lite.lower.elementwise import tile_free_max
 from neuronx_cc_lite.lower.hbm import HbmView, coalesce
-from neuronx_cc_lite.lower.instr import ts, tt
+from neuronx_cc_lite.lower.index_rows import MAX_TABLE_ROWS, table_rows
+from neuronx_cc_lite.lower.instr import tt
 from neuronx_cc_lite.lower.patterns import contiguous
-from neuronx_cc_lite.lower.program import HbmAccess, Program, TileAccess
+from neuronx_cc_lite.lower.program import HbmAccess, TileAccess
 from neuronx_cc_lite.lower.registry import lowering
 from neuronx_cc_lite.lower.rows import free_chunks
 
 MAX_INDEX_ROWS = 1 << 16  # index rows (tuples or elements) per node: at most 512 blocks of 128
-MAX_TABLE_ROWS = 1 << 23  # a row index, plus the table's size for an index outside it, stays below 2**24
 MAX_REDUCED_ROWS = 1 << 10  # index rows of a reduction: four DMA or VectorE instructions each, in sequence
 REDUCTIONS = {"none": None, "add": AluOp.add, "mul": AluOp.multiply, "max": AluOp.maximum, "min": AluOp.minimum}
 
@@ -69,38 +68,10 @@ def _check_scatter(node: Node, g: Graph) -> str | None:
     if rows > limit:
         return f"{node.op} with {rows} index rows is not supported (at most {limit} with reduction {reduction!r})"
     k = indices.shape[-1] if node.op == "ScatterND" else 0
-    table_rows = math.prod(data.shape[:k]) if node.op == "ScatterND" else data.size
-    if table_rows > MAX_TABLE_ROWS:
-        return f"{node.op} into {table_rows} rows is not supported (row indices exact up to {MAX_TABLE_ROWS})"
+    rows_of_table = math.prod(data.shape[:k]) if node.op == "ScatterND" else data.size
+    if rows_of_table > MAX_TABLE_ROWS:
+        return f"{node.op} into {rows_of_table} rows is not supported (row indices exact up to {MAX_TABLE_ROWS})"
     return None
-
-
-def _table_rows(prog: Program, p: int, columns: list[tuple[TileAccess, int, int]], base: TileAccess | None,
-                rows: int) -> TileAccess:
-    """The int32 [p, 1] table row of each partition: base + sum_j wrap(index_j) * stride_j over `columns`
-    (index_j [p, 1], size_j, stride_j), plus `rows` where some index_j lies outside [0, size_j) once negatives
-    are wrapped, so that dma_scatter refuses it."""
-    f32 = DType.fp32
-    acc, wrapped = prog.sbuf(p, 1, f32, "row_sum").ap(), prog.sbuf(p, 1, f32, "wrapped").ap()
-    outside, anywhere = prog.sbuf(p, 1, f32, "outside").ap(), prog.sbuf(p, 1, f32, "outside_any").ap()
-    for j, (index, size, stride) in enumerate(columns):
-        ts(prog, wrapped, index, AluOp.less, 0.0, AluOp.multiply, float(size))  # negatives count from the end
-        tt(prog, wrapped, wrapped, index, AluOp.add)
-        middle = (size - 1) / 2  # inside [0, size) <=> |wrapped - middle| <= middle
-        ts(prog, outside, wrapped, AluOp.subtract, middle, AluOp.abs_max, 0.0)
-        ts(prog, anywhere if j == 0 else outside, outside, AluOp.greater, middle)
-        if j:
-            tt(prog, anywhere, anywhere, outside, AluOp.maximum)
-        previous = base if j == 0 else acc
-        if previous is None:
-            ts(prog, acc, wrapped, AluOp.multiply, float(stride))
-        else:
-            prog.emit("scalar_tensor_tensor", Engine.DVE, dst=acc, src=wrapped, op0=AluOp.multiply,
-                      scalar=float(stride), op1=AluOp.add, b=previous)
-    row = prog.sbuf(p, 1, DType.int32, "row").ap()
-    prog.emit("scalar_tensor_tensor", Engine.DVE, dst=row, src=anywhere, op0=AluOp.multiply, scalar=float(rows),
-              op1=AluOp.add, b=acc)
-    return row
 
 
 def _scatter_block(ctx: LowerCtx, row: TileAccess, updates: HbmView, table: HbmView, rows: int,
@@ -160,7 +131,7 @@ def lower_scatter_nd(ctx: LowerCtx, node: Node) -> None:
         index = prog.sbuf(p, k, DType.int32, "index")
         prog.dma(index.ap(), indices.box((p0, 0), (p, k)))
         columns = [(index.region(j, 1), shape[j], strides[j]) for j in range(k)]
-        row = _table_rows(prog, p, columns, None, rows)
+        row = table_rows(prog, p, columns, None, rows)
         _scatter_block(ctx, row, updates.box((p0,) + (0,) * len(row_shape), (p, *row_shape)),
                        table.box((0,) * (1 + len(row_shape)), (1, *row_shape)), rows, REDUCTIONS[_reduction(node)])
 
@@ -190,6 +161,6 @@ def lower_scatter_elements(ctx: LowerCtx, node: Node) -> None:
         index, start = prog.sbuf(p, 1, DType.int32, "index"), prog.sbuf(p, 1, DType.int32, "base")
         prog.dma(index.ap(), indices.box((p0, 0), (p, 1)))
         prog.dma(start.ap(), bases.box((p0, 0), (p, 1)))
-        row = _table_rows(prog, p, [(index.ap(), shape[axis], out_strides[axis])], start.ap(), size)
+        row = table_rows(prog, p, [(index.ap(), shape[axis], out_strides[axis])], start.ap(), size)
         _scatter_block(ctx, row, updates.box((p0, 0), (p, 1)), table.box((0, 0), (1, 1)), size,
                        REDUCTIONS[_reduction(node)])
