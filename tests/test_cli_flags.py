@@ -105,7 +105,7 @@ def test_disasm_rejects_unknown_engines_and_cores(tmp, capsys):
     assert main(["disasm", neff, "--engine", "TPU"]) == 1
     out, err = capsys.readouterr()
     assert out == ""
-    _one_coded_line(err, "NCC_USAGE: unknown engine TPU for --engine: a trn1 core has PE, ACT, DVE, POOL, SP and "
+    _one_coded_line(err, "NCC_USAGE: unknown engine TPU for --engine: a trn1 core has PE, ACT, DVE, POOL, SP, CC and "
                          "DMA0..DMA15")
     assert main(["disasm", neff, "--engine", "DMA16"]) == 1  # trn1 has 16 queues
     _one_coded_line(capsys.readouterr().err, "NCC_USAGE: unknown engine DMA16")
