@@ -41,6 +41,11 @@ block is S/n:
       the node, all-reduce across nodes, all-gather inside the node", one level more)
       all_to_all: at each level, inner to outer, each rank sends its block of S/k to each of the k-1 others
   permute (whatever the algorithm): one step, g[i] sends S to g[(i + shift) % n]
+  mesh (CHIP.md's "mesh (small messages)": one step, every rank straight to every other, so one hop's latency
+      for n-1 times the bytes):
+      all_reduce: each rank sends its whole buffer S to every other, and each sums what it gets
+      reduce_scatter: g[i] sends block j to g[j];  all_gather: g[i] sends its block to every other rank
+      all_to_all: g[i] sends block j to g[j], all blocks at once
   auto: the fastest of those that apply.
 """
 
@@ -54,7 +59,7 @@ from typing import Callable, Iterable, Sequence
 
 from isa.target import Target
 
-ALGORITHMS = ("ring", "rdh", "hierarchical")
+ALGORITHMS = ("ring", "rdh", "hierarchical", "mesh")
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "permute")
 # busbw = algbw * this (nccl-tests' PERFORMANCE.md): what each rank's link carries, whatever n is.
 BUS_FACTOR: dict[str, Callable[[int], float]] = {
@@ -294,7 +299,12 @@ def _hierarchical(op: str, group: tuple[int, ...], nbytes: int, dtype_size: int,
     return {"reduce_scatter": scatter_steps, "all_gather": gather, "all_reduce": scatter_steps + gather}[op]
 
 
-_BUILDERS = {"ring": _ring, "rdh": _rdh, "hierarchical": _hierarchical}
+def _mesh(op: str, group: tuple[int, ...], nbytes: int, dtype_size: int, topo: Topology) -> list[Step]:
+    sent = nbytes if op == "all_reduce" else _chunk(nbytes, len(group), dtype_size)
+    return [Step(tuple((a, b, sent) for a in group for b in group if a != b))]
+
+
+_BUILDERS = {"ring": _ring, "rdh": _rdh, "hierarchical": _hierarchical, "mesh": _mesh}
 
 
 # ---- pricing ---------------------------------------------------------------------------------------------------

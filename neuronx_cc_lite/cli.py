@@ -685,7 +685,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ranks", type=int, required=True, help="ranks (logical cores) in the group")
     p.add_argument("--target", default="trn1", help="trn1, inf2 or trn2")
     p.add_argument("--lnc", type=int, choices=(1, 2), help="physical cores per rank (default: the target's)")
-    p.add_argument("--algorithm", choices=("auto", "ring", "rdh", "hierarchical"), default="auto",
+    p.add_argument("--algorithm", choices=("auto", "ring", "rdh", "hierarchical", "mesh"), default="auto",
                    help="how the collective moves its data; auto: the fastest for each size")
     p.add_argument("--min-bytes", type=int, default=1024, metavar="B", help="first size, per rank")
     p.add_argument("--max-bytes", type=int, default=1 << 28, metavar="B", help="last size: doubled up to it")

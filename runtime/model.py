@@ -37,7 +37,7 @@ from runtime.ranks import InProcess, MpiRanks
 from runtime.semantics import HANDLERS, convert, snapshot, write_to
 from runtime.simulator import Op, RunStats, Simulator, StreamState
 
-ALGORITHMS = ("auto", "ring", "rdh", "hierarchical")
+ALGORITHMS = ("auto", "ring", "rdh", "hierarchical", "mesh")
 
 
 class Model:

@@ -118,8 +118,8 @@ def test_auto_takes_the_fastest():
         each = {a: collective_cost("all_reduce", size, 4, group, topo, a).ns for a in ALGORITHMS}
         auto = collective_cost("all_reduce", size, 4, group, topo)
         assert auto.ns == min(each.values()) and auto.algorithm == min(each, key=each.get)
-    # few big steps win for small messages, the ring's bandwidth for large ones
-    assert collective_cost("all_reduce", 4 * 1024, 4, group, topo).algorithm == "rdh"
+    # few steps win for small messages (mesh: one), the ring's bandwidth for large ones
+    assert collective_cost("all_reduce", 4 * 1024, 4, group, topo).algorithm == "mesh"
     assert collective_cost("all_reduce", 256 * MIB, 4, group, topo).algorithm == "ring"
 
 
@@ -187,3 +187,15 @@ def test_bus_bandwidth_never_beats_the_links(case):
     bigger = collective_cost(op, 2 * nbytes, dtype_size, group, topo, cost.algorithm if op != "permute" else
                              algorithm, shift)
     assert bigger.ns >= cost.ns  # more bytes never take less time
+
+
+def test_mesh_is_one_step_of_every_rank_to_every_other():
+    """Two ranks of a chip: the mesh all_reduce is one exchange of the whole buffer (a hop's latency and twice the
+    bytes through the chip), the ring two steps of half buffers; mesh is the cheaper for 128 KiB."""
+    topo = topology(TRN1, 1, 2)
+    nbytes = 128 * 1024
+    mesh = collective_cost("all_reduce", nbytes, 4, (0, 1), topo, "mesh")
+    ring = collective_cost("all_reduce", nbytes, 4, (0, 1), topo, "ring")
+    assert mesh.ns == pytest.approx(TRN1.chip_hop_ns + 2 * nbytes / TRN1.chip_gbps)
+    assert ring.ns == pytest.approx(2 * (TRN1.chip_hop_ns + 2 * (nbytes / 2) / TRN1.chip_gbps))
+    assert collective_cost("all_reduce", nbytes, 4, (0, 1), topo).algorithm == "mesh"
