@@ -6,7 +6,9 @@ a `Commit` that writes the results when the instruction completes. Reading at th
 what lets an unsynchronised reader see stale data, as on the chip.
 
 Engines compute in fp32 and cast on write: floats round to nearest even (ml_dtypes), integers round to nearest
-even and saturate, NaN becomes 0.
+even and saturate, NaN becomes 0. A bit-vector operator (bitwise and/or/xor, shifts) reads an integer tile's bits
+instead, all 32 of an int32 (VectorE's bitwise operators take integer types), and its result wraps to the
+destination's width.
 """
 
 from __future__ import annotations
@@ -197,7 +199,7 @@ def _flag(fn: Callable[[Any, Any], np.ndarray]) -> Callable[[Any, Any], np.ndarr
 
 
 def _bits(fn: Callable[[Any, Any], np.ndarray]) -> Callable[[Any, Any], np.ndarray]:
-    """Bit-vector operators see integers: their inputs are integer tiles, read here through fp32 exactly."""
+    """Bit-vector operators see integers: integer tiles read exactly (`_alu_input`), immediates as given."""
     return lambda a, b: fn(np.asarray(a).astype(np.int64), np.asarray(b).astype(np.int64))
 
 
@@ -346,9 +348,15 @@ def activation(instr: Instruction, v: Views) -> Issue:
     return issue
 
 
+def _alu_input(view: np.ndarray, bits: bool) -> Callable[[], np.ndarray]:
+    """An ALU input, as fp32; for a bit-vector operator an integer tile's bits, exactly."""
+    return snapshot(view, np.int64) if bits and view.dtype.kind in "iu" else read_f32(view)
+
+
 def tensor_tensor(instr: Instruction, v: Views) -> Issue:
     fn = ALU[instr.args["op"]]
-    a, b = read_f32(v["a"]), read_f32(v["b"])
+    bits = instr.args["op"] in BITVEC_OPS
+    a, b = _alu_input(v["a"], bits), _alu_input(v["b"], bits)
     store = write_to(v["dst"], wrap=instr.args["op"] in BITVEC_OPS)
 
     def issue() -> Commit:
@@ -364,7 +372,7 @@ def _apply(op: AluOp, x: Any, s: Any, reverse: bool) -> Any:
 
 def tensor_scalar(instr: Instruction, v: Views) -> Issue:
     args = instr.args
-    src = read_f32(v["src"])
+    src = _alu_input(v["src"], args["op0"] in BITVEC_OPS)
     store = write_to(v["dst"], wrap=args["op0"] in BITVEC_OPS or args["op1"] in BITVEC_OPS)
     s0 = _scalar(v["scalar0"])
     s1 = _scalar(v["scalar1"]) if args["op1"] is not None else None

@@ -23,6 +23,7 @@ COMPARISONS = {"Equal": AluOp.equal, "Less": AluOp.less, "LessOrEqual": AluOp.le
 LOGICAL = {"And": AluOp.logical_and, "Or": AluOp.logical_or, "Xor": AluOp.logical_xor}
 BITWISE = {"BitwiseAnd": AluOp.bitwise_and, "BitwiseOr": AluOp.bitwise_or, "BitwiseXor": AluOp.bitwise_xor}
 _NARROW_INTS = {np.dtype(t) for t in (np.int8, np.int16, np.uint8, np.uint16, np.bool_)}
+_BIT_INTS = _NARROW_INTS | {np.dtype(t) for t in (np.int32, np.uint32, np.int64)}
 
 
 @lowering(*COMPARISONS, check=small_integers_ok, since=7)
@@ -40,31 +41,27 @@ def lower_not(ctx: LowerCtx, node: Node) -> None:
     elementwise(ctx, node, lambda prog, dst, s: ts(prog, dst, s[0], AluOp.equal, 0.0))
 
 
-def _check_bits(node: Node, g: Graph) -> str | None:
-    """Bit operations see integers through the fp32 datapath: exact for 8- and 16-bit types only."""
+def _check_bitvec(node: Node, g: Graph) -> str | None:
+    """The ALU's bit-vector operators read integer tiles' bits: every integer type the device holds (int64 as
+    int32, as everywhere)."""
     for name in (*node.inputs, *node.outputs):
-        if name and g.tensors[name].dtype not in _NARROW_INTS:
-            return f"{node.op} on {g.tensors[name].dtype} is not supported (8- and 16-bit integers only)"
+        if name and g.tensors[name].dtype not in _BIT_INTS:
+            return f"{node.op} on {g.tensors[name].dtype} is not supported (integers of up to 32 bits, and int64)"
     return None
 
 
-@lowering(*BITWISE, check=_check_bits)
+@lowering(*BITWISE, check=_check_bitvec)
 def lower_bitwise(ctx: LowerCtx, node: Node) -> None:
     elementwise(ctx, node, fold(BITWISE[node.op]))
 
 
-@lowering("BitwiseNot", check=_check_bits)
+@lowering("BitwiseNot", check=_check_bitvec)
 def lower_bitwise_not(ctx: LowerCtx, node: Node) -> None:
-    dtype = ctx.graph.tensors[node.inputs[0]].dtype
-    if np.issubdtype(dtype, np.signedinteger):  # ~x == -x - 1
-        compute = lambda prog, dst, s: ts(prog, dst, s[0], AluOp.multiply, -1.0, AluOp.subtract, 1.0)  # noqa: E731
-    else:  # ~x == max - x
-        top = float(np.iinfo(dtype).max)
-        compute = lambda prog, dst, s: ts(prog, dst, s[0], AluOp.subtract, top, reverse0=True)  # noqa: E731
-    elementwise(ctx, node, compute)
+    """~x == x ^ (all ones): -1 is all ones in every width once the result wraps to it."""
+    elementwise(ctx, node, lambda prog, dst, s: ts(prog, dst, s[0], AluOp.bitwise_xor, -1.0))
 
 
-@lowering("BitShift", check=_check_bits, since=11)
+@lowering("BitShift", check=_check_bitvec, since=11)
 def lower_bit_shift(ctx: LowerCtx, node: Node) -> None:
     op = AluOp.left_shift if node.attrs.get("direction") == "LEFT" else AluOp.right_shift
     elementwise(ctx, node, fold(op))

@@ -314,3 +314,23 @@ def test_dma_scatter_index_outside_the_table_names_the_instruction():
     with pytest.raises(runtime.AccessError,
                        match=r"DMA0 #3 dma_scatter.*: dma_scatter index 6 outside the table's 6 rows$"):
         _scatter_model(6, 2).run(inputs)
+
+
+@pytest.mark.parametrize("dtype", ["int32", "uint32"])
+def test_bit_vector_operators_read_all_32_bits_of_an_integer_tile(dtype):
+    """fp32 holds 24 bits: a shift or an and read through it would lose the low bits of these values."""
+    d = DType.from_numpy(np.dtype(dtype))
+    info = np.iinfo(dtype)
+    x = np.random.default_rng(9).integers(info.min, info.max, (4, 8), dtype=np.int64).astype(dtype)
+    m = model({
+        "DMA0": [make("dma_copy", dst=sbuf(4, 8, 0, d), src=hbm(X, 4, 8, d), signal=5),
+                 make("dma_copy", dst=hbm(OUT, 4, 8, d), src=sbuf(4, 8, 4096, d), waits=((0, 1),)),
+                 make("dma_copy", dst=hbm(Y, 4, 8, d), src=sbuf(4, 8, 8192, d), waits=((0, 2),))],
+        "DVE": [make("tensor_scalar", dst=sbuf(4, 8, 4096, d), src=sbuf(4, 8, 0, d), op0=AluOp.left_shift,
+                     scalar0=4.0, reverse0=False, reverse1=False, waits=((5, 1),), signal=0),
+                make("tensor_tensor", dst=sbuf(4, 8, 8192, d), a=sbuf(4, 8, 0, d), b=sbuf(4, 8, 0, d),
+                     op=AluOp.bitwise_and, signal=0)],
+    }, {"x": (X, (4, 8))}, {"shifted": (OUT, (4, 8)), "same": (Y, (4, 8))}, dtype=dtype)
+    out = m.run({"x": x})
+    np.testing.assert_array_equal(out["shifted"], (x.astype(np.int64) << 4).astype(dtype))
+    np.testing.assert_array_equal(out["same"], x)
