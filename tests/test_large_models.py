@@ -16,9 +16,11 @@ import sys
 
 import numpy as np
 import pytest
-from onnx import TensorProto, external_data_helper, helper, save
+from onnx import TensorProto, external_data_helper, helper, load, save
 
 from isa.target import TARGETS
+from neuronx_cc_lite.errors import CompileError
+from neuronx_cc_lite.frontend import import_file
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -128,3 +130,26 @@ def test_model_over_2gb_compiles_and_runs_under_twice_its_weights(tmp_path):
     assert weights > 2.2e9
     for phase in (compiled, ran):
         assert phase["peak"] * 1024 < 2 * weights, (phase, weights)
+
+
+def test_external_weights_are_mapped_not_read(tmp_path):
+    build(str(tmp_path), layers=2, d=64, batch=1)
+    graph = import_file(tmp_path / "model.onnx")
+    w = graph.tensors["w1"].value
+    assert not w.flags.owndata and not w.flags.writeable  # a view of the file's map
+    on_disk = np.memmap(tmp_path / "weights.data", np.float32, "r", shape=(2, 64, 64))
+    np.testing.assert_array_equal(w, on_disk[1])
+
+
+@pytest.mark.parametrize("key, value, says", [("location", "../weights.data", "not a file beside the model"),
+                                              ("length", "12", "does not hold 4096 float32 elements"),
+                                              ("offset", str(1 << 40), "does not hold")])
+def test_external_data_that_is_not_the_weights_is_refused(tmp_path, key, value, says):
+    build(str(tmp_path), layers=2, d=64, batch=1)
+    model = load(str(tmp_path / "model.onnx"), load_external_data=False)
+    entry = next(e for e in model.graph.initializer[0].external_data if e.key == key)
+    entry.value = value
+    save(model, str(tmp_path / "model.onnx"))
+    with pytest.raises(CompileError, match=says) as e:
+        import_file(tmp_path / "model.onnx")
+    assert e.value.code == "NCC_ONNX_INVALID"

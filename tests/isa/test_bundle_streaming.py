@@ -1,0 +1,65 @@
+"""The bundle written and read a member at a time: the same bytes as `to_bytes`, weights mapped from the file (and
+given back as the runtime copies them), and the checks a whole-file reader made."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import zipfile
+
+import numpy as np
+import pytest
+
+from isa import bundle as bundle_format
+from isa.bundle import HEADER, HEADER_SIZE, MAGIC
+from isa.errors import BundleError
+from neuronx_cc_lite.compiler import compile_model
+from tests.conftest import gemm_model
+
+
+@pytest.fixture(scope="module")
+def bundle() -> bundle_format.Bundle:
+    return compile_model(gemm_model(300, 200, 100))
+
+
+def test_write_streams_the_bytes_to_bytes_makes(bundle, tmp_path):
+    path = tmp_path / "m.neff"
+    bundle_format.write(bundle, path)
+    assert path.read_bytes() == bundle_format.to_bytes(bundle)
+
+
+def test_read_maps_the_weights_and_copy_to_gives_them_back(bundle, tmp_path):
+    path = tmp_path / "m.neff"
+    bundle_format.write(bundle, path)
+    read = bundle_format.read(path)
+    assert read == bundle_format.from_bytes(path.read_bytes())
+    for seg, original in zip(read.weights, bundle.weights):
+        assert isinstance(seg.data, memoryview) and seg.mapped is not None
+        dst = np.zeros(len(seg.data), np.uint8)
+        seg.copy_to(dst)
+        assert dst.tobytes() == original.data
+        seg.copy_to(dst)  # pages given back are read again from the file
+        assert dst.tobytes() == original.data
+
+
+def test_a_weights_member_failing_its_crc_is_refused(bundle, tmp_path):
+    """The mapped member is not read through zipfile, which checked its CRC: the reader checks it."""
+    data = bundle_format.to_bytes(bundle)
+    payload = bytearray(data[HEADER_SIZE:])
+    with zipfile.ZipFile(io.BytesIO(bytes(payload))) as z:
+        info = z.getinfo("weights.bin")
+    start = info.header_offset + 30 + len(info.filename)
+    payload[start] ^= 0xFF
+    head = HEADER.pack(MAGIC, bundle_format.FORMAT_VERSION, HEADER_SIZE, 1, len(payload),
+                       hashlib.sha256(payload).digest(), b"trn1")
+    path = tmp_path / "m.neff"
+    path.write_bytes(head.ljust(HEADER_SIZE, b"\0") + bytes(payload))
+    with pytest.raises(BundleError, match="CRC"):
+        bundle_format.read(path)
+
+
+def test_a_truncated_file_is_refused_before_it_is_mapped(bundle, tmp_path):
+    path = tmp_path / "m.neff"
+    path.write_bytes(bundle_format.to_bytes(bundle)[:-100])
+    with pytest.raises(BundleError, match="truncated"):
+        bundle_format.read(path)
