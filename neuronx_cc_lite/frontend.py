@@ -61,7 +61,10 @@ def _mappable(init: onnx.TensorProto) -> bool:
 
 def _mapped(init: onnx.TensorProto, base_dir: str, maps: dict[str, mmap.mmap]) -> np.ndarray:
     """The external initializer as a read-only view of a memory map of its file (`maps`: by path, one each)."""
-    info = external_data_helper.ExternalDataInfo(init)
+    try:
+        info = external_data_helper.ExternalDataInfo(init)
+    except ValueError as e:  # an offset or length that is not a count
+        raise CompileError("NCC_ONNX_INVALID", f"initializer {init.name!r}: {e}") from None
     root = os.path.realpath(base_dir)
     path = os.path.realpath(os.path.join(root, info.location))
     if os.path.isabs(info.location) or os.path.commonpath([root, path]) != root:

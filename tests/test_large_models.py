@@ -143,7 +143,8 @@ def test_external_weights_are_mapped_not_read(tmp_path):
 
 @pytest.mark.parametrize("key, value, says", [("location", "../weights.data", "not a file beside the model"),
                                               ("length", "12", "does not hold 4096 float32 elements"),
-                                              ("offset", str(1 << 40), "does not hold")])
+                                              ("offset", str(1 << 40), "does not hold"),
+                                              ("offset", "-4", "must be non-negative")])
 def test_external_data_that_is_not_the_weights_is_refused(tmp_path, key, value, says):
     build(str(tmp_path), layers=2, d=64, batch=1)
     model = load(str(tmp_path / "model.onnx"), load_external_data=False)
