@@ -1,5 +1,5 @@
-"""ScatterND and ScatterElements (and Scatter, ScatterElements' name before opset 11): a copy of the data with
-updates written at indices that may be known only at run time.
+"""ScatterND and ScatterElements (and Scatter, ScatterElements' name before opset 11), and TensorScatter (a KV
+cache update): a copy of the data with updates written at indices that may be known only at run time.
 
     out = data                                    one HBM -> HBM copy
     for each block of up to pmax index rows:      (a ScatterND index tuple, a ScatterElements element)
@@ -11,8 +11,10 @@ updates written at indices that may be known only at run time.
 The table is the output seen as rows: for ScatterND the slices out[i_0, .., i_{k-1}] (row = sum_j i_j * the
 product of shape[j+1:k]); for ScatterElements single elements (row = the element's flat offset: a compile-time
 base for its other coordinates plus index * the axis' stride), one element per partition, which suits the small
-tensors these ops see and is refused past MAX_INDEX_ROWS index rows. The rows are computed as index_rows.py
-says: negative indices wrapped, an index outside its axis refused by dma_scatter at run time.
+tensors these ops see and is refused past MAX_INDEX_ROWS index rows; for TensorScatter the cache's rows along
+its sequence axis, update row (prefix, s) going to row (prefix, write_indices[batch] + s), modulo the sequence
+length in circular mode. The rows are computed as index_rows.py says: negative indices wrapped, an index outside
+its axis refused by dma_scatter at run time.
 
 A scatter writes its whole table as far as ordering goes (the instruction's implicit write), so the copy, each
 block and every reader of the output follow one another: of two equal indices the later one wins, as in
@@ -40,7 +42,7 @@ from neuronx_cc_lite.lower.context import LowerCtx
 from neuronx_cc_lite.lower.elementwise import tile_free_max
 from neuronx_cc_lite.lower.hbm import HbmView, coalesce
 from neuronx_cc_lite.lower.index_rows import MAX_TABLE_ROWS, table_rows
-from neuronx_cc_lite.lower.instr import tt
+from neuronx_cc_lite.lower.instr import ts, tt
 from neuronx_cc_lite.lower.patterns import contiguous
 from neuronx_cc_lite.lower.program import HbmAccess, TileAccess
 from neuronx_cc_lite.lower.registry import lowering
@@ -164,3 +166,59 @@ def lower_scatter_elements(ctx: LowerCtx, node: Node) -> None:
         row = table_rows(prog, p, [(index.ap(), shape[axis], out_strides[axis])], start.ap(), size)
         _scatter_block(ctx, row, updates.box((p0, 0), (p, 1)), table.box((0, 0), (1, 1)), size,
                        REDUCTIONS[_reduction(node)])
+
+
+def _check_tensor_scatter(node: Node, g: Graph) -> str | None:
+    cache, update = g.tensors[node.inputs[0]], g.tensors[node.inputs[1]]
+    axis = int(node.attrs.get("axis", -2)) % len(cache.shape)
+    if cache.size == 0:
+        return "TensorScatter into an empty cache is not supported"
+    rows = math.prod(update.shape[:axis + 1])
+    if rows > MAX_INDEX_ROWS:
+        return f"TensorScatter of {rows} rows is not supported (at most {MAX_INDEX_ROWS})"
+    if math.prod(cache.shape[:axis + 1]) > MAX_TABLE_ROWS:
+        return f"TensorScatter into more than {MAX_TABLE_ROWS} rows is not supported"
+    return None
+
+
+@lowering("TensorScatter", check=_check_tensor_scatter, since=24)
+def lower_tensor_scatter(ctx: LowerCtx, node: Node) -> None:
+    """Per block of update rows: each row's write index (its batch's, loaded once per run of rows of one batch)
+    plus its sequence position, modulo the length in circular mode, is the column within the row's prefix."""
+    prog, pmax = ctx.program, ctx.program.target.partitions
+    shape, upd_shape = ctx.shape(node.inputs[0]), ctx.shape(node.inputs[1])
+    axis = int(node.attrs.get("axis", -2)) % len(shape)
+    length, seq = shape[axis], upd_shape[axis]
+    circular = node.attrs.get("mode", "linear") in ("circular", b"circular")
+    n, rows, row_shape = math.prod(upd_shape[:axis + 1]), math.prod(shape[:axis + 1]), shape[axis + 1:] or (1,)
+    out = ctx.output(node.outputs[0])
+    prog.dma(out, ctx.view(node.inputs[0]))
+    table = out.reshape((rows, *row_shape))
+    assert table is not None  # a fresh output is contiguous
+    updates = _flat(ctx, node.inputs[1], (n, *row_shape))
+    position = np.arange(n, dtype=np.int64) % seq  # the row's sequence position s
+    base = np.arange(n, dtype=np.int64) // seq * length  # where the row's prefix starts in the table
+    per_batch = n // upd_shape[0]
+    constants = ctx.view(ctx.constant(f"{node.name}/rows", np.stack([position, base], 1).astype(np.int32)))
+    writes = _flat(ctx, node.inputs[2], (upd_shape[0], 1)) if len(node.inputs) > 2 and node.inputs[2] else None
+    for p0 in range(0, n, pmax):
+        p = min(pmax, n - p0)
+        known = prog.sbuf(p, 2, DType.int32, "position_base")
+        prog.dma(known.ap(), constants.box((p0, 0), (p, 2)))
+        column = known.region(0, 1)
+        if writes is not None:
+            start = prog.sbuf(p, 1, DType.int32, "write_index")
+            q = p0
+            while q < p0 + p:  # one broadcast load per run of rows of one batch
+                batch, run = q // per_batch, min(p0 + p, (q // per_batch + 1) * per_batch) - q
+                src = HbmView(writes.tensor, writes.dtype, (run, 1), (0, 1), writes.offset + batch)
+                prog.dma(TileAccess(start, q - p0, run, 0, ((1, 1),)), src)
+                q += run
+            summed = prog.sbuf(p, 1, DType.fp32, "sequence_index").ap()
+            tt(prog, summed, start.ap(), column, AluOp.add)
+            if circular:
+                ts(prog, summed, summed, AluOp.mod, float(length))
+            column = summed
+        row = table_rows(prog, p, [(column, length, 1)], known.region(1, 1), rows)
+        _scatter_block(ctx, row, updates.box((p0,) + (0,) * len(row_shape), (p, *row_shape)),
+                       table.box((0,) * (1 + len(row_shape)), (1, *row_shape)), rows, None)

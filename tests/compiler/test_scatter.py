@@ -1,4 +1,5 @@
-"""ScatterND and ScatterElements with indices given at run time (graph inputs), against onnxruntime."""
+"""ScatterND, ScatterElements and TensorScatter with indices given at run time (graph inputs), against
+onnxruntime."""
 
 from __future__ import annotations
 
@@ -124,3 +125,35 @@ def test_a_reduction_past_its_limit_is_refused_naming_the_node(tmp_path):
     with pytest.raises(CompileError, match=r"NCC_UNSUPPORTED.*'accumulate' \(ScatterElements\): "
                                            r"ScatterElements with 1200 index rows is not supported"):
         compile_to_model(model, tmp_path)
+
+
+@pytest.mark.parametrize("shape, seq, axis", [((2, 3, 8, 4), 3, -2), ((3, 10, 2, 5), 4, 1), ((70, 2, 6, 3), 2, 2)],
+                         ids=["heads", "axis-1", "blocks"])
+@pytest.mark.parametrize("mode", ["linear", "circular"])
+def test_tensor_scatter(tmp_path, shape, seq, axis, mode):
+    """A KV cache update at run-time write indices (the circular ones past the end, so that they wrap)."""
+    rng = np.random.default_rng(18)
+    cache = rng.standard_normal(shape).astype(np.float32)
+    upd_shape = list(shape)
+    upd_shape[axis] = seq
+    update = rng.standard_normal(upd_shape).astype(np.float32)
+    length = shape[axis]
+    writes = rng.integers(0, length - seq + 1 if mode == "linear" else length, shape[0]).astype(np.int64)
+    node = helper.make_node("TensorScatter", ["cache", "update", "writes"], ["y"], axis=axis, mode=mode)
+    model = make_model([node], {"cache": (list(shape), TensorProto.FLOAT), "update": (upd_shape, TensorProto.FLOAT),
+                                "writes": ([shape[0]], TensorProto.INT64)}, {"y": (list(shape), TensorProto.FLOAT)},
+                       opset=24)
+    inputs = {"cache": cache, "update": update, "writes": writes}
+    ours = compile_to_model(model, tmp_path).run(inputs, check_races=True)
+    np.testing.assert_array_equal(ours["y"], onnxruntime_outputs(model, inputs)["y"])
+
+
+def test_tensor_scatter_without_write_indices_writes_from_the_start(tmp_path):
+    rng = np.random.default_rng(19)
+    cache, update = rng.standard_normal((2, 6, 3)).astype(np.float32), rng.standard_normal((2, 2, 3)).astype(np.float32)
+    node = helper.make_node("TensorScatter", ["cache", "update"], ["y"], axis=1)
+    model = make_model([node], {"cache": ([2, 6, 3], TensorProto.FLOAT), "update": ([2, 2, 3], TensorProto.FLOAT)},
+                       {"y": ([2, 6, 3], TensorProto.FLOAT)}, opset=24)
+    inputs = {"cache": cache, "update": update}
+    ours = compile_to_model(model, tmp_path).run(inputs, check_races=True)
+    np.testing.assert_array_equal(ours["y"], onnxruntime_outputs(model, inputs)["y"])
