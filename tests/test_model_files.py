@@ -62,7 +62,7 @@ def test_models_are_there():
     names = {os.path.basename(p) for p in MODELS}
     assert {"resnet_small.onnx", "cnn_ops.onnx", "bert_legacy.onnx", "bert_modern.onnx", "gpt_legacy.onnx",
             "gpt_modern.onnx", "lstm_tagger.onnx", "gru_classifier.onnx", "cnn_qdq.onnx",
-            "attention_int8.onnx", "refine_loop.onnx"} <= names
+            "attention_int8.onnx", "refine_loop.onnx", "bert_hf.onnx"} <= names
 
 
 @pytest.mark.parametrize("path", MODELS, ids=os.path.basename)
