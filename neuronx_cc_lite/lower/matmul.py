@@ -73,8 +73,7 @@ def matmul_2d(ctx: LowerCtx, a: Operand, b: Operand, out: HbmView, epilogue: Epi
     for g0 in range(0, len(m_blocks), group):
         rows = list(enumerate(m_blocks))[g0:g0 + group]
         a_ts = {mb: a_transposed(ctx, a, dtype, m0, mt, k_tiles, name, keys[0]) for mb, (m0, mt) in rows}
-        for n0, nt in blocks(n_size, t.psum_bank_fmax):
-            nt = min(nt, b_source.group - n0 % b_source.group)
+        for n0, nt in blocks(n_size, b_source.group):  # a bank's width at most, within one column group of B
             for mb, (m0, mt) in rows:
                 acc = prog.psum(mt, nt, f"{name}/acc")
                 for j, (k0, kt) in enumerate(k_tiles):

@@ -26,6 +26,14 @@ def test_gemm(tmp, m, k, n):
     assert_close(ours, ref, rtol=1e-4)
 
 
+@pytest.mark.parametrize("k", [7000, 8320])
+def test_matmul_whose_weight_groups_are_narrower_than_a_bank(tmp, k):
+    """A long K narrows B's column groups below a PSUM bank (256 columns at 55-96 fp32 K tiles): every column
+    of each bank-wide block is computed, not only its first group's (they read as NaN)."""
+    ours, ref = run_both(gemm_model(2, k, 1024, op="MatMul", bias=False), tmp)
+    assert_close(ours, ref, rtol=1e-4)
+
+
 @pytest.mark.parametrize("trans_a", [0, 1])
 @pytest.mark.parametrize("bias_shape", [None, (1,), (300,), (7, 1), (7, 300)])
 def test_gemm_attributes(tmp, trans_a, bias_shape):
