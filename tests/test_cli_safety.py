@@ -52,33 +52,23 @@ def test_a_bundle_is_created_with_the_users_umask(tmp):
     assert os.stat(f"{tmp}/m.neff").st_mode & 0o777 == 0o640
 
 
+def _raise(error: BaseException) -> None:
+    raise error
+
+
 @pytest.mark.parametrize("interrupt, status, says", [
     (lambda: os.kill(os.getpid(), signal.SIGTERM), 143, "terminated by SIGTERM"),
-    (lambda: (_ for _ in ()).throw(KeyboardInterrupt()), 130, "interrupted (Ctrl-C)"),
+    (lambda: _raise(KeyboardInterrupt()), 130, "interrupted (Ctrl-C)"),
 ])
 def test_an_interrupted_write_leaves_nothing_behind(tmp, capsys, monkeypatch, interrupt, status, says):
-    real_fdopen = os.fdopen
-
-    class Interrupting:
-        """The bundle's temporary file, interrupted in the middle of its write."""
-
-        def __init__(self, fd: int, mode: str) -> None:
-            self.file = real_fdopen(fd, mode)
-
-        def __enter__(self) -> Interrupting:
-            return self
-
-        def __exit__(self, *exc: object) -> None:
-            self.file.close()
-
-        def write(self, data: bytes) -> None:
-            self.file.write(data[: len(data) // 2])
-            interrupt()
-            for _ in range(1000):  # the signal handler runs between bytecodes
-                pass
+    def interrupting_replace(src: str, dst: str) -> None:
+        """The temporary file is complete; the signal comes before it takes the bundle's name."""
+        interrupt()
+        for _ in range(1000):  # the signal handler runs between bytecodes
+            pass
 
     handler = signal.getsignal(signal.SIGTERM)
-    monkeypatch.setattr(bundle_format.os, "fdopen", Interrupting)
+    monkeypatch.setattr(bundle_format.os, "replace", interrupting_replace)
     assert main(["compile", MODEL, "-o", f"{tmp}/m.neff", "--no-cache"]) == status
     monkeypatch.undo()
     err = capsys.readouterr().err
