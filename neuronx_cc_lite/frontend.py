@@ -179,19 +179,47 @@ ELEMENTS_CHECKED_AS_TYPES = 1024
 
 
 def _weights_apart(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[onnx.TensorProto]]:
-    """A copy of the model (never change the caller's) with its large initializers declared as typed inputs, and
-    those initializers, read from the caller's model."""
+    """A copy of the model (never change the caller's) with its large initializers, and the large values of its
+    Constant nodes (data propagation would hold each element as a Python object: 128 MB of constants took 4 GB
+    and 18 s), declared as typed inputs; and those tensors, named as the graph reads them."""
     large = [i for i in model.graph.initializer if math.prod(i.dims) > ELEMENTS_CHECKED_AS_TYPES]
+    constants = {n.output[0]: a.t for n in model.graph.node if n.op_type == "Constant" and n.domain in ("", "ai.onnx")
+                 for a in n.attribute if a.name == "value" and math.prod(a.t.dims) > ELEMENTS_CHECKED_AS_TYPES}
+    for name, value in constants.items():
+        tensor = onnx.TensorProto()
+        tensor.CopyFrom(value)
+        tensor.name = name
+        large.append(tensor)
     light = onnx.ModelProto()
     light.CopyFrom(model)
     names = {i.name for i in large}
     small = [i for i in light.graph.initializer if i.name not in names]
     del light.graph.initializer[:]
     light.graph.initializer.extend(small)
+    kept = [n for n in light.graph.node if not (n.op_type == "Constant" and n.output[0] in constants)]
+    del light.graph.node[:]
+    light.graph.node.extend(kept)
     declared = {vi.name for vi in light.graph.input}
     light.graph.input.extend(helper.make_tensor_value_info(i.name, i.data_type, list(i.dims))
                              for i in large if i.name not in declared)
     return light, large
+
+
+# onnx's data propagation holds every element of a 1-D tensor as a Python object, whatever its type: an Add of
+# two 16M-element vectors takes 12 s and GBs. It is worth it for shape arithmetic, whose vectors are short.
+ELEMENTS_PROPAGATED = 1 << 16
+
+
+def _infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Shape inference, with data propagation (a Shape -> Gather -> Concat -> Reshape chain's values) unless the
+    model has a long 1-D tensor; then without, and fold-constants settles what is computed from constants."""
+    plain = onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True)
+    g = plain.graph
+    for vi in (*g.input, *g.value_info, *g.output):
+        dims = vi.type.tensor_type.shape.dim
+        if len(dims) == 1 and dims[0].HasField("dim_value") and dims[0].dim_value > ELEMENTS_PROPAGATED:
+            return plain
+    return onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True, data_prop=True)
 
 
 def _weight(init: onnx.TensorProto) -> np.ndarray:
@@ -223,7 +251,7 @@ def import_model(model: onnx.ModelProto, input_shapes: Mapping[str, tuple[int, .
         raise CompileError("NCC_ONNX_INVALID", f"the ONNX checker rejects the model: "
                            f"{str(e).strip().splitlines()[0]}") from None
     try:
-        model = onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True, data_prop=True)
+        model = _infer_shapes(model)
     except Exception as e:
         raise CompileError("NCC_SHAPE_INFERENCE", f"ONNX shape inference fails: "
                            f"{str(e).strip().splitlines()[0]}") from None

@@ -39,3 +39,25 @@ def test_refused_at_once(tmp, capsys, command, case):
     assert time.perf_counter() - start < 20
     err = capsys.readouterr().err
     assert err.startswith(f"neuronx-cc-lite: error: {code}: ") and says in err and err.count("\n") == 1, err
+
+
+def test_data_propagation_is_skipped_for_long_vectors(monkeypatch):
+    """onnx's data propagation holds each element of a 1-D tensor as a Python object (an Add of two 16M-element
+    vectors: 12 s and GBs): a model with a long vector is inferred without it; shape arithmetic keeps it."""
+    from neuronx_cc_lite import frontend
+
+    calls: list[bool] = []
+    real = onnx.shape_inference.infer_shapes
+
+    def spy(model, **kwargs):  # type: ignore[no-untyped-def]
+        calls.append(bool(kwargs.get("data_prop")))
+        return real(model, **kwargs)
+
+    monkeypatch.setattr(onnx.shape_inference, "infer_shapes", spy)
+    for n, propagated in ((frontend.ELEMENTS_PROPAGATED + 1, False), (16, True)):
+        x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [n])
+        y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [n])
+        graph = helper.make_graph([helper.make_node("Add", ["x", "x"], ["y"])], "g", [x], [y])
+        calls.clear()
+        frontend.import_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+        assert any(calls) == propagated, (n, calls)
