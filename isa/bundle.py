@@ -192,6 +192,7 @@ class _Window(io.RawIOBase):
     def __init__(self, f: BinaryIO, start: int, size: int | None = None) -> None:
         self.f, self.start, self.size, self.pos = f, start, size, 0
         self.written: list[list[Any]] = []  # [position, bytes], in file order
+        self.abandoned = False
 
     def readable(self) -> bool:
         return True
@@ -214,7 +215,7 @@ class _Window(io.RawIOBase):
 
     @property
     def end(self) -> int:
-        return self.written[-1][0] + len(self.written[-1][1]) if self.written else 0
+        return self.written[-1][0] + memoryview(self.written[-1][1]).nbytes if self.written else 0
 
     def readinto(self, b: Any) -> int:
         assert self.size is not None
@@ -229,15 +230,19 @@ class _Window(io.RawIOBase):
         if self.pos == self.end:
             self.written.append([self.pos, b])
         else:  # zipfile rewriting the header of the member it just wrote: the same length, at the same place
-            k = next(k for k in reversed(range(len(self.written)))
-                     if self.written[k][0] == self.pos and memoryview(self.written[k][1]).nbytes == n)
-            self.written[k][1] = b
+            k = next((k for k in reversed(range(len(self.written)))
+                      if self.written[k][0] == self.pos and memoryview(self.written[k][1]).nbytes == n), None)
+            if k is None:  # zipfile closing an archive an error abandoned: no hash is taken, nothing to raise
+                self.abandoned = True
+            else:
+                self.written[k][1] = b
         self.f.seek(self.start + self.pos)
         self.f.write(b)
         self.pos += n
         return n
 
     def sha256(self) -> bytes:
+        assert not self.abandoned
         h = hashlib.sha256()
         for _, data in self.written:
             h.update(data)

@@ -3,7 +3,7 @@ once, never twice (the frontend maps them, lowering gives the mapped pages back 
 bundle is written and read a member at a time, and the runtime copies the weights into HBM from a memory map of
 the bundle it gives back as it goes).
 
-Each phase runs in a fresh process, whose peak resident memory (ru_maxrss) is what is measured: the compile in
+Each phase runs in a fresh process, whose peak resident memory (VmHWM) is what is measured: the compile in
 one, the load and run in another, as a deployment has them. The reference is numpy, in this process.
 """
 
@@ -24,19 +24,21 @@ from neuronx_cc_lite.frontend import import_file
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-# the worker: prints its resident memory once its modules are imported, and its peak, in KiB
+# the worker: prints its resident memory once its modules are imported, and its peak, in KiB. The peak is VmHWM,
+# this process's own: ru_maxrss would carry over the RSS of the pytest process that forked it (Linux keeps it
+# across exec)
 WORKER = """
-import json, os, resource, sys
+import json, os, sys
 import numpy as np
 import onnx.checker, onnx.shape_inference  # imported before the baseline: they are not the model's memory
 import neuronx_cc_lite, neuronx_cc_lite.cache, neuronx_cc_lite.compiler, runtime
 
-def resident():
+def status(key):
     with open("/proc/self/status") as f:
-        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+        return next(int(line.split()[1]) for line in f if line.startswith(key + ":"))
 
 folder, phase = sys.argv[1], sys.argv[2]
-baseline = resident()
+baseline = status("VmRSS")
 if phase == "compile":
     neuronx_cc_lite.compile(os.path.join(folder, "model.onnx"), output=os.path.join(folder, "model.neff"),
                             cache_dir=os.path.join(folder, "cache"))
@@ -44,7 +46,7 @@ else:
     model = runtime.load(os.path.join(folder, "model.neff"))
     outputs = model.run({"x": np.load(os.path.join(folder, "x.npy"))})
     np.save(os.path.join(folder, "y.npy"), outputs["y"])
-print(json.dumps({"baseline": baseline, "peak": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}))
+print(json.dumps({"baseline": baseline, "peak": status("VmHWM")}))
 """
 
 

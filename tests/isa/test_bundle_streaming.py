@@ -63,3 +63,19 @@ def test_a_truncated_file_is_refused_before_it_is_mapped(bundle, tmp_path):
     path.write_bytes(bundle_format.to_bytes(bundle)[:-100])
     with pytest.raises(BundleError, match="truncated"):
         bundle_format.read(path)
+
+
+def test_an_interrupt_while_the_weights_are_written_comes_through_and_leaves_nothing(bundle, tmp_path, monkeypatch):
+    """zipfile closes the archive on the way out, rewriting what it wrote: the interrupt is what the caller sees
+    (the command line turns it into NCC_INTERRUPTED), and the temporary file is gone."""
+    write = zipfile._ZipWriteFile.write
+
+    def interrupted(self, data):  # type: ignore[no-untyped-def]
+        if self._zinfo.filename == "weights.bin":
+            raise KeyboardInterrupt
+        return write(self, data)
+
+    monkeypatch.setattr(zipfile._ZipWriteFile, "write", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        bundle_format.write(bundle, tmp_path / "m.neff")
+    assert list(tmp_path.iterdir()) == []
