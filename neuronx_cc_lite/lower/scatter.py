@@ -108,6 +108,8 @@ def _scatter_block(ctx: LowerCtx, row: TileAccess, updates: HbmView, table: HbmV
 
 
 def _flat(ctx: LowerCtx, name: str, shape: tuple[int, ...]) -> HbmView:
+    """Tensor `name` seen with `shape` (its size), copied to a contiguous scratch tensor first when its view is
+    strided."""
     view = contiguous(ctx.program, ctx.view(name), name).reshape(shape)
     assert view is not None  # contiguous
     return view
