@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import glob
 import os
 import subprocess
 import sys
@@ -233,3 +234,12 @@ def test_analyze_never_fails_internally_on_the_onnx_node_tests(tmp, capsys):
         if code not in (0, 1) or not coded or "NCC_INTERNAL" in err or "NCC_VERIFY" in err:
             bad.append(f"{case.name}: exit {code}: {err.strip()}")
     assert not bad, "\n".join(bad)
+
+
+@pytest.mark.parametrize("path", sorted(glob.glob(os.path.join(MODELS_DIR, "*.onnx"))), ids=os.path.basename)
+def test_analyze_supports_every_bundled_model(path, capsys):
+    """Issue 8: analyze runs on every model in models/ without an internal error, and finds every node of each
+    supported (they all compile: tests/compiler/test_models.py)."""
+    assert _cli("analyze", path) == 0
+    captured = capsys.readouterr()
+    assert captured.err == "" and "nodes supported (100.0%)" in captured.out
