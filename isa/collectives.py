@@ -8,9 +8,13 @@ Topology (target config, isa/target.py; CHIP.md "Collectives"):
       "link:chip{a}->chip{b}"  one direction of the NeuronLink between neighbouring chips a and b:
                                link_gbps / chip_neighbours() (a chip's NeuronLink bandwidth split over its ports)
       "efa:{i}"                what leaves instance i over EFA: efa_gbps
+      "dma{r}"                 rank r's DMA engines, for collectives on SBUF operands (lnc x dma_queues x
+                               dma_queue_gbps): they move the data from SBUF to SBUF, and HBM is not touched
     route(a, b): inside a chip, its "chip{c}" (chip_hop_ns); between the chips of an instance, dimension order
     round the ring or torus, the shorter way round each dimension (the positive way on a tie), one link per hop
-    (link_hop_ns per hop); between instances, the sending instance's EFA (efa_hop_ns).
+    (link_hop_ns per hop); between instances, the sending instance's EFA (efa_hop_ns). On SBUF operands a transfer
+    inside a chip takes the sender's "dma{r}" instead of the chip's HBM, and one leaving the chip takes it besides
+    its links.
 
 A step is a set of transfers (src rank, dst rank, bytes) that run at once:
     step_ns = max(latency of each transfer's route) + max over resources(bytes the step puts on it / bandwidth)
@@ -121,30 +125,33 @@ class Topology:
 
     def bandwidth(self, resource: str) -> float:
         """GB/s of a resource named as in the module docstring."""
+        if resource.startswith("dma"):
+            return self.lnc * self.target.dma_queues * self.target.dma_queue_gbps
         if resource.startswith("link:"):
             return self.target.link_gbps / self.target.chip_neighbours()
         if resource.startswith("efa:"):
             return self.target.efa_gbps
         return self.target.chip_gbps
 
-    def route(self, a: int, b: int) -> Route:
-        key = (a, b)
+    def route(self, a: int, b: int, sbuf: bool = False) -> Route:
+        key = (a, b, sbuf)
         if key not in self._routes:
-            self._routes[key] = self._find_route(a, b)
+            self._routes[key] = self._find_route(a, b, sbuf)
         return self._routes[key]
 
-    def _find_route(self, a: int, b: int) -> Route:
+    def _find_route(self, a: int, b: int, sbuf: bool) -> Route:
         t = self.target
         ca, cb = self.chip_of(a), self.chip_of(b)
+        dma = (f"dma{a}",) if sbuf else ()
         if ca == cb:
-            return Route((f"chip{ca}",), t.chip_hop_ns)
+            return Route(dma or (f"chip{ca}",), t.chip_hop_ns)
         if self.instance_of(a) != self.instance_of(b):
-            return Route((f"efa:{self.instance_of(a)}",), t.efa_hop_ns)
+            return Route((*dma, f"efa:{self.instance_of(a)}"), t.efa_hop_ns)
         base = ca - ca % t.chips_per_instance
         links = []
         for here, there in _dimension_order_hops(self._coords(ca), self._coords(cb), t.chip_grid):
             links.append(f"link:chip{base + self._local(here)}->chip{base + self._local(there)}")
-        return Route(tuple(links), t.link_hop_ns * len(links))
+        return Route((*dma, *links), t.link_hop_ns * len(links))
 
     def _coords(self, chip: int) -> tuple[int, ...]:
         """Grid coordinates (row-major) of a chip inside its instance."""
@@ -309,13 +316,13 @@ _BUILDERS = {"ring": _ring, "rdh": _rdh, "hierarchical": _hierarchical, "mesh": 
 
 # ---- pricing ---------------------------------------------------------------------------------------------------
 
-def _price(steps: Sequence[Step], topo: Topology) -> tuple[float, frozenset[str]]:
+def _price(steps: Sequence[Step], topo: Topology, sbuf: bool) -> tuple[float, frozenset[str]]:
     total, used = 0.0, set()
     for step in steps:
         load: dict[str, int] = defaultdict(int)
         latency = 0.0
         for a, b, nbytes in step.transfers:
-            route = topo.route(a, b)
+            route = topo.route(a, b, sbuf)
             latency = max(latency, route.ns)
             for resource in route.resources:
                 load[resource] += nbytes
@@ -328,10 +335,10 @@ def _price(steps: Sequence[Step], topo: Topology) -> tuple[float, frozenset[str]
 # Every rank of a group asks for the same collective's cost: price it once (a 256-rank all_to_all takes seconds).
 @functools.lru_cache(maxsize=1024)
 def collective_cost(op: str, nbytes: int, dtype_size: int, group: tuple[int, ...], topo: Topology,
-                    algorithm: str = "auto", shift: int = 1) -> CollectiveCost:
+                    algorithm: str = "auto", shift: int = 1, sbuf: bool = False) -> CollectiveCost:
     """Simulated time of one collective on `group` (ranks of `topo`), by `algorithm` or the fastest ("auto").
-    `nbytes` is the larger of src and dst on one rank; `shift` is a permute's. ValueError on a bad op,
-    algorithm or group, or hierarchical on a group it does not fit."""
+    `nbytes` is the larger of src and dst on one rank; `shift` is a permute's; `sbuf` when its operands are in
+    SBUF. ValueError on a bad op, algorithm or group, or hierarchical on a group it does not fit."""
     if op not in OPS:
         raise ValueError(f"unknown collective {op!r}; known: {', '.join(OPS)}")
     if algorithm != "auto" and algorithm not in ALGORITHMS:
@@ -344,7 +351,7 @@ def collective_cost(op: str, nbytes: int, dtype_size: int, group: tuple[int, ...
                               ("ring" if algorithm == "auto" else algorithm), frozenset())
     if op == "permute":
         step = Step(tuple((group[i], group[(i + shift) % n], nbytes) for i in range(n) if (i + shift) % n != i))
-        ns, links = _price([step], topo)
+        ns, links = _price([step], topo, sbuf)
         return CollectiveCost(ns, "direct", links)
     candidates = ALGORITHMS if algorithm == "auto" else (algorithm,)
     best: CollectiveCost | None = None
@@ -355,7 +362,7 @@ def collective_cost(op: str, nbytes: int, dtype_size: int, group: tuple[int, ...
             if algorithm != "auto":
                 raise
             continue
-        ns, links = _price(steps, topo)
+        ns, links = _price(steps, topo, sbuf)
         if best is None or ns < best.ns:
             best = CollectiveCost(ns, name, links)
     assert best is not None, "ring applies to every group"

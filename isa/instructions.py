@@ -292,6 +292,9 @@ def _check_collective(instr: Instruction, target: Any) -> Iterator[str]:
         yield f"a collective reduces with {', '.join(o.name for o in sorted(COLLECTIVE_REDUCE_OPS))}, not {op.name}"
     if instr.op in ("all_reduce", "all_to_all", "permute"):
         yield from _same_elements(instr, ("src",))
+    if instr.args["dst"].mem is not instr.args["src"].mem:
+        yield f"a collective's src and dst are both in HBM or both in SBUF, not {instr.args['src'].mem.name} and " \
+              f"{instr.args['dst'].mem.name}"
     if instr.args["dst"].dtype != instr.args["src"].dtype:
         yield f"a collective keeps its type: dst is {instr.args['dst'].dtype.name}, src {instr.args['src'].dtype.name}"
 
@@ -443,13 +446,15 @@ _ROWS = (
 def _collective(name: str, opcode: int, reduces: bool, doc: str, *extra: Field) -> OpSpec:
     op = (Field("op", Kind.ENUM, AluOp),) if reduces else ()
     return OpSpec(name, opcode, frozenset({Engine.CC}),
-                  (dst(Mem.HBM), src("src", Mem.HBM), *op, Field("group", Kind.INT), *extra),
+                  (dst(Mem.HBM, Mem.SBUF), src("src", Mem.HBM, Mem.SBUF), *op, Field("group", Kind.INT), *extra),
                   None, _check_collective, doc, collective=True)
 
 
 # Collectives over the ranks of replica group `group` (the bundle's groups[group], in rank order; i is this rank's
 # place in it, n its size). A buffer is its operand's elements in order (partition, then free dimensions); a block
-# is one n-th of it. Every rank of the group runs the same collective, as its k-th on that group.
+# is one n-th of it. Every rank of the group runs the same collective, as its k-th on that group. Operands are
+# both in HBM or both in SBUF (nki.collectives: "not a mix of the two"); in SBUF the ranks' DMA engines move the
+# data between their SBUFs, and HBM is not touched.
 _ROWS += (
     _collective("all_reduce", 0x50, True, "dst = src of every rank of the group, combined with op"),
     _collective("all_gather", 0x51, False, "dst = the src of every rank of the group, block j from rank j"),

@@ -46,7 +46,7 @@ READABLE: dict[Engine, frozenset[Mem]] = {
     Engine.POOL: frozenset({Mem.SBUF}),
     Engine.SP: frozenset({Mem.HBM, Mem.SBUF}),
     Engine.DMA: frozenset({Mem.HBM, Mem.SBUF}),
-    Engine.CC: frozenset({Mem.HBM}),  # collectives move HBM buffers between ranks
+    Engine.CC: frozenset({Mem.HBM, Mem.SBUF}),  # collectives move HBM or SBUF buffers between ranks
 }
 WRITABLE: dict[Engine, frozenset[Mem]] = {**READABLE, Engine.PE: frozenset({Mem.PSUM})}
 

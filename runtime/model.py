@@ -255,7 +255,8 @@ def collective_op(instr: Instruction, groups: list[tuple[int, ...]], topo: Topol
     size = instr.args["src"].dtype.size
     nbytes = max(args.src_elements, args.dst_elements) * size
     try:
-        cost = _cost(instr.op, nbytes, size, groups[g], topo, algorithm, instr.args.get("shift", 1))
+        cost = _cost(instr.op, nbytes, size, groups[g], topo, algorithm, instr.args.get("shift", 1),
+                     instr.args["src"].mem is Mem.SBUF)
     except ValueError as e:
         raise LoadError(f"{where}: {e}") from None
     return CollectiveOp(g, args, cost.ns, tuple(sorted(cost.links)), cost.algorithm, read, write,

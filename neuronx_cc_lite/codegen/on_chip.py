@@ -17,6 +17,9 @@ an access to the home. A transfer that cannot be mapped (a transposing read, a g
     tile <-> home, same partitions, otherwise            a copy on a compute engine (the scheduler picks which)
     tile <-> home, rows on other partitions              an SBUF-to-SBUF DMA: no HBM traffic
     home <-> HBM (a graph output, a weight)              the DMA reads or writes the home
+    collective, src and dst both homed                   the collective runs on the homes, SBUF to SBUF
+                                                         (nki.collectives takes SBUF operands, but not a mix:
+                                                         when only one of them has a home, neither keeps it)
 
 A graph output the program also reads (a pooler reading the last hidden state) gets a home too, and is stored to
 HBM from it besides. SBUF is shared with the operators' own tiles: homes are admitted in program order while their
@@ -95,18 +98,20 @@ def home_access(layout: Layout, access: HbmAccess, home: Tile, pmax: int) -> Til
     if b0 % pmax + access.partitions > pmax or b0 + access.partitions > b_size:
         return None
     dims = []
-    d_reach, a_reach = d0, a0
+    d_reach, b_reach, a_reach = d0, b0 + access.partitions, a0
     for size, stride in access.dims:
         if size == 1:
             dims.append((1, 0))
             continue
-        a_step, d_step = divmod(stride, b_size * d_size)
-        if d_step >= d_size:  # the step moves to another row: another partition
+        a_step, rest = divmod(stride, b_size * d_size)
+        b_step, d_step = divmod(rest, d_size)
+        if b_step % pmax:  # the step moves to another row: another partition
             return None
         d_reach += (size - 1) * d_step
+        b_reach += (size - 1) * b_step
         a_reach += (size - 1) * a_step
-        dims.append((size, a_step * d_size + d_step))
-    if d_reach >= d_size or a_reach >= a_size:
+        dims.append((size, ((b_step // pmax) * a_size + a_step) * d_size + d_step))
+    if d_reach >= d_size or b_reach > b_size or a_reach >= a_size:
         return None
     offset = ((b0 // pmax) * a_size + a0) * d_size + d0
     return TileAccess(home, b0 % pmax, access.partitions, offset, tuple(dims))
@@ -146,6 +151,7 @@ def keep_on_chip(program: Program) -> Report:
             continue
         layouts[tensor] = layout
     admitted = _admit(program, layouts, touching, report)
+    _pair_collectives(instrs, admitted, report)
     homes = {t: program.sbuf(min(pmax, layouts[t].rows), layouts[t].home_free(pmax), t.dtype, f"{t.name}@home")
              for t in admitted}
     written_late = {t for t in admitted if _read_before_written(t, instrs, touching[t])}
@@ -195,7 +201,7 @@ def _all_map(tensor: HbmTensor, layout: Layout, instrs: list[PendingInstr], wher
     probe = Tile(Mem.SBUF, pmax, layout.home_free(pmax), tensor.dtype, "probe")
     for i in dict.fromkeys(where):
         p = instrs[i]
-        if p.op != "dma_copy":
+        if p.op != "dma_copy" and p.engine is not Engine.CC:
             return False  # read by an indirect DMA: the table must be in HBM
         for name in ("dst", "src"):
             a = p.args[name]
@@ -231,6 +237,21 @@ def _admit(program: Program, layouts: dict[HbmTensor, Layout], touching: dict[Hb
     return admitted
 
 
+def _pair_collectives(instrs: list[PendingInstr], admitted: list[HbmTensor], report: Report) -> None:
+    """Take the home away from a collective's src or dst when the other has none: both in SBUF or both in HBM.
+    A graph output it writes stays in HBM (a home would need a store of its own, which a collective has not)."""
+    pairs = [(p.args["src"].tensor, p.args["dst"].tensor) for p in instrs if p.engine is Engine.CC]
+    changed = True
+    while changed:
+        changed = False
+        for src, dst in pairs:
+            homed = [t for t in (src, dst) if t in admitted]
+            if len(homed) == 1 or homed and dst.kind == "output":
+                admitted.remove(homed[0])
+                report.through_hbm.append(homed[0].name)
+                changed = True
+
+
 def _rewrite(program: Program, homes: dict[HbmTensor, Tile], layouts: dict[HbmTensor, Layout],
              written_late: set[HbmTensor]) -> None:
     pmax, target = program.target.partitions, program.target
@@ -240,6 +261,8 @@ def _rewrite(program: Program, homes: dict[HbmTensor, Tile], layouts: dict[HbmTe
     mapped: list[tuple[object, object] | None] = []  # per instruction: a DMA's (dst, src) with homes mapped
     renamed: dict[Tile, TileAccess] = {}  # a tile that becomes a region of a home
     for i, p in enumerate(program.instrs):
+        if p.engine is Engine.CC:
+            p.args = {**p.args, **{n: _on_chip(p.args[n], homes, layouts, pmax) for n in ("dst", "src")}}
         if p.op != "dma_copy":
             mapped.append(None)
             continue

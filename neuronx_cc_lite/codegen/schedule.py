@@ -24,7 +24,7 @@ semaphores. Three more choices decide what the hardware does well:
 - Engines: a copy, a tensor_scalar or a memset on float data may run on any engine whose row allows it and that
   reaches its memories; the first of them to be free for it takes it.
 - Collectives: the CC engine is one more server. Its estimate is a hop and the bytes over the chip's exchange
-  bandwidth (the runtime prices the real algorithm); being long and on the path to the next layer, a collective
+  bandwidth, or one core's DMA engines' on SBUF operands (the runtime prices the real algorithm); being long and on the path to the next layer, a collective
   ranks high, so the work that does not depend on it (the other branch, the next weights' loads) fills the wait.
 
 -O1 keeps the lowering order and only assigns queues (fast compiles); -O2 (the default) schedules.
@@ -73,7 +73,9 @@ def _duration(instr: Instruction, engine: Engine, target: Target) -> float:
     """The cost model's duration; for a collective, this scheduler's estimate (see the module docstring)."""
     if engine is Engine.CC:
         nbytes = max(o.dtype.size * o.num_partitions * o.free_size for _, o in instr.operands())
-        return target.chip_hop_ns + nbytes / target.chip_gbps
+        on_sbuf = instr.args["src"].mem is Mem.SBUF
+        return target.chip_hop_ns + nbytes / (target.dma_queues * target.dma_queue_gbps if on_sbuf else
+                                              target.chip_gbps)
     return duration_ns(instr, engine, target)
 
 

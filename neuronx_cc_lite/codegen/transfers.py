@@ -45,7 +45,8 @@ def _band(a: TileAccess | HbmAccess, first: int, count: int) -> TileAccess | Hbm
 
 def _exchanged(program: Program, field: str) -> set[int]:
     """The HBM tensors collectives write (field "dst") or read ("src"), by id."""
-    return {id(p.args[field].tensor) for p in program.instrs if p.engine is Engine.CC}
+    return {id(p.args[field].tensor) for p in program.instrs
+            if p.engine is Engine.CC and isinstance(p.args[field], HbmAccess)}
 
 
 def split_transfers(program: Program) -> None:

@@ -1,5 +1,5 @@
 """Collectives between ranks (the partition stage inserts them): AllReduce, AllGather and ReduceScatter of a
-tensor, each one CC-engine instruction on replica group `group`, HBM to HBM.
+tensor, each one CC-engine instruction on replica group `group`, lowered HBM to HBM.
 
     src: the input as one contiguous HBM buffer (copied into one first when it is a strided view, or when its
          type is not the one the result is exchanged in)
@@ -7,10 +7,14 @@ tensor, each one CC-engine instruction on replica group `group`, HBM to HBM.
     dst: the result's own HBM tensor; when the result is held in a narrower type (auto-cast: read only by
          matmuls) the collective still runs in the input's type, into a scratch buffer, and a DMA narrows it
 
-The buffers are written as [rows, free] with rows = gcd(size, pmax): the collective sees the elements in order
-(partition, then free), which is row-major order of the tensor. Codegen orders the instruction like any other:
-its src and dst are HBM operands, so semaphores wait for the DMA that wrote src and make the DMAs that read dst
-wait for it.
+A collective sees its buffers' elements in order (partition, then free). AllGather and ReduceScatter cut that
+order into blocks, so their buffers are [rows, free] with rows = gcd(size, pmax): row-major order of the tensor.
+An AllReduce combines element by element, so any order serves that every rank shares: its buffers follow the
+layout its input's producer wrote (partition axes, then the rest: codegen/on_chip.py's [A, B, D]), and its result
+is given that layout too. Then, when both tensors get a home in SBUF, keep-on-chip moves the collective there
+(nki.collectives takes SBUF operands) and no HBM round trip is left between the producer, the exchange and the
+consumers. Codegen orders the instruction like any other: semaphores wait for whatever wrote src and make the
+readers of dst wait for it.
 """
 
 from __future__ import annotations
@@ -36,9 +40,21 @@ def _check(node: Node, g: Graph) -> str | None:
 
 
 def _buffer(view: HbmView, pmax: int) -> HbmAccess:
+    """The whole of a contiguous view as [rows, free], rows = gcd(size, pmax): row-major order."""
     rows = math.gcd(view.size, pmax)
     free = view.size // rows
     return HbmAccess(view.tensor, view.dtype, rows, free, view.offset, ((free, 1),))
+
+
+def _in_layout(view: HbmView, layout: tuple[int, int, int], pmax: int) -> HbmAccess | None:
+    """The whole of a contiguous view in layout [A, B, D]: partition p holds rows p, p + pmax, ... of B, each
+    row's A x D elements after it; None when B is neither at most pmax nor a multiple of it."""
+    a, b, d = layout
+    if b > pmax and b % pmax:
+        return None
+    blocks, partitions = -(-b // pmax), min(b, pmax)
+    dims = tuple((n, stride) for n, stride in ((blocks, pmax * d), (a, b * d), (d, 1)) if n > 1) or ((1, 1),)
+    return HbmAccess(view.tensor, view.dtype, partitions, d, view.offset, dims)
 
 
 def _contiguous(ctx: LowerCtx, view: HbmView, dtype: DType, name: str) -> HbmView:
@@ -57,12 +73,16 @@ def lower_collective(ctx: LowerCtx, node: Node) -> None:
     src_view = ctx.view(node.inputs[0])
     dtype = src_view.dtype
     src = _contiguous(ctx, src_view, dtype, f"{node.name}/src")
-    out = ctx.output(node.outputs[0])
+    op = MNEMONICS[node.op]
+    axes = ctx.partition_axes(node.inputs[0]) if op == "all_reduce" and src is src_view else None
+    out = ctx.output(node.outputs[0], partition_axes=axes)
     dst = out if out.dtype is dtype else HbmView.whole(
         ctx.program.hbm_tensor(f"{node.name}/dst", out.size * dtype.size, "scratch", dtype), dtype, out.shape)
-    op = MNEMONICS[node.op]
+    layout = src.tensor.layout if axes is not None and dst is out else None
+    buffers = [_in_layout(v, layout, pmax) if layout is not None else None for v in (dst, src)]
+    if None in buffers:
+        buffers = [_buffer(v, pmax) for v in (dst, src)]
     extra = {"op": AluOp.add} if op != "all_gather" else {}
-    ctx.program.emit(op, Engine.CC, dst=_buffer(dst, pmax), src=_buffer(src, pmax), group=int(node.attrs["group"]),
-                     **extra)
+    ctx.program.emit(op, Engine.CC, dst=buffers[0], src=buffers[1], group=int(node.attrs["group"]), **extra)
     if dst is not out:
         ctx.program.dma(out, dst)

@@ -13,7 +13,7 @@ needs rows (a softmax over the keys) stays token-major.
                                      axis (K^T in attention), not when it is another (V)
       LayerNormalization over the last axis  wants it (it normalises over partitions and gives its own
                                      readers the layout they want)
-      an elementwise op of the same shape, a fused matmul's residual
+      an elementwise op of the same shape, a fused matmul's residual, an AllReduce (elementwise across ranks)
                                      go as their result goes
       anything else, a graph output  wants rows
 Readers are followed through Reshape (splitting the last axis), Transpose, Squeeze and Unsqueeze, tracking where
@@ -26,7 +26,7 @@ from neuronx_cc_lite.ir import Graph, Node
 
 MATMULS = ("MatMul", "MatMulEpilogue", "Gemm")
 FOLLOWERS = ("Add", "Sub", "Mul", "Div", "Relu", "Gelu", "Tanh", "Sigmoid", "Erf", "Neg", "Sqrt", "Exp", "Log",
-             "Abs")
+             "Abs", "AllReduce")
 VIEWS = ("Reshape", "Transpose", "Squeeze", "Unsqueeze", "Identity")
 
 

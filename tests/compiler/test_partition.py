@@ -79,6 +79,24 @@ def test_ranks_have_no_races() -> None:
         np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
 
 
+def test_all_reduces_between_on_chip_tensors_run_sbuf_to_sbuf() -> None:
+    """BERT's all-reduces join tensors kept on chip: each runs on SBUF homes, laid out as the matmul before it
+    wrote its partial sums (feature-major), with no HBM round trip; gpt_modern's second one writes a graph output,
+    which stays in HBM with its src. Both match onnxruntime, with no race under random interleavings."""
+    for name, memories in (("bert_modern", ["SBUF"] * 4), ("gpt_modern", ["SBUF", "HBM"])):
+        bundle = compile_model(_model(name), Options(tp=2))
+        for streams in bundle.cores:
+            ccs = streams["CC"].instructions
+            assert [i.args["src"].mem.name for i in ccs] == memories
+            assert all(i.args["dst"].mem is i.args["src"].mem for i in ccs)
+        model = runtime.load(bundle)
+        inputs = bundle_inputs(bundle)
+        expected = onnxruntime_outputs(_model(name), inputs)
+        got = model.run(inputs, policy="random", seed=1, check_races=True)
+        for k, want in expected.items():
+            np.testing.assert_allclose(got[k], want, rtol=1e-4, atol=1e-4 * float(np.abs(want).max()))
+
+
 def test_megatron_cuts_and_work_per_rank() -> None:
     """4 heads over 8 ranks: Q and K in 4 head blocks (each on 2 ranks), V and the FFN's first layer 8 ways; one
     AllReduce per attention block and per FFN, nothing gathered; each rank does an eighth of the matmul work or

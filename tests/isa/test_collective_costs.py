@@ -42,6 +42,11 @@ def test_routes_go_the_short_way_round_each_dimension():
     assert topo.route(0, 30).ns == 2 * TRN1.link_hop_ns
     assert topo.route(0, 1).resources == ("chip0",)
     assert topo.route(31, 32).resources == ("efa:0",)
+    # on SBUF operands the sender's DMA engines move the data: inside a chip instead of its HBM, else besides
+    assert topo.route(0, 1, sbuf=True).resources == ("dma0",)
+    assert topo.route(0, 30, sbuf=True).resources == ("dma0", "link:chip0->chip12", "link:chip12->chip15")
+    assert topo.bandwidth("dma0") == TRN1.dma_queues * TRN1.dma_queue_gbps
+    assert topology(TRN2, 2, 8).bandwidth("dma3") == 2 * TRN2.dma_queues * TRN2.dma_queue_gbps
     ring = topology(INF2, 1, 24)  # 12 chips in a ring: chip 0 to 11 is one hop back, 0 to 6 six hops forward
     assert ring.route(0, 22).resources == ("link:chip0->chip11",)
     assert len(ring.route(0, 12).resources) == 6 and ring.route(0, 12).resources[0] == "link:chip0->chip1"

@@ -200,6 +200,32 @@ def test_a_collective_lasts_what_the_cost_model_says_on_every_rank_cc_row():
         assert all(e.end - e.start == pytest.approx(cost.ns) for e in events)
 
 
+@pytest.mark.parametrize("target,lnc", TARGET_CONFIGS, ids=lambda v: str(v))
+def test_a_collective_on_sbuf_operands_moves_sbuf_to_sbuf(target, lnc):
+    """Each rank loads its row of x into SBUF, all-reduces it SBUF to SBUF and stores the sum: numpy's answer, in
+    the time the cost model gives SBUF operands (the ranks' DMA engines, not the chip's HBM: for the ranks of one
+    chip, less than the same collective on HBM buffers)."""
+    dt, width = DTYPES["fp32"], 2 * 4096
+    rank = {"DMA0": [make("dma_copy", dst=sbuf(2, width // 2), src=buffer(IN, width, dt), signal=1),
+                     make("dma_copy", dst=buffer(OUT, width, dt), src=sbuf(2, width // 2, offset=width * 2),
+                          waits=((2, 1),))],
+            "CC": [make("all_reduce", dst=sbuf(2, width // 2, offset=width * 2), src=sbuf(2, width // 2), group=0,
+                        op=AluOp.add, waits=((1, 1),), signal=2)]}
+    ranks = TARGETS[target].ranks_per_chip(lnc)
+    b = bundle([rank] * ranks, width, width, dt, target, lnc)
+    b.hbm_size = 1 << 20
+    model = runtime.load(b)
+    x = _inputs(ranks, width, dt)
+    y = model.run({"x": x}, trace=True)["y"]
+    np.testing.assert_allclose(y, EXPECTED["all_reduce"](x, ranks, 1), rtol=1e-5, atol=1e-5 * ranks)
+    topo = topology(TARGETS[target], lnc, ranks)
+    on_sbuf = collective_cost("all_reduce", width * 4, 4, tuple(range(ranks)), topo, sbuf=True)
+    spans = [e.end - e.start for e in model.last_run.trace if e.stream == "CC"]
+    assert len(spans) == ranks and spans == pytest.approx([on_sbuf.ns] * ranks)
+    assert all(link.startswith(("dma", "link:")) for link in on_sbuf.links)
+    assert on_sbuf.ns < collective_cost("all_reduce", width * 4, 4, tuple(range(ranks)), topo).ns
+
+
 def test_collectives_sharing_a_link_run_one_after_the_other():
     """On trn1, ranks 0, 1 sit on chip 0 and ranks 2, 3 on chip 1. Groups (0, 2) and (1, 3) both cross the link
     between the chips: the second waits for the first. Groups (0, 1) and (2, 3) stay on their chips: side by side."""
@@ -389,6 +415,8 @@ BAD = {
     "not a member": (lambda b: (_set("groups", [(0, 1, 2, 3), (0, 2, 3)])(b), _cc(
         make("all_gather", dst=buffer(OUT, 24, F32), src=buffer(IN, 8, F32), group=1))(b)),
         "rank 1 is not in group 1 (0, 2, 3)"),
+    "memories mixed": (_cc(make("all_reduce", dst=sbuf(2, 4), src=buffer(IN, 8, F32), group=0, op=AluOp.add)),
+                       "both in HBM or both in SBUF"),
     "all_gather size": (_cc(make("all_gather", dst=buffer(OUT, 16, F32), src=buffer(IN, 8, F32), group=0)),
                         "all_gather on 4 ranks needs dst = 4 x src"),
     "reduce_scatter size": (_cc(make("reduce_scatter", dst=buffer(OUT, 4, F32), src=buffer(IN, 8, F32), group=0,
