@@ -66,11 +66,12 @@ def bert12() -> onnx.ModelProto:
     return bert_layers(12)
 
 
-def bert_layers(layers: int) -> onnx.ModelProto:
-    """The benchmark's encoder with `layers` layers (1 for compile-time scaling)."""
+def bert_layers(layers: int, hidden: int = 256, seq: int = 128) -> onnx.ModelProto:
+    """The benchmark's encoder with `layers` layers (1 for compile-time scaling): hidden 256, seq 128, heads of
+    64, an FFN 4x as wide, unless told otherwise."""
     _, transformers = _model_builders()
-    sizes = transformers.Sizes(batch=1, seq=128, vocab=1000, max_pos=128, hidden=256, heads=4, ffn=1024,
-                               layers=layers)
+    sizes = transformers.Sizes(batch=1, seq=seq, vocab=1000, max_pos=seq, hidden=hidden, heads=hidden // 64,
+                               ffn=4 * hidden, layers=layers)
     return transformers.bert(legacy=False, sizes=sizes)
 
 
