@@ -4,7 +4,8 @@ bundle is written and read a member at a time, and the runtime copies the weight
 the bundle it gives back as it goes).
 
 Each phase runs in a fresh process, whose peak resident memory (VmHWM) is what is measured: the compile in
-one, the load and run in another, as a deployment has them. The reference is numpy, in this process.
+one, the load and run in another, as a deployment has them (and a run under the race checker in a third). The
+reference is numpy, in this process.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ if phase == "compile":
                             cache_dir=os.path.join(folder, "cache"))
 else:
     model = runtime.load(os.path.join(folder, "model.neff"))
-    outputs = model.run({"x": np.load(os.path.join(folder, "x.npy"))})
+    outputs = model.run({"x": np.load(os.path.join(folder, "x.npy"))}, check_races=phase == "races")
     np.save(os.path.join(folder, "y.npy"), outputs["y"])
 print(json.dumps({"baseline": baseline, "peak": status("VmHWM")}))
 """
@@ -132,6 +133,19 @@ def test_model_over_2gb_compiles_and_runs_under_twice_its_weights(tmp_path):
     assert weights > 2.2e9
     for phase in (compiled, ran):
         assert phase["peak"] * 1024 < 2 * weights, (phase, weights)
+
+
+@pytest.mark.slow
+def test_check_races_on_a_200mb_model_needs_less_than_twice_a_plain_run(tmp_path):
+    """Issue 9: the race checker's shadow is kept for the pages a program touches, so `run --check-races` on a
+    model of 200 MB of weights peaks under twice what a plain run of it does (each in a fresh process)."""
+    folder = str(tmp_path)
+    weights, _, plain = compile_and_run(folder, layers=8, d=2560, batch=2)
+    assert weights > 200e6
+    y = np.load(os.path.join(folder, "y.npy"))
+    checked = work(folder, "races")  # no race, and the same answer
+    np.testing.assert_array_equal(np.load(os.path.join(folder, "y.npy")), y)
+    assert checked["peak"] < 2 * plain["peak"], (checked, plain)
 
 
 def test_external_weights_are_mapped_not_read(tmp_path):
