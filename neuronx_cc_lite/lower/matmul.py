@@ -94,7 +94,9 @@ def matmul_2d_transposed(ctx: LowerCtx, a: Operand, b: Operand, out: HbmView, ep
     """out = epilogue(a @ b), computed and stored feature-major, as out^T = B^T A^T: B's columns (the weights)
     stationary, 128 at a time, A^T (the activations, K on partitions) moving, up to a bank's width of rows. The
     result's columns land on partitions, so a bias is a per-partition column ScalarE adds as it evacuates the bank
-    (with the activation), and a residual is read in the same layout. Epilogues: a bias, one residual."""
+    (with the activation), and a residual is read in the same layout: as it is when it is feature-major (from its
+    home on chip), else by rows turned on PE (a transposing DMA from HBM moves one element per piece). Epilogues:
+    a bias, one residual."""
     prog, t = ctx.program, ctx.program.target
     (m_size, k_size), n_size = a.shape, b.shape[1]
     assert b.shape[0] == k_size and out.shape == (m_size, n_size), (a.shape, b.shape, out.shape)
@@ -104,9 +106,12 @@ def matmul_2d_transposed(ctx: LowerCtx, a: Operand, b: Operand, out: HbmView, ep
     k_tiles = blocks(k_size, t.partitions)
     b_source = BSource(ctx, b, dtype, k_tiles, n_size, name, keys[1])
     columns = bias_columns(ctx, epilogue.bias * epilogue.alpha) if epilogue.bias is not None else None
+    n_tiles = blocks(n_size, t.gemm_stationary_fmax)
     for mb, (m0, mw) in enumerate(blocks(m_size, t.gemm_moving_fmax)):
         a_t = a_transposed(ctx, a, dtype, m0, mw, k_tiles, name, keys[0])
-        for n0, nb in blocks(n_size, t.gemm_stationary_fmax):
+        residual_t = [a_transposed(ctx, view, view.dtype, m0, mw, n_tiles, f"{name}/residual", None)
+                      for view, _ in epilogue.addends]
+        for nj, (n0, nb) in enumerate(n_tiles):
             acc = prog.psum(nb, mw, f"{name}/acc")
             for j, (k0, kt) in enumerate(k_tiles):
                 prog.emit("nc_matmul", Engine.PE, dst=acc.ap(), stationary=b_source.tile(j, n0, nb, mb),
@@ -119,14 +124,12 @@ def matmul_2d_transposed(ctx: LowerCtx, a: Operand, b: Operand, out: HbmView, ep
             elif not epilogue.addends:
                 act(prog, res.ap(), acc.ap(), epilogue.func, scale=epilogue.alpha, bias=column)
             else:
-                view, _ = epilogue.addends[0]
-                residual = prog.sbuf(nb, mw, view.dtype, f"{name}/residual^T")
-                prog.dma(residual.ap(), view.box((m0, n0), (mw, nb)).transpose((1, 0)))
+                residual = residual_t[0][nj]
                 then = column is not None or epilogue.func is not ActFunc.copy
                 total = prog.sbuf(nb, mw, DType.fp32, f"{name}/sum") if then and out.dtype is not DType.fp32 \
                     else res  # rounded once to a narrower result
                 prog.emit("scalar_tensor_tensor", Engine.DVE, dst=total.ap(), src=acc.ap(), op0=AluOp.multiply,
-                          scalar=float(epilogue.alpha), op1=AluOp.add, b=residual.ap())
+                          scalar=float(epilogue.alpha), op1=AluOp.add, b=residual)
                 if then:
                     act(prog, res.ap(), total.ap(), epilogue.func, bias=column)
             prog.dma(out.box((m0, n0), (mw, nb)).transpose((1, 0)), res.ap())
