@@ -22,7 +22,7 @@ from neuronx_cc_lite.codegen.allocate import allocate, layout_hbm
 from neuronx_cc_lite.codegen.broadcasts import broadcast_on_pe
 from neuronx_cc_lite.codegen.dedupe import dedupe_loads
 from neuronx_cc_lite.codegen.emit import emit
-from neuronx_cc_lite.codegen.on_chip import Report, keep_on_chip
+from neuronx_cc_lite.codegen.on_chip import HOME_FRACTION, Report, keep_on_chip
 from neuronx_cc_lite.codegen.schedule import assign_queues_in_order, schedule
 from neuronx_cc_lite.codegen.transfers import split_transfers
 from neuronx_cc_lite.codegen.verify import verify_order, verify_program
@@ -35,7 +35,7 @@ from neuronx_cc_lite.lower import lower_graph, unsupported_nodes
 from neuronx_cc_lite.lower.context import LowerCtx
 from neuronx_cc_lite.lower.program import HbmAccess, Program, TileAccess
 from neuronx_cc_lite.partition import RankGraph, partition
-from neuronx_cc_lite.passes import run_pipeline
+from neuronx_cc_lite.passes import run_pipeline, split_attention
 from neuronx_cc_lite.passes.verify import verify
 from neuronx_cc_lite.precision import MODES, TYPES
 from neuronx_cc_lite.progress import phase
@@ -172,6 +172,10 @@ def compile_rank(graph: Graph, options: Options, target: Target,
     weights' bytes takes that rank's schedule, HBM layout and streams (nothing after lowering reads weight
     bytes), and only its weights are its own."""
     check_fits_hbm(graph, target)
+    if options.optimize >= 2:
+        # a quarter of the SBUF the homes may take: the scores, the probabilities and what lives beside them
+        graph = split_attention.run(graph, int(target.partitions * target.sbuf_partition_bytes * HOME_FRACTION / 4))
+        verify(graph, "split-attention")
     cast = TYPES[options.auto_cast_type] if options.auto_cast != "none" else None
     by_rows: frozenset[str] | None = frozenset() if options.optimize >= 2 else None
     with phase("lowering"):  # the tile program, kept on chip (which may lower again)
