@@ -180,11 +180,13 @@ def schedule(program: Program) -> list[list[int]]:
     pools: dict[object, _Pool] = {e: _Pool() for e in _SERVERS}
     pools["loads"], pools["short loads"], pools["stores"] = _Pool(), _Pool(), _Pool()
     # a store queue takes loads until the first store is scheduled, then only short ones when no store is ready
-    # (a long load could hold up the stores that become ready meanwhile); a load queue never takes a store, which
-    # could hold the loads behind it until its producer finishes if the estimate was short
+    # (a long load could hold up the stores that become ready meanwhile); a load queue takes no store, which
+    # could hold the loads behind it until its producer finishes if the estimate was short, until every load is
+    # scheduled: then the program's last stores (its outputs) spread over every queue
     pools_of_server: list[list[object]] = [
         [e] if e is not Engine.DMA else ["loads", "short loads"] if q in loads and q not in stores else
         ["stores", "loads", "short loads"] for e, q in servers]
+    loads_left = sum(1 for p in instrs if p.engine is Engine.DMA and not is_store(p))
     port_free = {p: 0.0 for p in Port}
     memory = OnChipMemory(target)
     placed: set[Tile] = set()
@@ -281,6 +283,9 @@ def schedule(program: Program) -> list[list[int]]:
             if is_store(instrs[i]) and loads != stores:  # the stores have begun: store queues keep to them
                 pools_of_server = [["stores", "short loads"] if keys[0] == "stores" else keys
                                    for keys in pools_of_server]
+            loads_left -= not is_store(instrs[i])
+            if loads_left == 0:
+                pools_of_server = [["stores"] if keys[0] == "loads" else keys for keys in pools_of_server]
 
         else:
             for p in held[i][e]:
