@@ -16,8 +16,8 @@ needs rows (a softmax over the keys) stays token-major.
       an elementwise op of the same shape, a fused matmul's residual, an AllReduce (elementwise across ranks)
                                      go as their result goes
       anything else, a graph output  wants rows
-Readers are followed through Reshape (splitting the last axis), Transpose, Squeeze and Unsqueeze, tracking where
-the tensor's last axis went.
+Readers are followed through Reshape (splitting the last axis), Transpose, Squeeze, Unsqueeze and a Slice that
+leaves the axis whole, tracking where the tensor's last axis went.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from neuronx_cc_lite.ir import Graph, Node
 MATMULS = ("MatMul", "MatMulEpilogue", "Gemm")
 FOLLOWERS = ("Add", "Sub", "Mul", "Div", "Relu", "Gelu", "Tanh", "Sigmoid", "Erf", "Neg", "Sqrt", "Exp", "Log",
              "Abs", "AllReduce")
-VIEWS = ("Reshape", "Transpose", "Squeeze", "Unsqueeze", "Identity")
+VIEWS = ("Reshape", "Transpose", "Squeeze", "Unsqueeze", "Identity", "Slice")
 
 
 def _through_view(node: Node, g: Graph, position: int | None) -> int | None:
@@ -38,6 +38,8 @@ def _through_view(node: Node, g: Graph, position: int | None) -> int | None:
     if node.op == "Transpose":
         perm = node.attrs.get("perm") or tuple(reversed(range(len(src))))
         return list(perm).index(position) if position in perm else None
+    if node.op == "Slice":  # the axis keeps its place when the slice leaves it whole (heads cut from Q, K, V)
+        return position if out and out[position] == src[position] else None
     if node.op in ("Reshape", "Squeeze", "Unsqueeze", "Identity"):
         if position != len(src) - 1 or not out:
             return None
