@@ -3,18 +3,19 @@
 Topology (target config, isa/target.py; CHIP.md "Collectives"):
     ranks fill chips in order, ranks_per_chip(lnc) to a chip; chips fill instances, chips_per_instance each.
     Resources, each with a bandwidth in GB/s (= bytes per ns):
-      "chip{c}"                the HBM the ranks of chip c exchange through: chip_gbps, shared by every transfer
-                               between two ranks of that chip
+      "chip{c}"                chip c's HBM: hbm_gbps, shared by every transfer that reads or writes it (a copy
+                               between two ranks of the chip does both; a transfer between chips reads the
+                               sender's and writes the receiver's)
       "link:chip{a}->chip{b}"  one direction of the NeuronLink between neighbouring chips a and b:
                                link_gbps / chip_neighbours() (a chip's NeuronLink bandwidth split over its ports)
       "efa:{i}"                what leaves instance i over EFA: efa_gbps
       "dma{r}"                 rank r's DMA engines, for collectives on SBUF operands (lnc x dma_queues x
                                dma_queue_gbps): they move the data from SBUF to SBUF, and HBM is not touched
-    route(a, b): inside a chip, its "chip{c}" (chip_hop_ns); between the chips of an instance, dimension order
-    round the ring or torus, the shorter way round each dimension (the positive way on a tie), one link per hop
-    (link_hop_ns per hop); between instances, the sending instance's EFA (efa_hop_ns). On SBUF operands a transfer
-    inside a chip takes the sender's "dma{r}" instead of the chip's HBM, and one leaving the chip takes it besides
-    its links.
+    route(a, b): inside a chip, its "chip{c}" twice, read and write (chip_hop_ns); between the chips of an
+    instance, the sender's chip, dimension order round the ring or torus, the shorter way round each dimension
+    (the positive way on a tie), one link per hop (link_hop_ns per hop), and the receiver's chip; between
+    instances, the sender's chip, its instance's EFA (efa_hop_ns) and the receiver's chip. On SBUF operands a
+    transfer touches no HBM: it takes the sender's "dma{r}" and the links or EFA it crosses.
 
 A step is a set of transfers (src rank, dst rank, bytes) that run at once:
     step_ns = max(latency of each transfer's route) + max over resources(bytes the step puts on it / bandwidth)
@@ -131,7 +132,7 @@ class Topology:
             return self.target.link_gbps / self.target.chip_neighbours()
         if resource.startswith("efa:"):
             return self.target.efa_gbps
-        return self.target.chip_gbps
+        return self.target.hbm_gbps
 
     def route(self, a: int, b: int, sbuf: bool = False) -> Route:
         key = (a, b, sbuf)
@@ -142,16 +143,17 @@ class Topology:
     def _find_route(self, a: int, b: int, sbuf: bool) -> Route:
         t = self.target
         ca, cb = self.chip_of(a), self.chip_of(b)
-        dma = (f"dma{a}",) if sbuf else ()
+        # what the transfer reads and writes at its ends
+        ends = ((f"dma{a}",), ()) if sbuf else ((f"chip{ca}",), (f"chip{cb}",))
         if ca == cb:
-            return Route(dma or (f"chip{ca}",), t.chip_hop_ns)
+            return Route((*ends[0], *ends[1]), t.chip_hop_ns)
         if self.instance_of(a) != self.instance_of(b):
-            return Route((*dma, f"efa:{self.instance_of(a)}"), t.efa_hop_ns)
+            return Route((*ends[0], f"efa:{self.instance_of(a)}", *ends[1]), t.efa_hop_ns)
         base = ca - ca % t.chips_per_instance
         links = []
         for here, there in _dimension_order_hops(self._coords(ca), self._coords(cb), t.chip_grid):
             links.append(f"link:chip{base + self._local(here)}->chip{base + self._local(there)}")
-        return Route((*dma, *links), t.link_hop_ns * len(links))
+        return Route((*ends[0], *links, *ends[1]), t.link_hop_ns * len(links))
 
     def _coords(self, chip: int) -> tuple[int, ...]:
         """Grid coordinates (row-major) of a chip inside its instance."""
@@ -377,7 +379,7 @@ def bus_bandwidth(op: str, nbytes: int, n: int, ns: float) -> float:
 def bus_bandwidth_limit(op: str, group: tuple[int, ...], topo: Topology) -> float:
     """The bus bandwidth no algorithm can beat on `group`, in GB/s: what the links physically carry.
 
-    Inside one chip: chip_gbps. Across the chips of one instance: one chip's link_gbps (a ring's bytes all cross
+    Inside one chip: half its HBM's bandwidth (every byte exchanged is read and written there). Across the chips of one instance: one chip's link_gbps (a ring's bytes all cross
     some chip's NeuronLink ports). Across instances the busbw formula's premise, that every rank's bytes cross
     every link, no longer holds: hierarchical and rdh send less over EFA than a ring. The limit is then the cut:
     an instance holding p of the group's n ranks must send at least
@@ -386,7 +388,7 @@ def bus_bandwidth_limit(op: str, group: tuple[int, ...], topo: Topology) -> floa
     over its efa_gbps, so busbw <= bus factor x efa_gbps x S / those bytes (the tightest instance)."""
     t, n = topo.target, len(group)
     if len({topo.chip_of(r) for r in group}) == 1:
-        return t.chip_gbps
+        return t.hbm_gbps / 2
     instances = [sum(1 for r in group if topo.instance_of(r) == i) for i in {topo.instance_of(r) for r in group}]
     if len(instances) == 1:
         return t.link_gbps

@@ -52,7 +52,6 @@ class Target:
     chip_grid: tuple[int, ...]
     link_gbps: float  # GB/s out of one chip over NeuronLink, split evenly over its neighbours in the grid
     link_hop_ns: float  # fixed cost of one step of a collective over NeuronLink
-    chip_gbps: float  # GB/s between the ranks of one chip: through the HBM they share
     chip_hop_ns: float  # fixed cost of one step between two ranks of one chip
     efa_gbps: float  # GB/s out of one instance over EFA
     efa_hop_ns: float  # fixed cost of one step between instances
@@ -138,8 +137,6 @@ TRN1 = Target(
     chip_grid=(4, 4),  # trn1.32xlarge: 16 chips in a 2D torus
     link_gbps=384.0,  # NeuronLink-v2 per chip
     link_hop_ns=1500.0,  # CHIP.md: "ring (per hop 1-2 us)"; the middle
-    # Two cores of a chip exchange through their HBM: a copy reads and writes it, so half its bandwidth.
-    chip_gbps=410.0,
     chip_hop_ns=1300.0,  # a DMA's launch: the hop is one transfer between the cores' buffers
     # CHIP.md gives EFA only for trn2 (3.2 Tbps); trn1n's 1.6 Tbps = 200 GB/s is this model's choice for trn1.
     efa_gbps=200.0,
@@ -183,7 +180,6 @@ TRN2 = Target(
     chip_grid=(4, 4),  # trn2.48xlarge: 16 chips in a 4x4 torus
     link_gbps=1024.0,
     link_hop_ns=1500.0,
-    chip_gbps=1450.0,  # half of HBM's 2.9 TB/s, as on trn1
     chip_hop_ns=1300.0,
     efa_gbps=400.0,  # CHIP.md: EFA 3.2 Tbps between trn2 instances
     efa_hop_ns=15000.0,

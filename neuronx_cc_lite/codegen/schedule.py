@@ -75,7 +75,7 @@ def _duration(instr: Instruction, engine: Engine, target: Target) -> float:
         nbytes = max(o.dtype.size * o.num_partitions * o.free_size for _, o in instr.operands())
         on_sbuf = instr.args["src"].mem is Mem.SBUF
         return target.chip_hop_ns + nbytes / (target.dma_queues * target.dma_queue_gbps if on_sbuf else
-                                              target.chip_gbps)
+                                              target.hbm_gbps / 2)  # a copy through HBM reads and writes it
     return duration_ns(instr, engine, target)
 
 
