@@ -412,11 +412,11 @@ def bundle_info(path: str) -> dict[str, Any]:
 
     try:
         with open(path, "rb") as f:
-            data = f.read()
+            head = f.read(bundle_format.HEADER_SIZE)
     except OSError as e:
         raise LoadError(f"cannot read {path}: {e.strerror}") from None
-    header = bundle_format.read_header(data)
-    b = bundle_format.from_bytes(data)
+    header = bundle_format.read_header(head)
+    b = bundle_format.read(path)  # streamed, the weights mapped and never touched: a 2 GB bundle costs no 2 GB
     target = _target_of(b.target)
     memories = {}
     for mem, capacity in ((Mem.SBUF, target.sbuf_partition_bytes), (Mem.PSUM, target.psum_partition_bytes)):

@@ -33,6 +33,7 @@ import json, os, sys
 import numpy as np
 import onnx.checker, onnx.shape_inference  # imported before the baseline: they are not the model's memory
 import neuronx_cc_lite, neuronx_cc_lite.cache, neuronx_cc_lite.compiler, runtime
+from neuronx_cc_lite.cli import bundle_info
 
 def status(key):
     with open("/proc/self/status") as f:
@@ -43,6 +44,8 @@ baseline = status("VmRSS")
 if phase == "compile":
     neuronx_cc_lite.compile(os.path.join(folder, "model.onnx"), output=os.path.join(folder, "model.neff"),
                             cache_dir=os.path.join(folder, "cache"))
+elif phase == "info":
+    bundle_info(os.path.join(folder, "model.neff"))
 else:
     model = runtime.load(os.path.join(folder, "model.neff"))
     outputs = model.run({"x": np.load(os.path.join(folder, "x.npy"))}, check_races=phase == "races")
@@ -117,6 +120,8 @@ def test_streamed_weights_stay_in_memory_once(tmp_path):
     t = TARGETS["trn1"]
     on_chip = t.partitions * (t.sbuf_partition_bytes + t.psum_partition_bytes)
     assert (ran["peak"] - ran["baseline"]) * 1024 < 2 * weights + on_chip, (ran, weights)
+    info = work(str(tmp_path), "info")  # reads the bundle streaming and never touches the weights
+    assert (info["peak"] - info["baseline"]) * 1024 < weights / 4, (info, weights)
     path = tmp_path / "model.neff"
     b = bundle_format.read(path)
     assert sum(len(s.data) for s in b.weights) >= weights
