@@ -7,6 +7,9 @@ every model in models/. Each case is a model and the compile options it is measu
 - bert12_fp32 / bert12_bf16: a BERT encoder, 12 layers, hidden 256, 4 heads, FFN 1024, seq 128, batch 1, the
   modern export form (LayerNormalization, Gelu), fp32 and --auto-cast matmult.
 - resnet18_bf16: torchvision's ResNet-18 at 224x224, --auto-cast matmult.
+
+`bert_base` (BERT-base: 12 layers, hidden 768, 12 heads, FFN 3072, seq 128, vocab 30522, 440 MB of weights) is
+no case (simulating it takes minutes): benchmarks/compile_time.py times its compile.
 """
 
 from __future__ import annotations
@@ -73,6 +76,15 @@ def bert_layers(layers: int, hidden: int = 256, seq: int = 128) -> onnx.ModelPro
     sizes = transformers.Sizes(batch=1, seq=seq, vocab=1000, max_pos=seq, hidden=hidden, heads=hidden // 64,
                                ffn=4 * hidden, layers=layers)
     return transformers.bert(legacy=False, sizes=sizes)
+
+
+def bert_base(legacy: bool = False) -> onnx.ModelProto:
+    """BERT-base as transformers configures bert-base-uncased, batch 1, seq 128 (the modern export form unless
+    `legacy`)."""
+    _, transformers = _model_builders()
+    sizes = transformers.Sizes(batch=1, seq=128, vocab=30522, max_pos=512, hidden=768, heads=12, ffn=3072,
+                               layers=12)
+    return transformers.bert(legacy=legacy, sizes=sizes)
 
 
 def resnet18() -> onnx.ModelProto:

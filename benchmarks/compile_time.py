@@ -1,0 +1,64 @@
+"""Time the compile of BERT-base (12 layers, hidden 768, seq 128; benchmarks/cases.py's `bert_base`) from a file,
+as `neuronx-cc-lite compile bert.onnx` does it: the model is built and saved first, then compiled without the
+compile cache, each phase's seconds logged (`info`), best of `--repeat`.
+
+    .venv/bin/python benchmarks/compile_time.py                 # the modern export form
+    .venv/bin/python benchmarks/compile_time.py --legacy        # the decomposed LayerNorm/GELU form
+    .venv/bin/python benchmarks/compile_time.py --profile out.prof   # cProfile of one compile
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import tempfile
+import time
+
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import onnx  # noqa: E402
+
+import neuronx_cc_lite  # noqa: E402
+from benchmarks.cases import bert_base  # noqa: E402
+
+
+def compile_seconds(path: str, output: str) -> float:
+    start = time.perf_counter()
+    neuronx_cc_lite.compile(path, output=output, cache=False)
+    return time.perf_counter() - start
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--legacy", action="store_true", help="the legacy export form (opset 13, decomposed ops)")
+    parser.add_argument("--repeat", type=int, default=3, help="compiles to take the best of")
+    parser.add_argument("--profile", metavar="FILE", help="cProfile one compile into FILE and print its top costs")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="  %(message)s")
+    with tempfile.TemporaryDirectory() as tmp:
+        path, output = os.path.join(tmp, "bert_base.onnx"), os.path.join(tmp, "bert_base.neff")
+        onnx.save(bert_base(args.legacy), path)
+        print(f"BERT-base ({'legacy' if args.legacy else 'modern'} form): {os.path.getsize(path) / 1e6:.0f} MB")
+        if args.profile:
+            import cProfile
+            import pstats
+
+            cProfile.runctx("compile_seconds(path, output)", globals(), locals(), args.profile)
+            pstats.Stats(args.profile).sort_stats("cumulative").print_stats(40)
+            pstats.Stats(args.profile).sort_stats("tottime").print_stats(25)
+            return 0
+        times = []
+        for _ in range(args.repeat):
+            times.append(compile_seconds(path, output))
+            print(f"compile: {times[-1]:.2f} s", flush=True)
+        print(f"best of {len(times)}: {min(times):.2f} s; bundle {os.path.getsize(output) / 1e6:.0f} MB")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
