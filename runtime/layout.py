@@ -69,17 +69,36 @@ def check_placements(b: Bundle) -> None:
                 raise LoadError(f"{where} at HBM [{p.hbm_offset}, {end}) lies outside the rank's {b.hbm_size} "
                                 "bytes")
     for info in b.outputs:
-        covered = np.zeros(info.shape, bool)
-        for p in info.placements:
-            covered[piece(info, p)] = True
-        if not covered.all():
-            first = tuple(int(i) for i in np.argwhere(~covered)[0])
-            raise LoadError(f"output {info.name!r}: no placement holds element {list(first)}")
+        first = _first_uncovered(info)
+        if first is not None:
+            raise LoadError(f"output {info.name!r}: no placement holds element {first}")
     for seg in b.weights:
         if not 0 <= seg.rank < len(b.cores):
             raise LoadError(f"weight segment for rank {seg.rank}; the bundle has ranks 0..{len(b.cores) - 1}")
         if seg.hbm_offset < 0 or seg.hbm_offset + len(seg.data) > b.hbm_size:
             raise LoadError(f"weight segment of rank {seg.rank} at HBM offset {seg.hbm_offset} lies outside HBM")
+
+
+def _first_uncovered(info: TensorInfo) -> list[int] | None:
+    """The first element (in row-major order) of an output that none of its placements holds, or None, from the
+    placements' intervals alone (a bundle may declare any shape: nothing of its size is allocated). A placement
+    holds the elements whose index on its axis lies in its interval, so the elements none holds are the product,
+    over the axes, of the indices no interval on that axis takes: none when one axis is taken whole."""
+    if not info.shape:
+        return None  # a scalar: its placement holds it
+    if 0 in info.shape:
+        return None  # no elements
+    first = []
+    for axis, n in enumerate(info.shape):
+        taken = 0  # indices [0, taken) of this axis are in some interval
+        for start, stop in sorted((p.start, p.stop) for p in info.placements if p.axis == axis):
+            if start > taken:
+                break
+            taken = max(taken, stop)
+        if taken >= n:
+            return None
+        first.append(taken)
+    return first
 
 
 def piece(info: TensorInfo, p: Placement) -> tuple[slice, ...]:

@@ -435,6 +435,13 @@ BAD = {
     "output not covered": (lambda b: setattr(b, "outputs", [TensorInfo("y", (4, 32), "float32", "fp32",
                                                                        (Placement(0, OUT, 0, 0, 3),))]),
                            "output 'y': no placement holds element [3, 0]"),
+    # the placements' intervals are checked, not an array of the declared shape (here 40 GiB of bools)
+    "output of 2^32 rows not covered": (lambda b: setattr(b, "outputs", [
+        TensorInfo("y", (2**32 + 1, 10), "float32", "fp32", (Placement(0, OUT, 0, 0, 3),))]),
+        "output 'y': no placement holds element [3, 0]"),
+    "output covered on no axis": (lambda b: setattr(b, "outputs", [
+        TensorInfo("y", (4, 32), "float32", "fp32", (Placement(0, OUT, 0, 0, 2), Placement(1, OUT, 1, 0, 16)))]),
+        "output 'y': no placement holds element [2, 16]"),
     "weights rank": (_set("weights", [bundle_format.Segment(0, b"1234", 4)]), "weight segment for rank 4"),
 }
 
