@@ -190,19 +190,33 @@ def _weights_apart(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[onnx.T
         tensor.CopyFrom(value)
         tensor.name = name
         large.append(tensor)
-    light = onnx.ModelProto()
-    light.CopyFrom(model)
     names = {i.name for i in large}
-    small = [i for i in light.graph.initializer if i.name not in names]
-    del light.graph.initializer[:]
-    light.graph.initializer.extend(small)
-    kept = [n for n in light.graph.node if not (n.op_type == "Constant" and n.output[0] in constants)]
-    del light.graph.node[:]
-    light.graph.node.extend(kept)
+    # the copy is made field by field, leaving the large tensors out: copying the whole model first copies them
+    light = onnx.ModelProto()
+    for field, value in model.ListFields():
+        if field.name != "graph":
+            _copy_field(light, field, value)
+    for field, value in model.graph.ListFields():
+        if field.name == "initializer":
+            light.graph.initializer.extend(i for i in value if i.name not in names)
+        elif field.name == "node":
+            light.graph.node.extend(n for n in value if not (n.op_type == "Constant" and n.output[0] in constants))
+        else:
+            _copy_field(light.graph, field, value)
     declared = {vi.name for vi in light.graph.input}
     light.graph.input.extend(helper.make_tensor_value_info(i.name, i.data_type, list(i.dims))
                              for i in large if i.name not in declared)
     return light, large
+
+
+def _copy_field(message: Any, field: Any, value: Any) -> None:
+    """Set `field` of `message` to a copy of `value` (a field of another message of the same type)."""
+    if hasattr(value, "CopyFrom"):
+        getattr(message, field.name).CopyFrom(value)
+    elif hasattr(value, "extend"):  # a repeated field
+        getattr(message, field.name).extend(value)
+    else:
+        setattr(message, field.name, value)
 
 
 # onnx's data propagation holds every element of a 1-D tensor as a Python object, whatever its type: an Add of

@@ -31,15 +31,16 @@ def dependencies(instrs: list[PendingInstr]) -> list[list[int]]:
     preds: list[list[int]] = []
     for position, p in enumerate(instrs):
         accesses = footprints(p)
+        overlapping = [index.find(space, box) for space, box, _ in accesses]
         mine: set[int] = set()
-        for space, box, writes in accesses:
-            for r in index.find(space, box):
+        for (_, _, writes), earlier in zip(accesses, overlapping):
+            for r in earlier:
                 if writes or r.writes:
                     mine.add(r.index)
         preds.append(sorted(mine))
-        for space, box, writes in accesses:
+        for (space, box, writes), earlier in zip(accesses, overlapping):
             if writes:
-                for r in index.find(space, box):
+                for r in earlier:
                     if inside(r.box, box):
                         r.alive = False
             index.add(space, Record(box, -1, position, writes))

@@ -31,7 +31,7 @@ def inside(a: Box, b: Box) -> bool:
     return b[0] <= a[0] and a[1] <= b[1] and b[2] <= a[2] and a[3] <= b[3]
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Record:
     """One access: where, by whom (a stream, or -1 when streams are not yet known), at which program position."""
 
@@ -47,7 +47,7 @@ class Index:
     in at most four cells of the finest level whose cells it spans that few of, so a 4 KiB tile and a 100 MiB
     strided weight read are each found in a handful of cells, and a query visits only occupied cells."""
 
-    LEVELS = tuple(1 << shift for shift in range(12, 40, 4))  # 4 KiB, 64 KiB, ... cell sizes
+    LEVELS = (1 << 9, *(1 << shift for shift in range(12, 40, 4)))  # 512 B, 4 KiB, 64 KiB, ... cell sizes
     CELLS = 4
 
     def __init__(self) -> None:
@@ -70,11 +70,16 @@ class Index:
             last = bisect.bisect_right(keys, (box[3] - 1) // size)
             for key in keys[first:last]:
                 bucket = self.cells[space, level, key]
-                bucket[:] = [r for r in bucket if r.alive]
+                dead = False
                 for r in bucket:
+                    if not r.alive:
+                        dead = True
+                        continue
                     b = r.box
                     if b[0] < box[1] and box[0] < b[1] and b[2] < box[3] and box[2] < b[3]:  # the boxes overlap (inlined: the hot loop)
                         found[id(r)] = r
+                if dead:
+                    bucket[:] = [r for r in bucket if r.alive]
         return list(found.values())
 
     def add(self, space: Hashable, r: Record) -> None:

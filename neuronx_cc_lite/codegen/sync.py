@@ -35,9 +35,10 @@ def synchronize(program: list[tuple[int, Instruction]], num_streams: int) -> Non
     for position, (stream, instr) in enumerate(program):
         needs: dict[int, int] = {}
         accesses = [(o, False) for o in instr.reads()] + [(o, True) for o in instr.writes()]
-        for o, writes in accesses:
-            box = box_of(o)
-            for r in index.find(o.mem, box):
+        boxes = [box_of(o) for o, _ in accesses]
+        overlapping = [index.find(o.mem, box) for (o, _), box in zip(accesses, boxes)]
+        for (o, writes), earlier in zip(accesses, overlapping):
+            for r in earlier:
                 if r.stream != stream and (writes or r.writes):
                     needs[r.stream] = max(needs.get(r.stream, -1), r.index)
         clock = clocks[stream]
@@ -52,12 +53,13 @@ def synchronize(program: list[tuple[int, Instruction]], num_streams: int) -> Non
         clock[stream] = position
         waits_on.append(mine)
         done_clock.append(list(clock))
-        for o, writes in accesses:
-            box = box_of(o)
+        for (o, writes), box, earlier in zip(accesses, boxes, overlapping):
             if o.mem is Mem.HBM and not writes and not any(w.index > position
                                                            for w in written_hbm.find(Mem.HBM, box)):
                 continue  # nothing writes there later: this read can order nothing (weights, inputs)
-            for r in index.find(o.mem, box):
+            # (the records found before this instruction's own were added: one of its own that another of its
+            # accesses covers stays alive, which costs nothing but a record)
+            for r in earlier:
                 if inside(r.box, box) and (writes or (r.stream == stream and not r.writes)):
                     r.alive = False  # the new access is ordered after r and covers it
             index.add(o.mem, Record(box, stream, position, writes))

@@ -104,7 +104,7 @@ class LowerCtx:
         if dtype.is_float and value.dtype.kind == "f" and dtype is not DType.fp32:
             top = float(ml_dtypes.finfo(dtype.np).max)
             value = np.where(np.isfinite(value), np.clip(value, -top, top), value)
-        return value.astype(dtype.np)
+        return value.astype(dtype.np, copy=False)  # its readers copy it out (to bytes): no copy of our own
 
     def constant(self, name: str, value: np.ndarray) -> str:
         """Add a constant the lowering computed (a mask, an index table) to the graph; returns its name."""
