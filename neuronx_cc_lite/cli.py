@@ -791,7 +791,11 @@ def _run(args: argparse.Namespace) -> int:
     except (CompileError, NeuronRuntimeError, IsaError) as e:
         message = str(e)
     except UsageError as e:
-        message = f"{e.code}: {e}"
+        log.error(f"{e.code}: {e}")
+        return 2  # as argparse's own usage errors
+    except BrokenPipeError:  # the reader went away (`profile ... | head`): nothing left to say to it
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # as a shell reports a pipeline member that SIGPIPE stopped
     except OSError as e:
         message = f"NCC_IO: {e.filename or ''}: {e.strerror or e}"
     except KeyboardInterrupt:

@@ -112,11 +112,11 @@ def test_large_rows_stay_within_the_links(tmp, capsys):
 
 @pytest.mark.parametrize("args,status,message", [
     (["broadcast", "--ranks", "2"], 2, "invalid choice: 'broadcast'"),
-    (["all_reduce", "--ranks", "257", "--target", "trn1"], 1, "at most 8 instances, 256 ranks"),
-    (["all_reduce", "--ranks", "4", "--lnc", "2"], 1, "trn1 takes --lnc 1, not 2"),
-    (["all_reduce", "--ranks", "4", "--min-bytes", "0"], 1, "1 <= --min-bytes <= --max-bytes"),
-    (["all_reduce", "--ranks", "4", "--min-bytes", "64", "--max-bytes", "32"], 1, "1 <= --min-bytes"),
-    (["all_reduce", "--ranks", "3", "--algorithm", "hierarchical"], 1, "hierarchical needs the same number"),
+    (["all_reduce", "--ranks", "257", "--target", "trn1"], 2, "at most 8 instances, 256 ranks"),
+    (["all_reduce", "--ranks", "4", "--lnc", "2"], 2, "trn1 takes --lnc 1, not 2"),
+    (["all_reduce", "--ranks", "4", "--min-bytes", "0"], 2, "1 <= --min-bytes <= --max-bytes"),
+    (["all_reduce", "--ranks", "4", "--min-bytes", "64", "--max-bytes", "32"], 2, "1 <= --min-bytes"),
+    (["all_reduce", "--ranks", "3", "--algorithm", "hierarchical"], 2, "hierarchical needs the same number"),
 ])
 def test_errors_are_one_coded_line(args, status, message, capsys):
     got, out, err = _bench(capsys, *args)

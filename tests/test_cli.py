@@ -89,7 +89,7 @@ def test_failures_are_one_coded_line_and_leave_nothing(tmp, capsys, make_args, c
         f.write(".bundle {}\n.core 0\n.stream PE\n     0  nc_matmul nonsense\n")
     capsys.readouterr()
     before = set(os.listdir(tmp))
-    assert _cli(*make_args(tmp)) == 1
+    assert _cli(*make_args(tmp)) == (2 if code == "NCC_USAGE" else 1)
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith(f"neuronx-cc-lite: error: {code}"), err
     assert set(os.listdir(tmp)) == before
@@ -243,3 +243,17 @@ def test_analyze_supports_every_bundled_model(path, capsys):
     assert _cli("analyze", path) == 0
     captured = capsys.readouterr()
     assert captured.err == "" and "nodes supported (100.0%)" in captured.out
+
+
+def test_a_reader_that_stops_early_gets_no_error(tmp):
+    """`disasm ... | head`: the listing is longer than a pipe holds, the reader closes after one line, and the
+    command stops without a word on stderr (status 141 as a shell reports SIGPIPE, or 0 when the last write went
+    out before the reader left)."""
+    neff = f"{tmp}/m.neff"
+    assert _cli("-q", "compile", os.path.join(MODELS_DIR, "bert_hf.onnx"), "-o", neff) == 0
+    p = subprocess.Popen([sys.executable, "-m", "neuronx_cc_lite", "disasm", neff], cwd=ROOT,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert p.stdout is not None and p.stdout.readline().startswith(b";")
+    p.stdout.close()
+    _, err = p.communicate(timeout=120)
+    assert p.returncode in (0, 141) and err == b"", err

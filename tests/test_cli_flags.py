@@ -102,14 +102,14 @@ def test_disasm_rejects_unknown_engines_and_cores(tmp, capsys):
     neff = f"{tmp}/m.neff"
     main(["-q", "compile", MODEL, "-o", neff])
     capsys.readouterr()
-    assert main(["disasm", neff, "--engine", "TPU"]) == 1
+    assert main(["disasm", neff, "--engine", "TPU"]) == 2
     out, err = capsys.readouterr()
     assert out == ""
     _one_coded_line(err, "NCC_USAGE: unknown engine TPU for --engine: a trn1 core has PE, ACT, DVE, POOL, SP, CC and "
                          "DMA0..DMA15")
-    assert main(["disasm", neff, "--engine", "DMA16"]) == 1  # trn1 has 16 queues
+    assert main(["disasm", neff, "--engine", "DMA16"]) == 2  # trn1 has 16 queues
     _one_coded_line(capsys.readouterr().err, "NCC_USAGE: unknown engine DMA16")
-    assert main(["disasm", neff, "--core", "1"]) == 1
+    assert main(["disasm", neff, "--core", "1"]) == 2
     _one_coded_line(capsys.readouterr().err, "NCC_USAGE: no core 1 for --core: the bundle has 1 core(s)")
     assert main(["disasm", neff, "--engine", "pe", "--no-data"]) == 0  # engine names in any case
     out = capsys.readouterr().out

@@ -148,7 +148,7 @@ def test_profile_refuses_to_overwrite_the_bundle_with_the_page(page, capsys):
     _, neff, _ = page
     with open(neff, "rb") as f:
         before = f.read()
-    assert main(["-q", "profile", neff, "--html", neff]) == 1
+    assert main(["-q", "profile", neff, "--html", neff]) == 2
     assert "NCC_USAGE" in capsys.readouterr().err
     with open(neff, "rb") as f:
         assert f.read() == before
