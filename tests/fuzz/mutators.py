@@ -236,7 +236,8 @@ def npz_case(base: Base, rng: random.Random) -> str | None:
     finally:
         sys.stderr = real
     said = captured.getvalue().strip()
-    if status not in (0, 1) or "NCC_INTERNAL" in said or said.count("\n") > 0 or (status == 1) != bool(said):
+    usage = said.startswith("neuronx-cc-lite: error: NCC_USAGE: ")  # exits 2, every other error 1
+    if status != (0 if not said else 2 if usage else 1) or "NCC_INTERNAL" in said or said.count("\n") > 0:
         raise AssertionError(f"run exited {status}: {said[:300]!r}")
     return said.split(": ")[2] if status else None  # the error's code, or None for a run
 
