@@ -62,21 +62,23 @@ class Index:
 
     def find(self, space: Hashable, box: Box) -> list[Record]:
         found: dict[int, Record] = {}
+        p0, p1, b0, b1 = box
+        cells, occupied = self.cells, self.occupied
         for level, size in enumerate(self.LEVELS):
-            keys = self.occupied.get((space, level))
+            keys = occupied.get((space, level))
             if not keys:
                 continue
-            first = bisect.bisect_left(keys, box[2] // size)
-            last = bisect.bisect_right(keys, (box[3] - 1) // size)
+            first = bisect.bisect_left(keys, b0 // size)
+            last = bisect.bisect_right(keys, (b1 - 1) // size)
             for key in keys[first:last]:
-                bucket = self.cells[space, level, key]
+                bucket = cells[space, level, key]
                 dead = False
-                for r in bucket:
+                for r in bucket:  # the hot loop: the overlap test inlined
                     if not r.alive:
                         dead = True
                         continue
                     b = r.box
-                    if b[0] < box[1] and box[0] < b[1] and b[2] < box[3] and box[2] < b[3]:  # the boxes overlap (inlined: the hot loop)
+                    if b[0] < p1 and p0 < b[1] and b[2] < b1 and b0 < b[3]:
                         found[id(r)] = r
                 if dead:
                     bucket[:] = [r for r in bucket if r.alive]

@@ -55,12 +55,11 @@ def verify_program(program: Program, stage: str) -> None:
         for name, value in p.args.items():
             if isinstance(value, (TileAccess, HbmAccess)):
                 _check_access(stage, p, name, value, fields[name].writes)
-        for access, writes in p.accesses():
-            if isinstance(access, TileAccess) and not writes and id(access.tile) not in written:
-                _fail(stage, f"{p.op} reads tile {access.tile.name} before anything writes it", p.node)
-        for access, writes in p.accesses():
-            if isinstance(access, TileAccess) and writes:
-                written.add(id(access.tile))
+        tiles = [(access.tile, writes) for access, writes in p.accesses() if isinstance(access, TileAccess)]
+        for tile, writes in tiles:
+            if not writes and id(tile) not in written:
+                _fail(stage, f"{p.op} reads tile {tile.name} before anything writes it", p.node)
+        written.update(id(tile) for tile, writes in tiles if writes)
 
 
 def verify_order(before: list[PendingInstr], after: list[PendingInstr], preds: list[list[int]], stage: str) -> None:
