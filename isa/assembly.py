@@ -26,6 +26,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+from typing import Any
 
 from isa.bundle import Bundle, HbmTensorInfo, Segment, Stream, TensorInfo
 from isa.listing import ParseError, format_instruction, parse_instruction
@@ -82,22 +83,18 @@ def _format_node(name: str) -> str:
 def _parse_node(text: str, lineno: int) -> str:
     if not text.startswith('"'):
         return text
-    try:
-        name = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ParseError(f"line {lineno}: bad node name {text!r}: {e.msg}") from None
-    if not isinstance(name, str):
-        raise ParseError(f"line {lineno}: a node name in quotes must be a JSON string")
-    return name
+    return _json(text, lineno, str, f"bad node name {text!r}", "a node name in quotes must be a JSON string")
 
 
-def _json(text: str, lineno: int) -> dict:
+def _json(text: str, lineno: int, kind: type = dict, bad: str = "bad JSON",
+          wrong: str = "expected a JSON object") -> Any:
+    """The JSON value `text` holds, of type `kind`; ParseError naming the line otherwise."""
     try:
         value = json.loads(text)
     except json.JSONDecodeError as e:
-        raise ParseError(f"line {lineno}: bad JSON: {e.msg}") from None
-    if not isinstance(value, dict):
-        raise ParseError(f"line {lineno}: expected a JSON object")
+        raise ParseError(f"line {lineno}: {bad}: {e.msg}") from None
+    if not isinstance(value, kind):
+        raise ParseError(f"line {lineno}: {wrong}")
     return value
 
 

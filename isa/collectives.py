@@ -379,10 +379,11 @@ def bus_bandwidth(op: str, nbytes: int, n: int, ns: float) -> float:
 def bus_bandwidth_limit(op: str, group: tuple[int, ...], topo: Topology) -> float:
     """The bus bandwidth no algorithm can beat on `group`, in GB/s: what the links physically carry.
 
-    Inside one chip: half its HBM's bandwidth (every byte exchanged is read and written there). Across the chips of one instance: one chip's link_gbps (a ring's bytes all cross
-    some chip's NeuronLink ports). Across instances the busbw formula's premise, that every rank's bytes cross
-    every link, no longer holds: hierarchical and rdh send less over EFA than a ring. The limit is then the cut:
-    an instance holding p of the group's n ranks must send at least
+    Inside one chip: half its HBM's bandwidth (every byte exchanged is read and written there). Across the chips
+    of one instance: one chip's link_gbps (a ring's bytes all cross some chip's NeuronLink ports). Across
+    instances the busbw formula's premise, that every rank's bytes cross every link, no longer holds:
+    hierarchical and rdh send less over EFA than a ring. The limit is then the cut: an instance holding p of the
+    group's n ranks must send at least
         all_reduce S (the sum of its inputs);  all_gather p S/n (its blocks);  reduce_scatter (n-p) S/n (its
         share of the others' blocks);  all_to_all p (n-p) S/n;  permute S per rank whose partner is outside
     over its efa_gbps, so busbw <= bus factor x efa_gbps x S / those bytes (the tightest instance)."""

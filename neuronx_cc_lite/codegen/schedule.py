@@ -24,8 +24,9 @@ semaphores. Three more choices decide what the hardware does well:
 - Engines: a copy, a tensor_scalar or a memset on float data may run on any engine whose row allows it and that
   reaches its memories; the first of them to be free for it takes it.
 - Collectives: the CC engine is one more server. Its estimate is a hop and the bytes over the chip's exchange
-  bandwidth, or one core's DMA engines' on SBUF operands (the runtime prices the real algorithm); being long and on the path to the next layer, a collective
-  ranks high, so the work that does not depend on it (the other branch, the next weights' loads) fills the wait.
+  bandwidth, or one core's DMA engines' on SBUF operands (the runtime prices the real algorithm); being long and
+  on the path to the next layer, a collective ranks high, so the work that does not depend on it (the other
+  branch, the next weights' loads) fills the wait.
 
 -O1 keeps the lowering order and only assigns queues (fast compiles); -O2 (the default) schedules.
 """

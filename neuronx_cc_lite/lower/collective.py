@@ -78,11 +78,11 @@ def lower_collective(ctx: LowerCtx, node: Node) -> None:
     out = ctx.output(node.outputs[0], partition_axes=axes)
     dst = out if out.dtype is dtype else HbmView.whole(
         ctx.program.hbm_tensor(f"{node.name}/dst", out.size * dtype.size, "scratch", dtype), dtype, out.shape)
+    # src and dst have the same shape: one layout serves both, or neither
     layout = src.tensor.layout if axes is not None and dst is out else None
-    buffers = [_in_layout(v, layout, pmax) if layout is not None else None for v in (dst, src)]
-    if None in buffers:
-        buffers = [_buffer(v, pmax) for v in (dst, src)]
+    in_layout = layout is not None and _in_layout(src, layout, pmax) is not None
+    dst_buffer, src_buffer = (_in_layout(v, layout, pmax) if in_layout else _buffer(v, pmax) for v in (dst, src))
     extra = {"op": AluOp.add} if op != "all_gather" else {}
-    ctx.program.emit(op, Engine.CC, dst=buffers[0], src=buffers[1], group=int(node.attrs["group"]), **extra)
+    ctx.program.emit(op, Engine.CC, dst=dst_buffer, src=src_buffer, group=int(node.attrs["group"]), **extra)
     if dst is not out:
         ctx.program.dma(out, dst)

@@ -22,14 +22,13 @@ from neuronx_cc_lite.errors import CompileError
 from neuronx_cc_lite.ir import Graph, Node, Tensor
 from neuronx_cc_lite.lower.context import LowerCtx
 from neuronx_cc_lite.lower.elementwise import Operand, elementwise, tile_free_max
-from neuronx_cc_lite.lower.hbm import HbmView, coalesce
-from neuronx_cc_lite.lower.index_rows import MAX_TABLE_ROWS, table_rows
+from neuronx_cc_lite.lower.hbm import HbmView
+from neuronx_cc_lite.lower.index_rows import MAX_TABLE_ROWS, row_access, table_rows
 from neuronx_cc_lite.lower.instr import scratch, ts, tt
 from neuronx_cc_lite.lower.patterns import contiguous
-from neuronx_cc_lite.lower.program import HbmAccess, Program, TileAccess
+from neuronx_cc_lite.lower.program import Program, TileAccess
 from neuronx_cc_lite.lower.registry import lowering
 from neuronx_cc_lite.lower.rows import free_chunks
-from isa.operand import MAX_FREE_DIMS
 
 
 def _indices(node: Node, g: Graph) -> np.ndarray | None:
@@ -64,13 +63,9 @@ def gather_rows(ctx: LowerCtx, table: HbmView, index_view: HbmView, out_rows: Hb
             tt(prog, index.ap(), index.ap(), wrap.ap(), AluOp.add)
         box = out_rows.box((p0,) + (0,) * (len(out_rows.shape) - 1), (p, *out_rows.shape[1:]))
         for (_, src_piece), (_, dst_piece) in zip(free_chunks(table, budget), free_chunks(box, budget)):
-            shape, (strides,) = coalesce([src_piece], keep_first=True)
-            if len(shape) - 1 > MAX_FREE_DIMS:
-                raise CompileError("NCC_UNSUPPORTED", f"a gathered row needs {len(shape) - 1} access dimensions "
-                                   f"(at most {MAX_FREE_DIMS})", prog.node)
+            src = row_access(src_piece, "gathered", prog.node)
             f = math.prod(dst_piece.shape[1:])
             t = prog.sbuf(p, f, table.dtype, "gathered")
-            src = HbmAccess(table.tensor, table.dtype, 1, 0, src_piece.offset, tuple(zip(shape[1:], strides[1:])))
             prog.emit("dma_gather", Engine.DMA, dst=t.ap(), src=src, index=index.ap(), rows=rows,
                       row_stride=row_stride)
             prog.dma(dst_piece, t.ap())

@@ -13,11 +13,23 @@ from __future__ import annotations
 
 from isa.dtypes import DType
 from isa.functions import AluOp
-from isa.operand import Engine
+from isa.operand import MAX_FREE_DIMS, Engine
+from neuronx_cc_lite.errors import CompileError
+from neuronx_cc_lite.lower.hbm import HbmView, coalesce
 from neuronx_cc_lite.lower.instr import ts, tt
-from neuronx_cc_lite.lower.program import Program, TileAccess
+from neuronx_cc_lite.lower.program import HbmAccess, Program, TileAccess
 
 MAX_TABLE_ROWS = 1 << 23
+
+
+def row_access(piece: HbmView, what: str, node: str) -> HbmAccess:
+    """The first row of a piece of a table (axis 0: rows) as one partition's access, the indirect DMA's `row`
+    operand; NCC_UNSUPPORTED when its axes do not coalesce into MAX_FREE_DIMS dimensions."""
+    shape, (strides,) = coalesce([piece], keep_first=True)
+    if len(shape) - 1 > MAX_FREE_DIMS:
+        raise CompileError("NCC_UNSUPPORTED", f"a {what} row needs {len(shape) - 1} access dimensions "
+                           f"(at most {MAX_FREE_DIMS})", node)
+    return HbmAccess(piece.tensor, piece.dtype, 1, 0, piece.offset, tuple(zip(shape[1:], strides[1:])))
 
 
 def table_rows(prog: Program, p: int, columns: list[tuple[TileAccess, int, int]], base: TileAccess | None,

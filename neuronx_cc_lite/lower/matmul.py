@@ -109,8 +109,8 @@ def matmul_2d_transposed(ctx: LowerCtx, a: Operand, b: Operand, out: HbmView, ep
     n_tiles = blocks(n_size, t.gemm_stationary_fmax)
     for mb, (m0, mw) in enumerate(blocks(m_size, t.gemm_moving_fmax)):
         a_t = a_transposed(ctx, a, dtype, m0, mw, k_tiles, name, keys[0])
-        residual_t = [a_transposed(ctx, view, view.dtype, m0, mw, n_tiles, f"{name}/residual", None)
-                      for view, _ in epilogue.addends]
+        residual_t = (a_transposed(ctx, epilogue.addends[0][0], epilogue.addends[0][0].dtype, m0, mw, n_tiles,
+                                   f"{name}/residual", None) if epilogue.addends else [])
         for nj, (n0, nb) in enumerate(n_tiles):
             acc = prog.psum(nb, mw, f"{name}/acc")
             for j, (k0, kt) in enumerate(k_tiles):
@@ -124,7 +124,7 @@ def matmul_2d_transposed(ctx: LowerCtx, a: Operand, b: Operand, out: HbmView, ep
             elif not epilogue.addends:
                 act(prog, res.ap(), acc.ap(), epilogue.func, scale=epilogue.alpha, bias=column)
             else:
-                residual = residual_t[0][nj]
+                residual = residual_t[nj]
                 then = column is not None or epilogue.func is not ActFunc.copy
                 total = prog.sbuf(nb, mw, DType.fp32, f"{name}/sum") if then and out.dtype is not DType.fp32 \
                     else res  # rounded once to a narrower result

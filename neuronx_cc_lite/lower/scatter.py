@@ -35,16 +35,15 @@ import numpy as np
 
 from isa.dtypes import DType
 from isa.functions import AluOp
-from isa.operand import MAX_FREE_DIMS, Engine
-from neuronx_cc_lite.errors import CompileError
+from isa.operand import Engine
 from neuronx_cc_lite.ir import Graph, Node
 from neuronx_cc_lite.lower.context import LowerCtx
 from neuronx_cc_lite.lower.elementwise import tile_free_max
-from neuronx_cc_lite.lower.hbm import HbmView, coalesce
-from neuronx_cc_lite.lower.index_rows import MAX_TABLE_ROWS, table_rows
+from neuronx_cc_lite.lower.hbm import HbmView
+from neuronx_cc_lite.lower.index_rows import MAX_TABLE_ROWS, row_access, table_rows
 from neuronx_cc_lite.lower.instr import ts, tt
 from neuronx_cc_lite.lower.patterns import contiguous
-from neuronx_cc_lite.lower.program import HbmAccess, TileAccess
+from neuronx_cc_lite.lower.program import TileAccess
 from neuronx_cc_lite.lower.registry import lowering
 from neuronx_cc_lite.lower.rows import free_chunks
 
@@ -86,12 +85,8 @@ def _scatter_block(ctx: LowerCtx, row: TileAccess, updates: HbmView, table: HbmV
     row_stride = math.prod(table.shape[1:])
     budget = tile_free_max(ctx)
     for (_, dst_piece), (_, src_piece) in zip(free_chunks(table, budget), free_chunks(updates, budget)):
-        shape, (strides,) = coalesce([dst_piece], keep_first=True)
-        if len(shape) - 1 > MAX_FREE_DIMS:
-            raise CompileError("NCC_UNSUPPORTED", f"a scattered row needs {len(shape) - 1} access dimensions "
-                               f"(at most {MAX_FREE_DIMS})", prog.node)
+        dst = row_access(dst_piece, "scattered", prog.node)
         f = math.prod(src_piece.shape[1:])
-        dst = HbmAccess(table.tensor, table.dtype, 1, 0, dst_piece.offset, tuple(zip(shape[1:], strides[1:])))
         if op is None:
             update = prog.sbuf(p, f, updates.dtype, "update")
             prog.dma(update.ap(), src_piece)
