@@ -9,18 +9,25 @@ Topology (target config, isa/target.py; CHIP.md "Collectives"):
       "link:chip{a}->chip{b}"  one direction of the NeuronLink between neighbouring chips a and b:
                                link_gbps / chip_neighbours() (a chip's NeuronLink bandwidth split over its ports)
       "efa:{i}"                what leaves instance i over EFA: efa_gbps
-      "dma{r}"                 rank r's DMA engines, for collectives on SBUF operands (lnc x dma_queues x
-                               dma_queue_gbps): they move the data from SBUF to SBUF, and HBM is not touched
+      "cc{r}"                  rank r's collective DMA, which every transfer rank r sends takes, one after
+                               another: a transfer of b bytes moves at dma_queue_gbps per started cc_chunk_bytes
+                               (one DMA engine per chunk), at most lnc x cc_rank_gbps (nccom-test's measured
+                               rate); on SBUF operands it moves the data from SBUF to SBUF and HBM is not touched
     route(a, b): inside a chip, its "chip{c}" twice, read and write (chip_hop_ns); between the chips of an
     instance, the sender's chip, dimension order round the ring or torus, the shorter way round each dimension
     (the positive way on a tie), one link per hop (link_hop_ns per hop), and the receiver's chip; between
-    instances, the sender's chip, its instance's EFA (efa_hop_ns) and the receiver's chip. On SBUF operands a
-    transfer touches no HBM: it takes the sender's "dma{r}" and the links or EFA it crosses.
+    instances, the sender's chip, its instance's EFA (efa_hop_ns) and the receiver's chip. Every transfer also
+    takes its sender's "cc{r}"; on SBUF operands it touches no HBM.
 
 A step is a set of transfers (src rank, dst rank, bytes) that run at once:
-    step_ns = max(latency of each transfer's route) + max over resources(bytes the step puts on it / bandwidth)
-so transfers that share a link (multi-hop routes, rings that cross, chips whose ranks all copy through one
-HBM) slow each other down. A collective is a sequence of steps; the runtime holds every resource any step uses
+    step_ns = max(latency of each transfer's route) + max over resources(the time the step keeps it busy)
+where a link, an HBM or an EFA is busy for the bytes the step puts on it over its bandwidth, and a rank's "cc{r}"
+for the sum of its transfers' times; so transfers that share a link (multi-hop routes, rings that cross, chips
+whose ranks all copy through one HBM) slow each other down. A collective is its fixed cost and then a sequence of
+steps:
+    fixed_ns = cc_setup_ns + cc_sync_round_ns x ceil(log2 n)   (set-up, and a barrier of log2 n rounds)
+               + cc_efa_setup_ns(S), interpolated on log2 S, when the group spans instances
+(fitted to nccom-test's tables: isa/target.py names each figure). The runtime holds every resource any step uses
 for the collective's whole duration, which is how concurrent collectives contend.
 
 Algorithms; n ranks in the group, g[i] its i-th rank, S = nbytes (the larger of src and dst on one rank), a
@@ -125,9 +132,9 @@ class Topology:
         return self.chip_of(rank) // self.target.chips_per_instance
 
     def bandwidth(self, resource: str) -> float:
-        """GB/s of a resource named as in the module docstring."""
-        if resource.startswith("dma"):
-            return self.lnc * self.target.dma_queues * self.target.dma_queue_gbps
+        """GB/s of a resource named as in the module docstring (a rank's "cc{r}": for a large transfer)."""
+        if resource.startswith("cc"):
+            return self.lnc * self.target.cc_rank_gbps
         if resource.startswith("link:"):
             return self.target.link_gbps / self.target.chip_neighbours()
         if resource.startswith("efa:"):
@@ -143,8 +150,8 @@ class Topology:
     def _find_route(self, a: int, b: int, sbuf: bool) -> Route:
         t = self.target
         ca, cb = self.chip_of(a), self.chip_of(b)
-        # what the transfer reads and writes at its ends
-        ends = ((f"dma{a}",), ()) if sbuf else ((f"chip{ca}",), (f"chip{cb}",))
+        # what the transfer takes at its ends: the sender's collective DMA, and the HBM it reads and writes
+        ends = ((f"cc{a}",), ()) if sbuf else ((f"cc{a}", f"chip{ca}"), (f"chip{cb}",))
         if ca == cb:
             return Route((*ends[0], *ends[1]), t.chip_hop_ns)
         if self.instance_of(a) != self.instance_of(b):
@@ -318,19 +325,47 @@ _BUILDERS = {"ring": _ring, "rdh": _rdh, "hierarchical": _hierarchical, "mesh": 
 
 # ---- pricing ---------------------------------------------------------------------------------------------------
 
+def transfer_ns(nbytes: int, topo: Topology) -> float:
+    """How long a rank's collective DMA takes to send one transfer: one DMA engine per started cc_chunk_bytes,
+    at most the rank's measured collective rate."""
+    t = topo.target
+    engines = max(1, math.ceil(nbytes / t.cc_chunk_bytes))
+    return nbytes / min(topo.lnc * t.cc_rank_gbps, engines * t.dma_queue_gbps)
+
+
+def fixed_ns(group: Sequence[int], nbytes: int, topo: Topology) -> float:
+    """A collective's cost beyond its steps (module docstring)."""
+    t = topo.target
+    ns = t.cc_setup_ns + t.cc_sync_round_ns * math.ceil(math.log2(len(group)))
+    if len({topo.instance_of(r) for r in group}) > 1:
+        ns += _log_interpolate(t.cc_efa_setup_ns, nbytes)
+    return ns
+
+
+def _log_interpolate(points: Sequence[tuple[int, float]], x: int) -> float:
+    """The piecewise-linear function of log2(x) through `points` (sorted by x), flat beyond its ends."""
+    if x <= points[0][0]:
+        return points[0][1]
+    for (x0, y0), (x1, y1) in zip(points, points[1:]):
+        if x <= x1:
+            return y0 + (y1 - y0) * math.log2(x / x0) / math.log2(x1 / x0)
+    return points[-1][1]
+
+
 def _price(steps: Sequence[Step], topo: Topology, sbuf: bool) -> tuple[float, frozenset[str]]:
     total, used = 0.0, set()
     for step in steps:
-        load: dict[str, int] = defaultdict(int)
+        busy: dict[str, float] = defaultdict(float)  # ns each resource is kept busy
         latency = 0.0
         for a, b, nbytes in step.transfers:
             route = topo.route(a, b, sbuf)
             latency = max(latency, route.ns)
             for resource in route.resources:
-                load[resource] += nbytes
-        if load:
-            total += step.repeat * (latency + max(b / topo.bandwidth(r) for r, b in load.items()))
-            used.update(load)
+                busy[resource] += transfer_ns(nbytes, topo) if resource.startswith("cc") else \
+                    nbytes / topo.bandwidth(resource)
+        if busy:
+            total += step.repeat * (latency + max(busy.values()))
+            used.update(busy)
     return total, frozenset(used)
 
 
@@ -354,7 +389,7 @@ def collective_cost(op: str, nbytes: int, dtype_size: int, group: tuple[int, ...
     if op == "permute":
         step = Step(tuple((group[i], group[(i + shift) % n], nbytes) for i in range(n) if (i + shift) % n != i))
         ns, links = _price([step], topo, sbuf)
-        return CollectiveCost(ns, "direct", links)
+        return CollectiveCost(fixed_ns(group, nbytes, topo) + ns, "direct", links)
     candidates = ALGORITHMS if algorithm == "auto" else (algorithm,)
     best: CollectiveCost | None = None
     for name in candidates:
@@ -368,7 +403,7 @@ def collective_cost(op: str, nbytes: int, dtype_size: int, group: tuple[int, ...
         if best is None or ns < best.ns:
             best = CollectiveCost(ns, name, links)
     assert best is not None, "ring applies to every group"
-    return best
+    return CollectiveCost(fixed_ns(group, nbytes, topo) + best.ns, best.algorithm, best.links)
 
 
 def bus_bandwidth(op: str, nbytes: int, n: int, ns: float) -> float:

@@ -1,22 +1,29 @@
 """The cost model: how long an instruction keeps its engine busy, shared by the runtime's clock and the compiler's
-scheduler. Every figure comes from the target config (isa/target.py), which says where each comes from.
+scheduler. Every figure comes from the target config (isa/target.py), which names the source of each.
 
-Compute engines (ACT, DVE, POOL):
-    ns = (cycles of the instruction's row + access start) / clock
-  where the row's formula is the nki.isa reference's estimate (CHIP.md) and the access start (60 cycles) is the
-  fixed cost of opening an SBUF/PSUM access. VectorE divides the row's cycles by its lanes: on trn2 it handles
-  4 elements of a 2-byte type, or 2 of any other, per partition per cycle (512 / 256 elements per cycle).
+Compute engines (ACT, DVE, POOL), in engine cycles:
+    work   the nki.isa reference's streaming term for the instruction (N, 2N, N/2, 13N/3, ...; N the elements per
+           partition), doubled when an SBUF/PSUM operand's innermost stride exceeds fast_stride_bytes (half
+           bandwidth); VectorE divides it by its lanes (trn2: 4 elements of a 2-byte type, 2 of any other)
+    ACT, DVE:  max(MIN_II, work) + access start          POOL:  GPSIMD_START + work
+    + static overhead when the instruction is small (N < min_efficient_elements) or dependent (it reads what the
+      instruction before it on the same engine writes, so it waits for that one's results to land)
+    + ActReadAccumulator when an activation also returns its row sums
+    + a table load (in ns) when ScalarE needs another function's lookup table than the one it holds
 TensorE:
-    ns = cycles of the row / clock
-  with no access start: back-to-back matmuls issue every max(N, 64) cycles while the next stationary loads in the
-  background (NKI performance guide); fp32 operands take four passes, fp8 may take half of one (trn2).
-DMA, per transfer on one queue (one engine, one transfer at a time):
-    ns = launch + pieces * piece + bytes / engine bandwidth
-  `bytes` is the larger of the two sides (a cast on the way does not halve what is read); `pieces` is the number of
-  contiguous runs the transfer is cut into, counting a break wherever either side stops being contiguous, so an
-  element-strided (transposing) access pays for every element. The `hbm_bytes` of a transfer (both sides, when
-  both are in HBM) are drawn from the chip's HBM bandwidth, which the transfers of every core share: the
-  simulator slows the transfers down when together they ask for more.
+    the row's cycles: back-to-back matmuls issue every max(N, 64) cycles while the next stationary loads in the
+    background (NKI performance guide); fp32 operands take four passes, fp8 may take half of one (trn2).
+DMA, per transfer on one queue (a DMA engine), runtime/simulator.py:
+    trigger (its waits met) -> the core's descriptor generator takes it (one transfer every dma_descriptor_ns)
+    -> its first byte moves dma_latency_ns after the generator took it, or when the queue's previous transfer
+    is done -> engine time: pieces * dma_piece_ns + bytes / dma_queue_gbps
+  A queue holds dma_queue_depth transfers at once, so the latency of the next hides behind the data of the one
+  moving. `bytes` is the larger of the two sides (a cast on the way does not halve what is read); `pieces` is
+  the number of contiguous runs the transfer is cut into, counting a break wherever either side stops being
+  contiguous, so an element-strided (transposing) access pays for every element. The `hbm_bytes` of a transfer
+  (both sides, when both are in HBM) are drawn from the chip's HBM bandwidth, which the transfers of every core
+  share, and a core's transfers together never move more than its DMA engines can (an SP-triggered transfer
+  runs on the core's engines too): the simulator slows them down when together they ask for more.
 Shared ports: VectorE and GpSimdE cannot access SBUF at the same time, VectorE and ScalarE cannot access PSUM at
 the same time; an instruction holds the ports it needs for its whole duration.
 """
@@ -26,7 +33,9 @@ from __future__ import annotations
 import enum
 import math
 from dataclasses import dataclass
+from typing import Sequence
 
+from isa.functions import TABLELESS, ActFunc
 from isa.instructions import Instruction
 from isa.operand import Engine, Mem, Operand
 from isa.target import Target
@@ -47,29 +56,88 @@ def clock_ghz(engine: Engine, target: Target) -> float:
     }[engine]
 
 
-def compute_cycles(instr: Instruction, engine: Engine, target: Target) -> int:
-    """Engine cycles of a compute instruction, fixed costs included."""
+def strided(instr: Instruction, target: Target) -> bool:
+    """Whether an on-chip operand's innermost step is wider than the engines read at full bandwidth."""
+    for _, o in instr.operands():
+        if o.mem is not Mem.HBM:
+            steps = [stride for size, stride in o.dims if size > 1]
+            if steps and abs(steps[-1]) * o.dtype.size > target.fast_stride_bytes:
+                return True
+    return False
+
+
+def elements(instr: Instruction) -> int:
+    """N of the reference's formulas: the elements per partition of the instruction's input (its output for the
+    instructions that read no tile)."""
+    for name in ("src", "a", "stationary"):
+        o = instr.args.get(name)
+        if isinstance(o, Operand):
+            return o.free_size
+    return instr.args["dst"].free_size
+
+
+def compute_cycles(instr: Instruction, engine: Engine, target: Target, dependent: bool = False) -> int:
+    """Engine cycles of a compute instruction, fixed costs included; `dependent` when it reads what the previous
+    instruction on its engine writes (module docstring)."""
     spec = instr.spec
     assert spec.cycles is not None, f"{instr.op} is timed by the DMA model"
-    cycles = spec.cycles(instr, target)
+    work = spec.cycles(instr, target)
     if engine is Engine.PE:
-        return cycles
+        return work
+    if strided(instr, target):
+        work *= 2
     if engine is Engine.DVE:
-        dst = instr.args["dst"]
-        lanes = target.dve_lanes_16bit if dst.dtype.size == 2 else target.dve_lanes
-        cycles = math.ceil(cycles / lanes)
-    return cycles + target.access_start_cycles
+        lanes = target.dve_lanes_16bit if instr.args["dst"].dtype.size == 2 else target.dve_lanes
+        work = math.ceil(work / lanes)
+    if engine is Engine.POOL:
+        cycles = target.gpsimd_start_cycles + work
+    else:
+        cycles = max(target.min_ii_cycles, work) + target.access_start_cycles
+    if dependent or elements(instr) < target.min_efficient_elements:
+        cycles += target.static_overhead_cycles
+    if instr.op == "activation" and instr.args.get("reduce") is not None:
+        cycles += target.act_accumulate_cycles
+    return cycles
+
+
+def table_of(instr: Instruction) -> ActFunc | None:
+    """The lookup table an instruction needs ScalarE to hold: an activation's function, unless it needs none."""
+    if instr.op != "activation" or instr.args["func"] in TABLELESS:
+        return None
+    return instr.args["func"]
+
+
+def reads_what_it_wrote(instr: Instruction, previous: Instruction | None) -> bool:
+    """Whether `instr` reads (or rewrites) an on-chip byte `previous` writes: it must wait for those results."""
+    if previous is None:
+        return False
+    written = [o for o in previous.writes() if o.mem is not Mem.HBM]
+    return any(_overlap(o, w) for o in (*instr.reads(), *instr.writes()) if o.mem is not Mem.HBM for w in written)
+
+
+def _overlap(a: Operand, b: Operand) -> bool:
+    if a.mem is not b.mem:
+        return False
+    if a.start_partition >= b.start_partition + b.num_partitions or \
+            b.start_partition >= a.start_partition + a.num_partitions:
+        return False
+    (a0, a1), (b0, b1) = a.partition_span, b.partition_span
+    return a0 <= b1 and b0 <= a1
 
 
 @dataclass(frozen=True)
 class DmaCost:
-    fixed_ns: float  # launch and pieces: time on the engine that moves no bytes
+    fixed_ns: float  # engine time that moves no bytes: the pieces
     bytes: int  # what the engine moves: the larger side
     hbm_bytes: int  # what crosses HBM: the sides in HBM
 
-    def alone_ns(self, target: Target) -> float:
-        """The transfer's duration when HBM has bandwidth to spare."""
+    def engine_ns(self, target: Target) -> float:
+        """How long the transfer holds its DMA engine when HBM has bandwidth to spare."""
         return self.fixed_ns + self.bytes / target.dma_queue_gbps  # GB/s is bytes per ns
+
+    def alone_ns(self, target: Target) -> float:
+        """From trigger to completion for a transfer alone on its queue, HBM to spare."""
+        return target.dma_latency_ns + self.engine_ns(target)
 
 
 def contiguous_run(o: Operand) -> int:
@@ -117,14 +185,34 @@ def dma_cost(instr: Instruction, target: Target) -> DmaCost:
         pieces = dma_pieces(dst, src)
     sides = ((dst, n * dst.dtype.size), (src, n * src.dtype.size))
     hbm = sum(nbytes for o, nbytes in sides if o.mem is Mem.HBM)
-    return DmaCost(target.dma_launch_ns + pieces * target.dma_piece_ns, max(nbytes for _, nbytes in sides), hbm)
+    return DmaCost(pieces * target.dma_piece_ns, max(nbytes for _, nbytes in sides), hbm)
 
 
-def duration_ns(instr: Instruction, engine: Engine, target: Target) -> float:
-    """How long the instruction keeps its engine or queue busy when nothing else contends."""
+def duration_ns(instr: Instruction, engine: Engine, target: Target, dependent: bool = False,
+                loads_table: bool = False) -> float:
+    """How long the instruction keeps its engine or queue busy when nothing else contends: a compute
+    instruction's cycles (`dependent` on the one before it on its engine; `loads_table` when ScalarE must load
+    its function's table first), a transfer's engine time (its latency overlaps other work: module docstring)."""
     if instr.spec.cycles is None:
-        return dma_cost(instr, target).alone_ns(target)
-    return compute_cycles(instr, engine, target) / clock_ghz(engine, target)
+        return dma_cost(instr, target).engine_ns(target)
+    ns = compute_cycles(instr, engine, target, dependent) / clock_ghz(engine, target)
+    return ns + (target.act_table_load_ns if loads_table else 0.0)
+
+
+def stream_durations(instrs: Sequence[Instruction], engine: Engine, target: Target) -> list[float]:
+    """Each instruction's duration, in the order one engine runs them: each with what the instruction before it
+    leaves (a result it must wait for, the table ScalarE holds)."""
+    durations, previous, table = [], None, None
+    for instr in instrs:
+        if instr.spec.cycles is None or instr.spec.collective:
+            durations.append(duration_ns(instr, engine, target) if not instr.spec.collective else 0.0)
+            continue
+        needed = table_of(instr) if engine is Engine.ACT else None
+        durations.append(duration_ns(instr, engine, target, reads_what_it_wrote(instr, previous),
+                                     needed is not None and needed != table))
+        table = needed or table
+        previous = instr
+    return durations
 
 
 def ports(instr: Instruction, engine: Engine) -> tuple[Port, ...]:

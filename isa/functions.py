@@ -58,6 +58,11 @@ class AluOp(enum.IntEnum):
     mod = 23  # remainder with the dividend's sign, as C's fmod (nki.language.fmod)
 
 
+# ScalarE functions computed without a lookup table (this model's estimate: no public list says which functions
+# share a table): running one keeps whatever table ScalarE holds; any other function needs its own table loaded
+# when ScalarE holds another (isa/costs.py).
+TABLELESS = frozenset({ActFunc.copy, ActFunc.relu, ActFunc.square, ActFunc.abs, ActFunc.sign})
+
 BITVEC_OPS = frozenset(
     {AluOp.bitwise_and, AluOp.bitwise_or, AluOp.bitwise_xor, AluOp.left_shift, AluOp.right_shift}
 )

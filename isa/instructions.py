@@ -299,7 +299,7 @@ def _check_collective(instr: Instruction, target: Any) -> Iterator[str]:
         yield f"a collective keeps its type: dst is {instr.args['dst'].dtype.name}, src {instr.args['src'].dtype.name}"
 
 
-# ---- costs in engine cycles (CHIP.md's table) -----------------------------------------------------------------
+# ---- costs in engine cycles (the nki.isa reference; isa/costs.py adds each engine's fixed costs) -------------
 
 def _free(instr: Instruction, name: str = "dst") -> int:
     return instr.args[name].free_size
@@ -324,15 +324,34 @@ def _transpose_cycles(instr: Instruction, target: Any) -> int:
     return math.ceil(max(s.num_partitions, min(target.min_ii_cycles, s.free_size)) / _pe_rate(s.dtype, target))
 
 
-def _tensor_tensor_cycles(instr: Instruction, target: Any) -> int:
-    """Two inputs: one pass, or two when the first is fp32 in SBUF (CHIP.md: N or 2N)."""
-    a = instr.args["a"] if "a" in instr.args else instr.args["src"]
-    return _free(instr) * (2 if a.dtype.name == "fp32" and a.mem == Mem.SBUF else 1)
+_ONE_PASS_OPS = frozenset({AluOp.add, AluOp.subtract, AluOp.multiply})
+
+
+def _two_input_cycles(first: str, op: str) -> Cycles:
+    """tensor_tensor (and scalar_tensor_tensor, 'approximately the same latency'): N when one input is in PSUM
+    and the other in SBUF, or both in SBUF with every type bf16, the operator add, subtract or multiply and the
+    inputs contiguous; 2N otherwise."""
+    def cycles(instr: Instruction, target: Any) -> int:
+        a, b, d = instr.args[first], instr.args["b"], instr.args["dst"]
+        n = _free(instr)
+        if (a.mem is Mem.PSUM) != (b.mem is Mem.PSUM):
+            return n
+        contiguous = all(o.dims[-1][1] == 1 or o.dims[-1][0] == 1 for o in (a, b))
+        if all(o.dtype.name == "bf16" for o in (a, b, d)) and instr.args[op] in _ONE_PASS_OPS and contiguous:
+            return n
+        return 2 * n
+    return cycles
+
+
+def _reduce_cycles(instr: Instruction, target: Any) -> int:
+    """N/2 when input and output are bf16 and the operator adds or takes the maximum, else N."""
+    s, d = instr.args["src"], instr.args["dst"]
+    fast = s.dtype.name == d.dtype.name == "bf16" and instr.args["op"] in (AluOp.add, AluOp.maximum)
+    return math.ceil(s.free_size / 2) if fast else s.free_size
 
 
 def _streaming(instr: Instruction, target: Any) -> int:
-    return max(target.min_ii_cycles, _free(instr))
-
+    return _free(instr)
 
 
 def _check_bn_stats(instr: Instruction, target: Any) -> Iterator[str]:
@@ -394,7 +413,7 @@ _ROWS = (
            "dst = func(src * scale + bias); reduce, when given, receives the sum of dst along the free axes"),
     OpSpec("tensor_tensor", 0x30, frozenset({Engine.DVE, Engine.POOL}),
            (dst(*_ON_CHIP), src("a", *_ON_CHIP), src("b", *_ON_CHIP), Field("op", Kind.ENUM, AluOp)),
-           _tensor_tensor_cycles, _check_tensor_tensor,
+           _two_input_cycles("a", "op"), _check_tensor_tensor,
            "dst = a op b, elementwise"),
     OpSpec("tensor_scalar", 0x31, _DVE_ACT_POOL,
            (dst(*_ON_CHIP), src("src", *_ON_CHIP),
@@ -409,7 +428,7 @@ _ROWS = (
            (dst(*_ON_CHIP), src("src", *_ON_CHIP), Field("op0", Kind.ENUM, AluOp),
             Field("scalar", Kind.SCALAR, mems=frozenset(_ON_CHIP)), Field("op1", Kind.ENUM, AluOp),
             src("b", *_ON_CHIP)),
-           _tensor_tensor_cycles, _check_scalar_tensor_tensor,
+           _two_input_cycles("src", "op1"), _check_scalar_tensor_tensor,
            "dst = (src op0 scalar) op1 b: a scaled or shifted tensor combined with another in one pass"),
     OpSpec("tensor_copy", 0x32, _DVE_ACT_POOL,
            (dst(*_ON_CHIP), src("src", *_ON_CHIP)),
@@ -417,28 +436,28 @@ _ROWS = (
            "dst = src, casting to dst's dtype"),
     OpSpec("tensor_copy_predicated", 0x35, frozenset({Engine.DVE}),
            (dst(*_ON_CHIP), src("src", *_ON_CHIP), src("predicate", *_ON_CHIP)),
-           lambda i, t: _free(i), _check_predicated,
+           _streaming, _check_predicated,
            "dst = src where predicate is non-zero; elsewhere dst keeps what it holds"),
     OpSpec("tensor_reduce", 0x33, frozenset({Engine.DVE, Engine.POOL}),
            (dst(*_ON_CHIP), src("src", *_ON_CHIP), Field("op", Kind.ENUM, AluOp), Field("axes", Kind.INT)),
-           lambda i, t: _free(i, "src"), _check_reduce,
+           _reduce_cycles, _check_reduce,
            "dst = reduction with op over the last `axes` free dimensions of src"),
     OpSpec("bn_stats", 0x37, frozenset({Engine.DVE}),
            (dst(Mem.SBUF), src("src", *_ON_CHIP)),
-           lambda i, t: max(t.min_ii_cycles, _free(i, "src")), _check_bn_stats,
+           lambda i, t: _free(i, "src"), _check_bn_stats,
            "dst[p] = (count, mean, variance * count) of src[p]'s even elements, then of its odd ones"),
     OpSpec("bn_aggr", 0x38, frozenset({Engine.DVE}),
            (dst(*_ON_CHIP), src("src", Mem.SBUF)),
-           lambda i, t: max(t.min_ii_cycles, 13 * _free(i, "src") // 3), _check_bn_aggr,
+           lambda i, t: 13 * _free(i, "src") // 3, _check_bn_aggr,
            "dst[p] = (mean, variance) of the elements whose bn_stats triples src[p] holds"),
     OpSpec("memset", 0x34, frozenset({Engine.DVE, Engine.POOL}),
            (dst(*_ON_CHIP), Field("value", Kind.FLOAT)),
-           lambda i, t: _free(i), None,
+           _streaming, None,
            "fill dst with value"),
     OpSpec("iota", 0x40, frozenset({Engine.POOL}),
            (dst(Mem.SBUF), Field("base", Kind.INT), Field("channel_multiplier", Kind.INT),
             Field("steps", Kind.INTS)),
-           lambda i, t: 150 + _free(i), _check_iota,
+           _streaming, _check_iota,
            "dst[p, i...] = base + p * channel_multiplier + sum(steps[k] * i[k])"),
 )
 

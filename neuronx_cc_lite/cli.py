@@ -267,8 +267,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     else:
         for name, value in outputs.items():
             print(f"{name}: {value.dtype}{list(value.shape)}\n{value}")
+    from runtime.profile import host_overhead_us
+
+    host_us = host_overhead_us(model.bundle, model.target)
     log.info(f"ran {args.bundle}: {stats.instructions} instructions, {stats.elapsed_ns / 1000:.2f} us simulated "
-             f"({args.policy} policy)")
+             f"({args.policy} policy); {stats.elapsed_ns / 1000 + host_us:.2f} us end to end with the runtime's "
+             f"launch and input/output copies ({host_us:.2f} us)")
     return 0
 
 
@@ -408,7 +412,7 @@ def bundle_info(path: str) -> dict[str, Any]:
     from isa import bundle as bundle_format
     from isa.operand import Mem
     from runtime.errors import LoadError
-    from runtime.profile import estimated_latency_ns, on_chip_peak, roofline, semaphores_used
+    from runtime.profile import estimated_latency_ns, host_overhead_us, on_chip_peak, roofline, semaphores_used
 
     try:
         with open(path, "rb") as f:
@@ -437,6 +441,7 @@ def bundle_info(path: str) -> dict[str, Any]:
         **memories,
         "semaphores": {"used": semaphores_used(b), "per_core": target.semaphores},
         "estimated_latency_us": estimated_latency_ns(b, target) / 1000,
+        "host_overhead_us": host_overhead_us(b, target),
         "roofline_us": line.ns / 1000, "roofline_bound": line.bound,
     }
 
@@ -476,6 +481,8 @@ def cmd_info(args: argparse.Namespace) -> int:
     print(f"semaphores    {', '.join(map(str, sems['used']))} of {sems['per_core']} per core")
     print(f"latency       {info['estimated_latency_us']:.2f} us estimated (simulated timing, no values computed); "
           f"roofline {info['roofline_us']:.2f} us, {info['roofline_bound']}-bound")
+    print(f"end to end    {info['estimated_latency_us'] + info['host_overhead_us']:.2f} us with the runtime's launch "
+          f"and input/output copies ({info['host_overhead_us']:.2f} us)")
     return 0
 
 
@@ -520,7 +527,11 @@ def cmd_check(args: argparse.Namespace) -> int:
         print(f"{name:<24} {str(list(value.shape)):<18} {abs_err:>12.3e} {rel_err:>12.3e} {rms_err:>10.2e}  "
               f"{'ok' if good else 'MISMATCH'}")
     stats = model.last_run
-    print(f"simulated {stats.elapsed_ns / 1000:.2f} us, {stats.instructions} instructions")
+    from runtime.profile import host_overhead_us
+
+    host_us = host_overhead_us(model.bundle, model.target)
+    print(f"simulated {stats.elapsed_ns / 1000:.2f} us, {stats.instructions} instructions; "
+          f"{stats.elapsed_ns / 1000 + host_us:.2f} us end to end with the runtime's overhead ({host_us:.2f} us)")
     return 0 if ok else 1
 
 

@@ -21,7 +21,7 @@ import numpy as np
 
 from isa import bundle as bundle_format
 from isa.collectives import Topology, collective_cost
-from isa.costs import dma_cost, duration_ns, ports
+from isa.costs import dma_cost, ports, stream_durations
 from isa.dtypes import DType
 from isa.errors import IsaError
 from isa.instructions import Instruction
@@ -63,12 +63,12 @@ class Model:
         streams = []
         for rank, rank_streams in enumerate(b.cores):
             for name, stream in rank_streams.items():
-                ops = [self._load_op(instr, engines[rank, name], rank, name, i, node)
-                       for i, (instr, node) in enumerate(zip(stream.instructions, stream.nodes))]
+                durations = stream_durations(stream.instructions, engines[rank, name], self.target)
+                ops = [self._load_op(instr, engines[rank, name], rank, name, i, node, ns)
+                       for i, (instr, node, ns) in enumerate(zip(stream.instructions, stream.nodes, durations))]
                 streams.append(StreamState(rank, name, ops, self.topology.chip_of(rank)))
         chips = max(self.topology.chip_of(r) for r in range(self.ranks)) + 1
-        self.simulator = Simulator(streams, self.target.semaphores, self.ranks, self.target.dma_queue_gbps,
-                                   self.target.hbm_gbps, chips, b.groups)
+        self.simulator = Simulator(streams, self.target, self.ranks, chips, b.groups)
 
     @property
     def ranks(self) -> int:
@@ -111,14 +111,16 @@ class Model:
                 reach[p.rank] = max(reach[p.rank], p.hbm_offset + piece_bytes(info, p))
         return [n if self.host.local(rank) else 0 for rank, n in enumerate(reach)]
 
-    def _load_op(self, instr: Instruction, engine: Engine, rank: int, stream: str, index: int, node: str) -> Op:
+    def _load_op(self, instr: Instruction, engine: Engine, rank: int, stream: str, index: int, node: str,
+                 duration: float) -> Op:
+        """The instruction as the simulator runs it; `duration` its cost in its stream (isa/costs.py)."""
         where = _where(instr, rank, stream, index, node)
         if not self.host.local(rank):  # another process computes this rank: here it only keeps time
             if instr.spec.collective:
                 return Op(None, instr.waits, instr.signal, 0.0, instr.op, node,
                           collective=self._collective(instr, None, where))
             timed_by_dma = instr.spec.cycles is None
-            return Op(_keep_time, instr.waits, instr.signal, duration_ns(instr, engine, self.target), instr.op,
+            return Op(_keep_time, instr.waits, instr.signal, duration, instr.op,
                       node, dma_cost(instr, self.target) if timed_by_dma else None, ports(instr, engine))
         try:
             views = {name: self.memory.view(value, rank) if isinstance(value, Operand) else value
@@ -132,8 +134,7 @@ class Model:
         if instr.op not in HANDLERS:
             raise LoadError(f"{where}: this runtime has no semantics for {instr.op}")
         timed_by_dma = instr.spec.cycles is None
-        return Op(HANDLERS[instr.op](instr, views), instr.waits, instr.signal,
-                  duration_ns(instr, engine, self.target), instr.op, node,
+        return Op(HANDLERS[instr.op](instr, views), instr.waits, instr.signal, duration, instr.op, node,
                   dma_cost(instr, self.target) if timed_by_dma else None, ports(instr, engine))
 
     def _collective(self, instr: Instruction, views: dict[str, np.ndarray] | None, where: str) -> CollectiveOp:

@@ -5,26 +5,29 @@ gives (latency against the roofline, MFU, MBU, engine shares, DMA traffic, reloa
     json.dump(chrome_trace(model), open("trace.json", "w"))                             # Perfetto
     print(summary_text(summarize(model)))                                               # `neuronx-cc-lite profile`
 
-The roofline is a lower bound on any program for the model on one core: the larger of
+The roofline is a lower bound on any program for the model on one core: the largest of
     compute: the model's FLOPs (recorded by the compiler) over TensorE's peak for the type the model's matmuls
-             run in (fp32, or the auto-cast type), and
-    memory:  the bytes that must cross HBM once (outputs, and the inputs and weights as the bundle stores them, up
-             to what the program reads of each: an embedding's gathered rows) over what one core's DMA engines
-             can move (all queues at once, within HBM's bandwidth).
-MFU is the model's FLOPs over the elapsed time and that peak; MBU the bytes the run moved across HBM over the
-elapsed time and the same DMA bandwidth.
+             run in (fp32, or the auto-cast type),
+    DMA:     what must pass through the core's DMA engines over what they move together (all queues at once):
+             R, the bytes that must be read from HBM (the inputs and weights as the bundle stores them, up to
+             what the program reads of each: an embedding's gathered rows), and W, the bytes that must be
+             written (the outputs); a copy from HBM to HBM reads and writes in one pass, so at least max(R, W),
+    HBM:     R + W over the chip's HBM bandwidth.
+MFU is the model's FLOPs over the elapsed time and that peak; MBU the bytes the DMA engines moved to or from HBM
+(once per pass, as the DMA bound counts them) over the elapsed time and the core's DMA bandwidth.
 """
 
 from __future__ import annotations
 
 import bisect
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 
 from isa.bundle import Bundle, HbmTensorInfo
-from isa.costs import DmaCost, dma_cost, dma_elements, duration_ns, ports
+from isa.costs import DmaCost, dma_cost, dma_elements, ports, stream_durations
 from isa.dtypes import DType
 from isa.instructions import Instruction
 from isa.listing import format_operand
@@ -200,18 +203,29 @@ def estimated_latency_ns(bundle: Bundle, target: Target, collective_algorithm: s
             except ValueError as e:
                 raise LoadError(str(e)) from None
             # The costs as runtime.model loads them: isa/costs.py and isa/collectives.py are the cost models.
+            durations = stream_durations(s.instructions, engine, target)
             ops = [Op(None, instr.waits, instr.signal, 0.0, instr.op, node, collective=collective_op(
                           instr, bundle.groups, topo, collective_algorithm, f"core {c} {name} #{i}", _nothing, _nothing,
                           _no_buffers))
                    if instr.spec.collective else
-                   Op(_no_work, instr.waits, instr.signal, duration_ns(instr, engine, target), instr.op, node,
+                   Op(_no_work, instr.waits, instr.signal, ns, instr.op, node,
                       dma_cost(instr, target) if instr.spec.cycles is None else None, ports(instr, engine))
-                   for i, (instr, node) in enumerate(zip(s.instructions, s.nodes))]
+                   for i, (instr, node, ns) in enumerate(zip(s.instructions, s.nodes, durations))]
             streams.append(StreamState(c, name, ops, topo.chip_of(c)))
     chips = max(topo.chip_of(r) for r in range(len(bundle.cores))) + 1
-    simulator = Simulator(streams, target.semaphores, len(bundle.cores), target.dma_queue_gbps, target.hbm_gbps,
-                          chips, bundle.groups)
+    simulator = Simulator(streams, target, len(bundle.cores), chips, bundle.groups)
     return simulator.run("clock").elapsed_ns
+
+
+def io_bytes(bundle: Bundle) -> int:
+    """The bytes one inference copies between host and device: its inputs in and its outputs out."""
+    return sum(math.prod(t.shape) * np.dtype(t.dtype).itemsize for t in (*bundle.inputs, *bundle.outputs))
+
+
+def host_overhead_us(bundle: Bundle, target: Target) -> float:
+    """What the runtime adds to the device's latency per inference (the target's launch figure and the copies
+    of the inputs and outputs): device latency + this is what a published P50 measures."""
+    return target.host_overhead_us(io_bytes(bundle))
 
 
 # ---- the summary --------------------------------------------------------------------------------------------------
@@ -257,10 +271,12 @@ def _tensor_at(tensors: list[HbmTensorInfo], starts: list[int], offset: int) -> 
 @dataclass
 class Roofline:
     compute_ns: float
-    memory_ns: float
+    memory_ns: float  # the larger of the DMA and the HBM bound
     peak_tflops: float  # of the type the matmuls run in
     matmul_dtype: str
-    min_bytes: int
+    min_bytes: int  # R + W: what must cross HBM
+    read_bytes: int = 0  # R
+    written_bytes: int = 0  # W
 
     @property
     def ns(self) -> float:
@@ -275,9 +291,9 @@ def roofline(bundle: Bundle, target: Target) -> Roofline:
     """The model's matmuls run in the type the compiler recorded (the auto-cast type, else fp32); a bundle
     without the record is judged by the fastest type its matmuls use.
 
-    The bytes that must cross HBM: every output whole, every input and weight up to the bytes the program reads
-    of it. What no instruction reads no program needs, and of a table read by gathers (an embedding) only the
-    rows gathered are needed, not the whole vocabulary."""
+    The bytes that must cross HBM: every output whole (written), every input and weight up to the bytes the
+    program reads of it (read). What no instruction reads no program needs, and of a table read by gathers (an
+    embedding) only the rows gathered are needed, not the whole vocabulary."""
     recorded = bundle.stats.get("matmul_dtype")
     if recorded in DType.__members__:
         fastest = DType[recorded]
@@ -291,9 +307,10 @@ def roofline(bundle: Bundle, target: Target) -> Roofline:
     for t in transfers(bundle, target):
         if t.src is not None:
             read[t.src.name] = read.get(t.src.name, 0) + t.read_bytes
-    min_bytes = sum(t.size if t.kind == "output" else min(t.size, read.get(t.name, 0))
-                    for t in bundle.hbm_tensors if t.kind in ("input", "output", "weight"))
-    return Roofline(flops / (peak * 1000), min_bytes / target.core_dma_gbps, peak, fastest.name, min_bytes)
+    written = sum(t.size for t in bundle.hbm_tensors if t.kind == "output")
+    needed = sum(min(t.size, read.get(t.name, 0)) for t in bundle.hbm_tensors if t.kind in ("input", "weight"))
+    memory_ns = max(max(needed, written) / target.core_dma_gbps, (needed + written) / target.hbm_gbps)
+    return Roofline(flops / (peak * 1000), memory_ns, peak, fastest.name, needed + written, needed, written)
 
 
 def hbm_peak_gbps(model: Any) -> float:
@@ -334,18 +351,22 @@ def hbm_peak_gbps(model: Any) -> float:
 @dataclass
 class Summary:
     latency_us: float
+    host_overhead_us: float  # the runtime's launch and input/output copies, beyond the device (host_overhead_us)
+    end_to_end_us: float  # latency_us + host_overhead_us: what a P50 measured by the host sees
     roofline_us: float
     bound: str  # what the roofline is bound by: compute or memory
     ratio: float  # latency over roofline
     roofline_compute_us: float  # model FLOPs at TensorE's peak
-    roofline_memory_us: float  # roofline_bytes at one core's DMA bandwidth
-    roofline_bytes: int  # the least that must cross HBM
+    roofline_memory_us: float  # the DMA or HBM bound, whichever is larger (module docstring)
+    roofline_bytes: int  # the least that must cross HBM: read and written
+    roofline_read_bytes: int  # the inputs and weights the program needs
+    roofline_written_bytes: int  # the outputs
     matmul_dtype: str
     peak_tflops: float  # TensorE's peak for matmul_dtype
     dma_gbps: float  # one core's DMA bandwidth (all queues, within HBM's)
     hbm_gbps: float  # the chip's HBM bandwidth
     mfu: float  # model FLOPs / (latency x peak_tflops)
-    mbu: float  # dma_hbm_bytes / (latency x dma_gbps)
+    mbu: float  # bytes the DMA engines moved to or from HBM / (latency x dma_gbps)
     model_flops: int
     engines: dict[str, float]  # engine -> active share of the run (DMA: the mean over its queues)
     dma_queues_used: int
@@ -353,6 +374,7 @@ class Summary:
     dma_bytes: int  # what the engines moved
     dma_average_bytes: float
     dma_hbm_bytes: int  # what crossed HBM
+    dma_hbm_pass_bytes: int  # what the engines moved to or from HBM (a copy from HBM to HBM once)
     hbm_peak_gbps: float  # see hbm_peak_gbps()
     spill_bytes: int
     scratch_bytes: int  # stored to tensors between operators
@@ -387,12 +409,13 @@ def summarize(model: Any, top: int = 8) -> Summary:
             queues.add((e.core, e.stream))
     engines = {k: v / elapsed / (target.dma_queues * len(bundle.cores) if k == "DMA" else len(bundle.cores))
                for k, v in sorted(busy.items())}
-    moved, hbm_moved, scratch, spill = 0, 0, 0, 0
+    moved, hbm_moved, hbm_passes, scratch, spill = 0, 0, 0, 0, 0
     loaded: dict[str, int] = {}
     found = transfers(bundle, target)
     for t in found:
         moved += t.cost.bytes
         hbm_moved += t.cost.hbm_bytes
+        hbm_passes += t.cost.bytes if t.cost.hbm_bytes else 0
         if t.dst is not None:
             scratch += t.written_bytes if t.dst.kind == "scratch" else 0
             spill += t.written_bytes if t.dst.kind == "spill" else 0
@@ -404,14 +427,18 @@ def summarize(model: Any, top: int = 8) -> Summary:
     total_busy = sum(by_node.values()) or 1.0
     top_nodes = sorted(((n, t / 1000, t / total_busy) for n, t in by_node.items()), key=lambda r: -r[1])[:top]
     flops = int(bundle.stats.get("model_flops", 0))
+    host_us = host_overhead_us(bundle, target)
     return Summary(
-        latency_us=elapsed / 1000, roofline_us=line.ns / 1000, bound=line.bound, ratio=elapsed / max(line.ns, 1e-9),
+        latency_us=elapsed / 1000, host_overhead_us=host_us, end_to_end_us=elapsed / 1000 + host_us,
+        roofline_us=line.ns / 1000, bound=line.bound, ratio=elapsed / max(line.ns, 1e-9),
         roofline_compute_us=line.compute_ns / 1000, roofline_memory_us=line.memory_ns / 1000,
-        roofline_bytes=line.min_bytes, matmul_dtype=line.matmul_dtype, peak_tflops=line.peak_tflops,
+        roofline_bytes=line.min_bytes, roofline_read_bytes=line.read_bytes,
+        roofline_written_bytes=line.written_bytes, matmul_dtype=line.matmul_dtype, peak_tflops=line.peak_tflops,
         dma_gbps=target.core_dma_gbps, hbm_gbps=target.hbm_gbps,
-        mfu=flops / (elapsed * line.peak_tflops * 1000), mbu=hbm_moved / (elapsed * target.core_dma_gbps),
+        mfu=flops / (elapsed * line.peak_tflops * 1000), mbu=hbm_passes / (elapsed * target.core_dma_gbps),
         model_flops=flops, engines=engines, dma_queues_used=len(queues), dma_transfers=len(found),
         dma_bytes=moved, dma_average_bytes=moved / len(found) if found else 0.0, dma_hbm_bytes=hbm_moved,
+        dma_hbm_pass_bytes=hbm_passes,
         hbm_peak_gbps=hbm_peak_gbps(model), spill_bytes=int(bundle.stats.get("spill_bytes", spill)),
         scratch_bytes=scratch, reloads=reloads, top_nodes=top_nodes)
 
@@ -420,9 +447,12 @@ def summary_text(s: Summary) -> str:
     engines = "  ".join(f"{k} {v:.0%}" for k, v in s.engines.items())
     lines = [
         f"latency        {s.latency_us:.2f} us simulated, {s.ratio:.2f}x the roofline",
+        f"end to end     {s.end_to_end_us:.2f} us with the runtime's launch and input/output copies "
+        f"({s.host_overhead_us:.2f} us, the target's figure)",
         f"roofline       {s.roofline_us:.2f} us, {s.bound}-bound (compute: {s.model_flops / 1e9:.3f} GFLOP at "
         f"{s.peak_tflops:.1f} TFLOPS {s.matmul_dtype} = {s.roofline_compute_us:.2f} us; memory: "
-        f"{s.roofline_bytes / 1e6:.2f} MB at {s.dma_gbps:.0f} GB/s = {s.roofline_memory_us:.2f} us)",
+        f"{s.roofline_bytes / 1e6:.2f} MB read and written through {s.dma_gbps:.0f} GB/s of DMA and "
+        f"{s.hbm_gbps:.0f} of HBM = {s.roofline_memory_us:.2f} us)",
         f"MFU            {s.mfu:.1%} of TensorE's {s.matmul_dtype} peak",
         f"MBU            {s.mbu:.1%} of one core's DMA bandwidth ({s.dma_hbm_bytes / 1e6:.2f} MB across HBM; "
         f"peak {s.hbm_peak_gbps:.0f} GB/s of the chip's {s.hbm_gbps:.0f})",

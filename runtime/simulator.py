@@ -5,7 +5,6 @@ every semaphore the instruction waits on has reached its value and the shared po
 instruction reads its inputs when it starts and writes its results, then increments its semaphore, when it
 completes. Nothing else orders the streams.
 
-Two policies pick what happens next:
 A core here is a rank (a logical NeuronCore): its streams, its semaphores, its memories. A collective on a CC stream
 is a rendezvous (runtime/collectives.py): the stream posts it when its waits are met and stays busy; when every
 rank of its group has posted it, it starts (reading every member's src), lasts the collective cost model's time
@@ -13,11 +12,16 @@ while it holds the links that model names (two collectives sharing a link run on
 on every member at once (writing each member's dst, each member's stream signalling its own semaphore).
 
 Two policies pick what happens next:
-- "clock" (default): simulated time, by the cost model of isa/costs.py. A compute instruction occupies its engine
-  (and its shared ports) for its cost. A DMA transfer first spends its fixed cost (launch, pieces), then moves its
-  bytes at its engine's rate; while the transfers of one chip together ask its HBM for more than hbm_gbps, every
-  one of them that touches HBM slows down in proportion. Events happen in time order, so the elapsed time is the
-  simulated latency of the program.
+- "clock" (default): simulated time, by the cost model of isa/costs.py (and its figures, isa/target.py).
+  A compute instruction occupies its engine (and its shared ports) for its cost; it starts no earlier than
+  semaphore_handoff_ns after the increment from another stream that released its last wait.
+  A DMA queue is a pipeline of dma_queue_depth transfers: the next one is triggered (its waits met, the hand-off
+  past) while the one before still moves; the core's descriptor generator prepares triggered transfers one at a
+  time (dma_descriptor_ns each); a prepared transfer's data starts dma_latency_ns after its preparation began, or
+  when the queue's previous transfer is done, whichever is later; it reads when its data starts, pays its pieces,
+  then moves its bytes at its engine's rate. While the transfers of one core together ask for more than its DMA
+  engines move, or those of one chip for more than its HBM gives, each of them slows down in proportion. Events
+  happen in time order, so the elapsed time is the simulated latency of the program.
 - "random": a seeded random choice among every stream that may start and every instruction (or collective) that
   may complete. Programs that are correctly synchronised give the same answer under every choice; a missing
   semaphore shows.
@@ -30,9 +34,11 @@ from __future__ import annotations
 
 import heapq
 import random
+from collections import deque
 from dataclasses import dataclass, field
 
 from isa.costs import DmaCost, Port
+from isa.target import Target
 from runtime.collectives import Collective, CollectiveOp, Rendezvous, start_collective
 from runtime.errors import CollectiveError, DeadlockError, NeuronRuntimeError
 from runtime.races import RaceChecker
@@ -46,7 +52,7 @@ class Op:
     issue: Issue | None  # None for a collective, which its group starts (runtime/collectives.py)
     waits: tuple[tuple[int, int], ...]
     signal: int | None
-    duration: float  # ns: a compute instruction's cost; a DMA's when HBM has bandwidth to spare
+    duration: float  # ns: a compute instruction's cost; a DMA's engine time when HBM has bandwidth to spare
     mnemonic: str
     node: str  # the ONNX node it came from, "" when unknown
     dma: DmaCost | None = None
@@ -60,12 +66,22 @@ class StreamState:
     name: str
     ops: list[Op]
     chip: int = 0  # the chip whose HBM bandwidth its transfers share
-    pc: int = 0
+    pc: int = 0  # the next instruction to start (a DMA queue: to trigger)
     busy: bool = False
     port_keys: list[tuple[tuple[int, str], ...]] = field(init=False)  # per op: (core, name) of each port it holds
+    # A DMA queue under the clock policy: the transfers triggered and not complete (index, when its data may
+    # start), whether the first of them moves its data, and when a timer will look at the stream again.
+    queued: deque = field(default_factory=deque)
+    moving: bool = False
+    wake_at: float = -1.0
 
     def __post_init__(self) -> None:
         self.port_keys = [tuple((self.core, p.name) for p in op.ports) for op in self.ops]  # names hash faster
+
+    @property
+    def is_queue(self) -> bool:
+        """A stream of transfers (a DMA queue, or SP triggering them)."""
+        return bool(self.ops) and self.ops[0].dma is not None
 
 
 @dataclass
@@ -73,7 +89,7 @@ class TraceEvent:
     core: int
     stream: str
     index: int
-    start: float
+    start: float  # a transfer: when its data started moving
     end: float
 
 
@@ -86,9 +102,10 @@ class RunStats:
 
 @dataclass(slots=True, eq=False)  # compared by identity: list.remove takes the one that ended
 class _Transfer:
-    """A DMA in flight under the clock policy: its fixed cost left, then its bytes left."""
+    """A DMA moving its data under the clock policy: its fixed cost left, then its bytes left."""
 
     stream: StreamState
+    index: int
     commit: Commit
     start: float
     fixed_left: float
@@ -109,11 +126,12 @@ class _Running:
     members_left: int
 
 
-def _failed(s: StreamState, e: NeuronRuntimeError) -> NeuronRuntimeError:
+def _failed(s: StreamState, e: NeuronRuntimeError, index: int | None = None) -> NeuronRuntimeError:
     """The error of an instruction that failed, naming it: it stops the run, every rank's."""
-    op = s.ops[s.pc]
+    k = s.pc if index is None else index
+    op = s.ops[k]
     node = f" (node {op.node})" if op.node else ""
-    return type(e)(f"core {s.core} {s.name} #{s.pc} {op.mnemonic}{node}: {e.args[0] if e.args else e}")
+    return type(e)(f"core {s.core} {s.name} #{k} {op.mnemonic}{node}: {e.args[0] if e.args else e}")
 
 
 def _first_unmet(row: list[int], waits: tuple[tuple[int, int], ...]) -> int | None:
@@ -125,13 +143,15 @@ def _first_unmet(row: list[int], waits: tuple[tuple[int, int], ...]) -> int | No
 
 
 class Simulator:
-    def __init__(self, streams: list[StreamState], semaphores_per_core: int, cores: int, queue_gbps: float,
-                 hbm_gbps: float, chips: int = 1, groups: list[tuple[int, ...]] | None = None) -> None:
+    def __init__(self, streams: list[StreamState], target: Target, cores: int, chips: int = 1,
+                 groups: list[tuple[int, ...]] | None = None) -> None:
         self.streams = streams
-        self.num_sems = semaphores_per_core
+        self.target = target
+        self.num_sems = target.semaphores
         self.cores = cores
-        self.queue_gbps = queue_gbps  # bytes per ns of one DMA engine
-        self.hbm_gbps = hbm_gbps  # bytes per ns of one chip's HBM, shared by every transfer of its ranks
+        self.queue_gbps = target.dma_queue_gbps  # bytes per ns of one DMA engine
+        self.core_gbps = target.dma_queues * target.dma_queue_gbps  # all of a core's DMA engines together
+        self.hbm_gbps = target.hbm_gbps  # bytes per ns of one chip's HBM, shared by every transfer of its ranks
         self.chips = chips
         self.rendezvous = Rendezvous(groups or [])
 
@@ -139,7 +159,8 @@ class Simulator:
             checker: RaceChecker | None = None) -> RunStats:
         """Run every stream to its end. A `checker` sees every instruction start and complete."""
         for s in self.streams:
-            s.pc, s.busy = 0, False
+            s.pc, s.busy, s.moving, s.wake_at = 0, False, False, -1.0
+            s.queued.clear()
         self.rendezvous.reset()
         sems = [[0] * self.num_sems for _ in range(self.cores)]
         if policy == "clock":
@@ -149,24 +170,92 @@ class Simulator:
         raise ValueError(f"unknown scheduling policy {policy!r}")
 
     def _run_clock(self, sems: list[list[int]], trace: bool, checker: RaceChecker | None) -> RunStats:
+        t = self.target
         stats = RunStats()
-        computing: list[tuple[float, int, StreamState, Commit, float]] = []  # (end, seq, ...) heap
+        # the event heap: (time, seq, stream, commit, start); commit None: a timer that looks at the stream again
+        events: list[tuple[float, int, StreamState, Commit | None, float]] = []
         transfers: list[_Transfer] = []
         held: set[tuple[int, str]] = set()  # the ports in use
         blocked: dict[tuple[int, int], list[StreamState]] = {}
         waiting_port: dict[tuple[int, str], list[StreamState]] = {}
         ready: list[Collective] = []  # collectives every member has posted, waiting for their links
+        # per core and semaphore, each increment's (time, stream): when a wait was met, and by whom
+        increments: list[list[list[tuple[float, int]]]] = [[[] for _ in range(self.num_sems)]
+                                                             for _ in range(self.cores)]
+        uid = {id(s): k for k, s in enumerate(self.streams)}
+        preparing = [0.0] * self.cores  # when each core's descriptor generator is free
         candidates = [s for s in self.streams if s.ops]
         now, seq = 0.0, 0
         reshare = False  # the transfers moving bytes changed since their rates were set
+
+        def released_at(s: StreamState, op: Op) -> float:
+            """When the increments that met the op's waits reach it: a hand-off from another stream costs."""
+            at, me = 0.0, uid[id(s)]
+            for sem, value in op.waits:
+                if value > 0:
+                    when, by = increments[s.core][sem][value - 1]
+                    at = max(at, when + t.semaphore_handoff_ns if by != me else when)
+            return at
+
+        def wake(s: StreamState, at: float) -> None:
+            nonlocal seq
+            if s.wake_at != at:
+                s.wake_at = at
+                heapq.heappush(events, (at, seq, s, None, now))
+                seq += 1
+
+        def start_data(s: StreamState) -> bool:
+            """Start the data of the queue's first transfer if it may; whether it did."""
+            nonlocal reshare
+            index, at = s.queued[0]
+            if at > now:
+                wake(s, at)
+                return False
+            op = s.ops[index]
+            if checker is not None:
+                checker.issue(s, index)
+            try:
+                commit = op.issue()
+            except NeuronRuntimeError as e:
+                raise _failed(s, e, index) from None
+            cost = op.dma
+            transfers.append(_Transfer(s, index, commit, now, cost.fixed_ns, float(cost.bytes),
+                                       cost.hbm_bytes / cost.bytes if cost.bytes else 0.0))
+            s.moving = True
+            reshare = reshare or cost.fixed_ns <= 0  # it moves bytes at once
+            return True
+
         while True:
             for s in candidates:
+                if s.is_queue:
+                    # trigger what the queue has room for, then start the first one's data
+                    while s.pc < len(s.ops) and len(s.queued) < t.dma_queue_depth:
+                        op = s.ops[s.pc]
+                        unmet = _first_unmet(sems[s.core], op.waits)
+                        if unmet is not None:
+                            blocked.setdefault((s.core, unmet), []).append(s)
+                            break
+                        at = released_at(s, op)
+                        if at > now:
+                            wake(s, at)
+                            break
+                        begin = max(now, preparing[s.core])
+                        preparing[s.core] = begin + t.dma_descriptor_ns
+                        s.queued.append((s.pc, begin + t.dma_latency_ns))
+                        s.pc += 1
+                    if s.queued and not s.moving:
+                        start_data(s)
+                    continue
                 if s.busy or s.pc >= len(s.ops):
                     continue
                 op = s.ops[s.pc]
                 unmet = _first_unmet(sems[s.core], op.waits)
                 if unmet is not None:
                     blocked.setdefault((s.core, unmet), []).append(s)
+                    continue
+                at = released_at(s, op)
+                if at > now:
+                    wake(s, at)
                     continue
                 ports = s.port_keys[s.pc]
                 taken = next((key for key in ports if key in held), None)
@@ -185,92 +274,103 @@ class Simulator:
                     commit = op.issue()
                 except NeuronRuntimeError as e:
                     raise _failed(s, e) from None
-                if op.dma is not None:
-                    cost = op.dma
-                    t = _Transfer(s, commit, now, cost.fixed_ns, float(cost.bytes),
-                                  cost.hbm_bytes / cost.bytes if cost.bytes else 0.0)
-                    transfers.append(t)
-                    reshare = reshare or t.fixed_left <= 0  # it moves bytes at once
-                else:
-                    held.update(ports)
-                    heapq.heappush(computing, (now + op.duration, seq, s, commit, now))
-                    seq += 1
+                held.update(ports)
+                heapq.heappush(events, (now + op.duration, seq, s, commit, now))
+                seq += 1
             if ready:
-                seq = self._start_collectives(ready, held, computing, now, seq, checker)
-            if not computing and not transfers:
+                seq = self._start_collectives(ready, held, events, now, seq, checker)
+            if not events and not transfers:
                 break
             if reshare:
-                self._share_hbm(transfers)
-            now, done, reshare = self._next_event(now, computing, transfers)
-            if done is None:  # a transfer ended its fixed part: the shares of HBM change, nothing completes
+                self._share(transfers)
+            now, done, reshare = self._next_event(now, events, transfers)
+            if done is None:  # a transfer ended its fixed part: the shares change, nothing completes
                 candidates = []
                 continue
-            s, commit, start = done
+            s, index, commit, start = done
+            if commit is None:  # a timer
+                s.wake_at = -1.0
+                candidates = [s]
+                continue
             commit()
-            op, released = s.ops[s.pc], s.port_keys[s.pc]
+            op, released = s.ops[index], s.port_keys[index]
             if checker is not None:
-                checker.complete(s, s.pc)
+                checker.complete(s, index)
             if trace:
-                stats.trace.append(TraceEvent(s.core, s.name, s.pc, start, now))
-            s.pc += 1
-            s.busy = False
+                stats.trace.append(TraceEvent(s.core, s.name, index, start, now))
             stats.instructions += 1
             candidates = [s]
-            for key in released:
-                held.remove(key)
-                candidates.extend(waiting_port.pop(key, ()))
+            if s.is_queue:
+                s.queued.popleft()
+                s.moving = False
+            else:
+                s.pc += 1
+                s.busy = False
+                for key in released:
+                    held.remove(key)
+                    candidates.extend(waiting_port.pop(key, ()))
             if op.signal is not None:
                 sems[s.core][op.signal] += 1
+                increments[s.core][op.signal].append((now, uid[id(s)]))
                 candidates.extend(blocked.pop((s.core, op.signal), ()))
         self._check_finished(sems)
         stats.elapsed_ns = now
         return stats
 
     @staticmethod
-    def _next_event(now: float, computing: list, transfers: list[_Transfer]
-                    ) -> tuple[float, tuple[StreamState, Commit, float] | None, bool]:
-        """Advance the clock to the next event: an instruction that completes, returned as (stream, commit,
-        start) and taken off its list, or a transfer that ends its fixed part (None); and whether the transfers
-        moving bytes changed, so that their shares of HBM must be worked out again."""
+    def _next_event(now: float, events: list, transfers: list[_Transfer]
+                    ) -> tuple[float, tuple[StreamState, int, Commit | None, float] | None, bool]:
+        """Advance the clock to the next event: an instruction that completes or a timer, returned as (stream,
+        instruction, commit or None for a timer, start) and taken off its list, or a transfer that ends its
+        fixed part (None); and whether the transfers moving bytes changed, so that their shares must be worked
+        out again."""
         step, first, done = _INF, None, None
-        for t in transfers:
-            left = t.fixed_left if t.fixed_left > 0 else t.bytes_left / t.rate
+        for tr in transfers:
+            left = tr.fixed_left if tr.fixed_left > 0 else tr.bytes_left / tr.rate
             if left < step:
-                step, first = left, t
-        if computing and computing[0][0] - now <= step:
-            end, _, s, commit, start = heapq.heappop(computing)
-            step, first, done = end - now, None, (s, commit, start)
+                step, first = left, tr
+        if events and events[0][0] - now <= step:
+            end, _, s, commit, start = heapq.heappop(events)
+            step, first = end - now, None
+            done = (s, s.pc if commit is not None else -1, commit, start)
         moving = first is not None and first.fixed_left <= 0
         reshare = False
-        for t in transfers:
-            if t.fixed_left > 0:
-                t.fixed_left = t.fixed_left - step if t.fixed_left > step else 0.0
-                reshare = reshare or t.fixed_left == 0.0
+        for tr in transfers:
+            if tr.fixed_left > 0:
+                tr.fixed_left = tr.fixed_left - step if tr.fixed_left > step else 0.0
+                reshare = reshare or tr.fixed_left == 0.0
             else:
-                t.bytes_left -= t.rate * step
+                tr.bytes_left -= tr.rate * step
         if first is None:
             return now + step, done, reshare
         if not moving:
             return now + step, None, True
         transfers.remove(first)
-        return now + step, (first.stream, first.commit, first.start), True
+        return now + step, (first.stream, first.index, first.commit, first.start), True
 
-    def _share_hbm(self, transfers: list[_Transfer]) -> None:
-        """Every transfer moving bytes runs at its engine's rate, unless those touching one chip's HBM together
-        ask for more than it gives: then they share it in proportion."""
-        demand = [0.0] * self.chips
-        for t in transfers:
-            if t.fixed_left <= 0:
-                demand[t.stream.chip] += self.queue_gbps * t.hbm_per_byte
-        scale = [min(1.0, self.hbm_gbps / d) if d > 0 else 1.0 for d in demand]
-        for t in transfers:
-            t.rate = self.queue_gbps * (scale[t.stream.chip] if t.hbm_per_byte > 0 else 1.0)
+    def _share(self, transfers: list[_Transfer]) -> None:
+        """Every transfer moving bytes runs at its engine's rate, unless those of one core together ask for more
+        than its DMA engines move, or those touching one chip's HBM for more than it gives: then they share it
+        in proportion."""
+        core_demand = [0.0] * self.cores
+        hbm_demand = [0.0] * self.chips
+        for tr in transfers:
+            if tr.fixed_left <= 0:
+                core_demand[tr.stream.core] += self.queue_gbps
+                hbm_demand[tr.stream.chip] += self.queue_gbps * tr.hbm_per_byte
+        core_scale = [min(1.0, self.core_gbps / d) if d > 0 else 1.0 for d in core_demand]
+        hbm_scale = [min(1.0, self.hbm_gbps / d) if d > 0 else 1.0 for d in hbm_demand]
+        for tr in transfers:
+            scale = core_scale[tr.stream.core]
+            if tr.hbm_per_byte > 0:
+                scale = min(scale, hbm_scale[tr.stream.chip])
+            tr.rate = self.queue_gbps * scale
 
-    def _start_collectives(self, ready: list[Collective], held: set[tuple[int, str]], computing: list,
+    def _start_collectives(self, ready: list[Collective], held: set[tuple[int, str]], events: list,
                            now: float, seq: int, checker: RaceChecker | None) -> int:
         """Start every ready collective whose links are all free, in the order they became ready: it reads every
         member's src now and ends on every member at once; its links stay held until then. Returns the next
-        sequence number of the computing heap."""
+        sequence number of the event heap."""
         for c in list(ready):
             op = c.op()
             links = tuple((_LINK, name) for name in op.links)
@@ -282,7 +382,7 @@ class Simulator:
                 checker.join(c.members)
             running = _Running(links, len(c.members))
             for s, commit in zip(c.members, start_collective(c)):
-                heapq.heappush(computing, (now + op.ns, seq, s, self._member_done(commit, running, held), now))
+                heapq.heappush(events, (now + op.ns, seq, s, self._member_done(commit, running, held), now))
                 seq += 1
         return seq
 

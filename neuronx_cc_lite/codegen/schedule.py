@@ -8,7 +8,9 @@ DMA queue of each transfer, chosen by list scheduling against the cost model (is
     simulate the engines; repeatedly, the engine (or DMA queue) that is free first takes, among the
     instructions it can run whose predecessors have finished by then, the one of highest rank (when none has,
     it waits for the first to become ready); that instruction holds the engine and the shared ports it needs
-    until its estimated finish, and its successors become ready when their last predecessor finishes.
+    until its estimated finish (its cost after what the engine ran before it: a result it waits for, ScalarE's
+    table), and its successors become ready when their last predecessor finishes (a semaphore hand-off later
+    on another engine). A transfer's data starts its latency after it is ready, or when its queue is free.
 
 Each engine runs its stream in order, so what matters is which instruction an engine takes next: taking the most
 critical ready one (rather than whichever was ready first) keeps work that is needed late from standing in front
@@ -23,8 +25,8 @@ semaphores. Three more choices decide what the hardware does well:
   multiple buffering) stops where memory ends.
 - Engines: a copy, a tensor_scalar or a memset on float data may run on any engine whose row allows it and that
   reaches its memories; the first of them to be free for it takes it.
-- Collectives: the CC engine is one more server. Its estimate is a hop and the bytes over the chip's exchange
-  bandwidth, or one core's DMA engines' on SBUF operands (the runtime prices the real algorithm); being long and
+- Collectives: the CC engine is one more server. Its estimate is a two-rank collective's fixed cost and the
+  bytes at one rank's collective rate (the runtime prices the real algorithm on the real group); being long and
   on the path to the next layer, a collective ranks high, so the work that does not depend on it (the other
   branch, the next weights' loads) fills the wait.
 
@@ -36,7 +38,7 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass
 
-from isa.costs import Port, dma_cost, duration_ns, ports
+from isa.costs import Port, dma_cost, duration_ns, ports, table_of
 from isa.instructions import OPS, Instruction
 from isa.operand import READABLE, WRITABLE, Engine, Mem
 from isa.target import Target
@@ -74,9 +76,7 @@ def _duration(instr: Instruction, engine: Engine, target: Target) -> float:
     """The cost model's duration; for a collective, this scheduler's estimate (see the module docstring)."""
     if engine is Engine.CC:
         nbytes = max(o.dtype.size * o.num_partitions * o.free_size for _, o in instr.operands())
-        on_sbuf = instr.args["src"].mem is Mem.SBUF
-        return target.chip_hop_ns + nbytes / (target.dma_queues * target.dma_queue_gbps if on_sbuf else
-                                              target.hbm_gbps / 2)  # a copy through HBM reads and writes it
+        return target.cc_setup_ns + target.cc_sync_round_ns + nbytes / target.cc_rank_gbps
     return duration_ns(instr, engine, target)
 
 
@@ -199,6 +199,8 @@ def schedule(program: Program) -> list[list[int]]:
     deferred: list[int] = []  # ready, but too far ahead of the first unscheduled instruction (a heap)
     frontier = 0  # the first instruction in lowering order not yet scheduled
     order: list[int] = []
+    last_on: dict[Engine, int] = {}  # the instruction each compute engine ran last
+    act_table = None  # the function table ScalarE holds
 
     def pools_of(i: int) -> list[object]:
         if instrs[i].engine is Engine.DMA:
@@ -273,11 +275,19 @@ def schedule(program: Program) -> list[list[int]]:
             heapq.heappush(blocked, i)  # out of every pool until memory frees
             continue
         e = engine
-        start = max(free_at[k], ready_at[i])
-        if e is not Engine.DMA:
+        if e is Engine.DMA:
+            start = max(free_at[k], ready_at[i] + target.dma_latency_ns)
+            end = start + cost[i][e]
+        else:
+            start = max(free_at[k], ready_at[i])
             for p in held[i][e]:
                 start = max(start, port_free[p])
-        end = start + cost[i][e]
+            needs = table_of(virtual[i]) if e is Engine.ACT else None
+            end = start + (duration_ns(virtual[i], e, target, last_on.get(e) in preds[i],
+                                       needs is not None and needs != act_table)
+                           if e in _ON_ENGINES else cost[i][e])
+            last_on[e] = i
+            act_table = needs or act_table
         free_at[k] = end
         if e is Engine.DMA:
             instrs[i].queue = queue
@@ -312,7 +322,7 @@ def schedule(program: Program) -> list[list[int]]:
             release(j)
         for s in succs[i]:
             waiting[s] -= 1
-            ready_at[s] = max(ready_at[s], end)
+            ready_at[s] = max(ready_at[s], end + (target.semaphore_handoff_ns if instrs[s].engine is not e else 0.0))
             if waiting[s] == 0:
                 release(s)
     program.instrs = [instrs[i] for i in order]

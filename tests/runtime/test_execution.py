@@ -113,24 +113,6 @@ def test_runtime_imports_neither_onnx_nor_the_compiler():
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_dma_transfers_share_the_chips_hbm_bandwidth():
-    """Sixteen HBM-to-HBM copies ask HBM for 2 x 16 x 27 GB/s, more than its 820: they slow down to share it."""
-    rows, cols = 32, 128  # 16 KiB per copy
-    size = rows * cols * 4
-    streams = {f"DMA{q}": [make("dma_copy", dst=hbm(16 * size + q * size, rows, cols), src=hbm(q * size, rows, cols))]
-               for q in range(16)}
-    m = model(streams, {}, {})
-    m.run({})
-    target = m.target
-    hbm_bytes = 16 * 2 * size
-    fixed = target.dma_launch_ns + target.dma_piece_ns
-    assert m.last_run.elapsed_ns >= fixed + hbm_bytes / target.hbm_gbps - 1e-6
-    assert m.last_run.elapsed_ns == pytest.approx(fixed + hbm_bytes / target.hbm_gbps)
-    alone = model({"DMA0": streams["DMA0"]}, {}, {})
-    alone.run({})
-    assert alone.last_run.elapsed_ns == pytest.approx(fixed + size / target.dma_queue_gbps)
-
-
 def test_hbm_costs_only_the_pages_a_program_touches():
     """A bundle whose one transfer touches 16 bytes at the end of 3 GiB of HBM loads and runs in far less memory
     than 3 GiB: HBM is an anonymous mapping, and only the spans operands name are filled."""
