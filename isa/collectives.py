@@ -10,9 +10,9 @@ Topology (target config, isa/target.py; CHIP.md "Collectives"):
                                link_gbps / chip_neighbours() (a chip's NeuronLink bandwidth split over its ports)
       "efa:{i}"                what leaves instance i over EFA: efa_gbps
       "cc{r}"                  rank r's collective DMA, which every transfer rank r sends takes, one after
-                               another: a transfer of b bytes moves at dma_queue_gbps per started cc_chunk_bytes
-                               (one DMA engine per chunk), at most lnc x cc_rank_gbps (nccom-test's measured
-                               rate); on SBUF operands it moves the data from SBUF to SBUF and HBM is not touched
+                               another: a transfer is cut into cc_chunk_bytes pieces, each on a DMA engine
+                               (dma_queue_gbps), at most lnc x cc_rank_gbps in all (transfer_ns); on SBUF operands
+                               it moves the data from SBUF to SBUF and HBM is not touched
     route(a, b): inside a chip, its "chip{c}" twice, read and write (chip_hop_ns); between the chips of an
     instance, the sender's chip, dimension order round the ring or torus, the shorter way round each dimension
     (the positive way on a tie), one link per hop (link_hop_ns per hop), and the receiver's chip; between
@@ -22,7 +22,8 @@ Topology (target config, isa/target.py; CHIP.md "Collectives"):
 A step is a set of transfers (src rank, dst rank, bytes) that run at once:
     step_ns = max(latency of each transfer's route) + max over resources(the time the step keeps it busy)
 where a link, an HBM or an EFA is busy for the bytes the step puts on it over its bandwidth, and a rank's "cc{r}"
-for the sum of its transfers' times; so transfers that share a link (multi-hop routes, rings that cross, chips
+for the sum of its transfers' times, plus, in a step that combines what it receives (a reduce-scatter's),
+elements / cc_reduce_gelems for each transfer (the combining runs on the same collective DMA); so transfers that share a link (multi-hop routes, rings that cross, chips
 whose ranks all copy through one HBM) slow each other down. A collective is its fixed cost and then a sequence of
 steps:
     fixed_ns = cc_setup_ns + cc_sync_round_ns x ceil(log2 n)   (set-up, and a barrier of log2 n rounds)
@@ -89,6 +90,7 @@ Transfer = tuple[int, int, int]  # (src rank, dst rank, bytes)
 class Step:
     transfers: tuple[Transfer, ...]
     repeat: int = 1  # a ring repeats the same step n-1 times: priced once
+    reduces: bool = False  # each transfer is combined into what its receiver holds (a reduce-scatter's steps)
 
 
 @dataclass(frozen=True)
@@ -233,8 +235,10 @@ def _chunk(nbytes: int, parts: int, dtype_size: int) -> int:
     return math.ceil(nbytes / dtype_size / parts) * dtype_size
 
 
-def _ring_pass(groups: Sequence[Sequence[int]], nbytes: int, dtype_size: int, topo: Topology) -> list[Step]:
-    """A reduce-scatter or all-gather of nbytes per rank on every group at once: k-1 steps of blocks."""
+def _ring_pass(groups: Sequence[Sequence[int]], nbytes: int, dtype_size: int, topo: Topology,
+               reduces: bool) -> list[Step]:
+    """A reduce-scatter (`reduces`) or all-gather of nbytes per rank on every group at once: k-1 steps of
+    blocks."""
     k = len(groups[0])
     if k == 1:
         return []
@@ -243,7 +247,7 @@ def _ring_pass(groups: Sequence[Sequence[int]], nbytes: int, dtype_size: int, to
         orders = topo.ring_orders(members)
         piece = _chunk(nbytes, k * len(orders), dtype_size)
         transfers += [(o[i], o[(i + 1) % k], piece) for o in orders for i in range(k)]
-    return [Step(tuple(transfers), k - 1)]
+    return [Step(tuple(transfers), k - 1, reduces)]
 
 
 def _pairwise(groups: Sequence[Sequence[int]], nbytes: int, dtype_size: int) -> list[Step]:
@@ -256,8 +260,10 @@ def _pairwise(groups: Sequence[Sequence[int]], nbytes: int, dtype_size: int) -> 
 def _ring(op: str, group: tuple[int, ...], nbytes: int, dtype_size: int, topo: Topology) -> list[Step]:
     if op == "all_to_all":
         return _pairwise([group], nbytes, dtype_size)
-    steps = _ring_pass([group], nbytes, dtype_size, topo)
-    return steps * 2 if op == "all_reduce" else steps
+    if op == "all_reduce":
+        return _ring_pass([group], nbytes, dtype_size, topo, True) + _ring_pass([group], nbytes, dtype_size, topo,
+                                                                                False)
+    return _ring_pass([group], nbytes, dtype_size, topo, op == "reduce_scatter")
 
 
 def _rdh(op: str, group: tuple[int, ...], nbytes: int, dtype_size: int, topo: Topology) -> list[Step]:
@@ -269,16 +275,17 @@ def _rdh(op: str, group: tuple[int, ...], nbytes: int, dtype_size: int, topo: To
             steps.append(Step(tuple((group[i], group[(i + (1 << k)) % n], sent) for i in range(n))))
         return steps
     p = 1 << (n.bit_length() - 1)
-    halving = [Step(tuple((group[i], group[i ^ (1 << k)], _chunk(nbytes, 2 << k, dtype_size)) for i in range(p)))
-               for k in range(p.bit_length() - 1)]
-    steps = {"reduce_scatter": halving, "all_gather": halving[::-1], "all_reduce": halving + halving[::-1]}[op]
+    halving = [Step(tuple((group[i], group[i ^ (1 << k)], _chunk(nbytes, 2 << k, dtype_size)) for i in range(p)),
+                    reduces=True) for k in range(p.bit_length() - 1)]
+    doubling = [Step(s.transfers) for s in reversed(halving)]
+    steps = {"reduce_scatter": halving, "all_gather": doubling, "all_reduce": halving + doubling}[op]
     if n == p:
         return steps
     # The ranks past p hand their buffer to a partner and get their part of the result back from it.
     block = _chunk(nbytes, n, dtype_size)
     sent, returned = {"all_reduce": (nbytes, nbytes), "reduce_scatter": (nbytes, block),
                       "all_gather": (block, nbytes)}[op]
-    first = Step(tuple((group[i], group[i - p], sent) for i in range(p, n)))
+    first = Step(tuple((group[i], group[i - p], sent) for i in range(p, n)), reduces=op != "all_gather")
     last = Step(tuple((group[i - p], group[i], returned) for i in range(p, n)))
     return [first, *steps, last]
 
@@ -307,17 +314,17 @@ def _hierarchical(op: str, group: tuple[int, ...], nbytes: int, dtype_size: int,
         return [s for level in levels for s in _pairwise(level, nbytes, dtype_size)]
     scatter, size = [], nbytes
     for level in levels:
-        scatter.append(_ring_pass(level, size, dtype_size, topo))
+        scatter.append(_ring_pass(level, size, dtype_size, topo, op != "all_gather"))
         size = _chunk(size, len(level[0]), dtype_size)
-    # An all-gather at a level is the reduce-scatter's transfers again; outer levels first.
-    gather = [s for steps in reversed(scatter) for s in steps]
+    # An all-gather at a level is the reduce-scatter's transfers again, combining nothing; outer levels first.
+    gather = [Step(s.transfers, s.repeat) for steps in reversed(scatter) for s in steps]
     scatter_steps = [s for steps in scatter for s in steps]
     return {"reduce_scatter": scatter_steps, "all_gather": gather, "all_reduce": scatter_steps + gather}[op]
 
 
 def _mesh(op: str, group: tuple[int, ...], nbytes: int, dtype_size: int, topo: Topology) -> list[Step]:
     sent = nbytes if op == "all_reduce" else _chunk(nbytes, len(group), dtype_size)
-    return [Step(tuple((a, b, sent) for a in group for b in group if a != b))]
+    return [Step(tuple((a, b, sent) for a in group for b in group if a != b), reduces=op != "all_gather")]
 
 
 _BUILDERS = {"ring": _ring, "rdh": _rdh, "hierarchical": _hierarchical, "mesh": _mesh}
@@ -326,11 +333,10 @@ _BUILDERS = {"ring": _ring, "rdh": _rdh, "hierarchical": _hierarchical, "mesh": 
 # ---- pricing ---------------------------------------------------------------------------------------------------
 
 def transfer_ns(nbytes: int, topo: Topology) -> float:
-    """How long a rank's collective DMA takes to send one transfer: one DMA engine per started cc_chunk_bytes,
-    at most the rank's measured collective rate."""
+    """How long a rank's collective DMA takes to send one transfer: cut into cc_chunk_bytes pieces, each on a DMA
+    engine of its own (so no faster than one chunk on one engine), and at most the rank's collective rate."""
     t = topo.target
-    engines = max(1, math.ceil(nbytes / t.cc_chunk_bytes))
-    return nbytes / min(topo.lnc * t.cc_rank_gbps, engines * t.dma_queue_gbps)
+    return max(min(nbytes, t.cc_chunk_bytes) / t.dma_queue_gbps, nbytes / (topo.lnc * t.cc_rank_gbps))
 
 
 def fixed_ns(group: Sequence[int], nbytes: int, topo: Topology) -> float:
@@ -352,8 +358,9 @@ def _log_interpolate(points: Sequence[tuple[int, float]], x: int) -> float:
     return points[-1][1]
 
 
-def _price(steps: Sequence[Step], topo: Topology, sbuf: bool) -> tuple[float, frozenset[str]]:
+def _price(steps: Sequence[Step], topo: Topology, sbuf: bool, dtype_size: int) -> tuple[float, frozenset[str]]:
     total, used = 0.0, set()
+    reduce_rate = topo.lnc * topo.target.cc_reduce_gelems  # elements per ns
     for step in steps:
         busy: dict[str, float] = defaultdict(float)  # ns each resource is kept busy
         latency = 0.0
@@ -361,8 +368,11 @@ def _price(steps: Sequence[Step], topo: Topology, sbuf: bool) -> tuple[float, fr
             route = topo.route(a, b, sbuf)
             latency = max(latency, route.ns)
             for resource in route.resources:
-                busy[resource] += transfer_ns(nbytes, topo) if resource.startswith("cc") else \
-                    nbytes / topo.bandwidth(resource)
+                if resource.startswith("cc"):  # the collective DMA sends it, combining it on the way
+                    busy[resource] += transfer_ns(nbytes, topo) + \
+                        (nbytes / dtype_size / reduce_rate if step.reduces else 0.0)
+                else:
+                    busy[resource] += nbytes / topo.bandwidth(resource)
         if busy:
             total += step.repeat * (latency + max(busy.values()))
             used.update(busy)
@@ -388,7 +398,7 @@ def collective_cost(op: str, nbytes: int, dtype_size: int, group: tuple[int, ...
                               ("ring" if algorithm == "auto" else algorithm), frozenset())
     if op == "permute":
         step = Step(tuple((group[i], group[(i + shift) % n], nbytes) for i in range(n) if (i + shift) % n != i))
-        ns, links = _price([step], topo, sbuf)
+        ns, links = _price([step], topo, sbuf, dtype_size)
         return CollectiveCost(fixed_ns(group, nbytes, topo) + ns, "direct", links)
     candidates = ALGORITHMS if algorithm == "auto" else (algorithm,)
     best: CollectiveCost | None = None
@@ -399,7 +409,7 @@ def collective_cost(op: str, nbytes: int, dtype_size: int, group: tuple[int, ...
             if algorithm != "auto":
                 raise
             continue
-        ns, links = _price(steps, topo, sbuf)
+        ns, links = _price(steps, topo, sbuf, dtype_size)
         if best is None or ns < best.ns:
             best = CollectiveCost(ns, name, links)
     assert best is not None, "ring applies to every group"

@@ -77,7 +77,8 @@ class Target:
     cc_setup_ns: float
     cc_sync_round_ns: float
     cc_rank_gbps: float  # the most one rank's collective transfers move per second
-    cc_chunk_bytes: int  # a transfer runs on one DMA engine per this many bytes, up to cc_rank_gbps
+    cc_reduce_gelems: float  # elements per ns one rank's collective DMA combines (a reduction's extra time)
+    cc_chunk_bytes: int  # a collective transfer is cut into pieces of this size, each on a DMA engine of its own
     cc_efa_setup_ns: tuple[tuple[int, float], ...]  # (bytes per rank, ns): interpolated on log2(bytes)
     # The host: the runtime's fixed cost per inference (launch, synchronisation) and its input/output copies.
     host_launch_us: float
@@ -204,10 +205,12 @@ TRN1 = _target(
                                  "barrier round)"),
         "cc_sync_round_ns": (23000.0, "fitted: nccom-test on trn1, 32-rank all_gather of 1-64 KiB in ~150 us "
                                       "(5 barrier rounds)"),
-        "cc_rank_gbps": (56.7, "measured: nccom-test, 2-rank fp32 all_reduce of 1 GiB in 18,930 us (each rank "
-                               "sends and receives the buffer once: 56.7 GB/s)"),
+        "cc_rank_gbps": (61.2, "fitted: nccom-test on trn1, 2-rank fp32 all_reduce of 1 GiB in 18,930 us: each "
+                               "rank sends the buffer once and combines what it receives (56.7 GB/s in all)"),
+        "cc_reduce_gelems": (100.0, "fitted: nccom-test on trn1, 2-rank all_reduce of 32 MiB of uint8 in 768 us "
+                                    "against 1 GiB of fp32 in 18,930 us (in a ring, each rank combines half the buffer)"),
         "cc_chunk_bytes": (64 * _KIB, "fitted: nccom-test, 32-rank all_gather from 64 to 512 KiB grows at one "
-                                      "DMA engine's rate"),
+                                      "DMA engine's rate (its 16 KiB transfers are one chunk each)"),
         "cc_efa_setup_ns": (((128, 352000.0), (256, 512000.0), (64 * _KIB, 1100000.0)),
                             "fitted: nccom-test, 64 ranks on two trn1 instances, 520 us at <= 128 B rising to "
                             "1,315 us at 64 KiB (no document gives the mechanism)"),
@@ -248,7 +251,8 @@ TRN2 = _derived(
     lnc_choices=((1, 2), "doc: LNC=1 or 2 on trn2"),
     link_gbps=(1024.0, "doc: trn2.48xlarge, 1024 GB/s NeuronLink per chip"),
     efa_gbps=(400.0, "doc: CHIP.md, EFA 3.2 Tbps between trn2 instances"),
-    cc_rank_gbps=(56.7, "estimate: trn1's nccom-test measurement (no trn2 table is published)"),
+    cc_rank_gbps=(61.2, "estimate: trn1's fit (no trn2 nccom-test table is published)"),
+    cc_reduce_gelems=(100.0, "estimate: trn1's fit (no trn2 nccom-test table is published)"),
     cc_setup_ns=(30000.0, "estimate: trn1's fit (no trn2 nccom-test table is published)"),
     cc_sync_round_ns=(23000.0, "estimate: trn1's fit (no trn2 nccom-test table is published)"),
     cc_efa_setup_ns=(TRN1.cc_efa_setup_ns, "estimate: trn1's fit (no trn2 nccom-test table is published)"),

@@ -27,7 +27,7 @@ from neuronx_cc_lite.codegen.schedule import assign_queues_in_order, schedule
 from neuronx_cc_lite.codegen.transfers import split_transfers
 from neuronx_cc_lite.codegen.verify import verify_order, verify_program
 from neuronx_cc_lite.errors import CompileError, UnsupportedError
-from neuronx_cc_lite.flops import model_flops
+from neuronx_cc_lite.flops import copy_bytes, model_flops
 from neuronx_cc_lite.frontend import import_file, import_model
 from neuronx_cc_lite.input_ranges import input_ranges
 from neuronx_cc_lite.ir import Graph
@@ -120,14 +120,14 @@ def compile_graph(graph: Graph, options: Options) -> Bundle:
         raise UnsupportedError(unsupported)
     options.check()
     cast = TYPES[options.auto_cast_type] if options.auto_cast != "none" else None
-    flops = model_flops(graph)
+    facts = {"model_flops": model_flops(graph), "copy_bytes": copy_bytes(graph)}  # for the roofline
     ranges = input_ranges(graph)
     if options.tp * options.dp == 1:
         one = compile_rank(graph, options, target)
         inputs = [one.info(name) for name in graph.inputs]
         outputs = [one.info(name) for name in graph.outputs]
         with phase("package"):
-            return _bundle([one], inputs, outputs, [], options, target, cast, flops, ranges)
+            return _bundle([one], inputs, outputs, [], options, target, cast, facts, ranges)
     with phase("partitioning"):
         ranks = partition(graph, options.tp, options.dp)
     done: dict[tuple[Any, ...], CompiledRank] = {}
@@ -141,7 +141,7 @@ def compile_graph(graph: Graph, options: Options) -> Bundle:
     inputs = [_placed(name, graph, ranks, compiled, "inputs") for name in graph.inputs]
     outputs = [_placed(name, graph, ranks, compiled, "outputs") for name in graph.outputs]
     with phase("package"):
-        return _bundle(compiled, inputs, outputs, groups, options, target, cast, flops, ranges)
+        return _bundle(compiled, inputs, outputs, groups, options, target, cast, facts, ranges)
 
 
 @dataclass
@@ -246,10 +246,10 @@ def _placed(name: str, graph: Graph, ranks: list[RankGraph], compiled: list[Comp
 
 
 def _bundle(compiled: list[CompiledRank], inputs: list[TensorInfo], outputs: list[TensorInfo],
-            groups: list[tuple[int, ...]], options: Options, target: Target, cast: DType | None, flops: int,
+            groups: list[tuple[int, ...]], options: Options, target: Target, cast: DType | None, facts: dict[str, int],
             ranges: Any) -> Bundle:
     first = compiled[0]
-    stats = {"model_flops": flops, "matmul_dtype": (cast or DType.fp32).name,
+    stats = {**facts, "matmul_dtype": (cast or DType.fp32).name,
              "spill_bytes": first.on_chip.spill_bytes,
              "kept_on_chip": len(first.on_chip.kept), "through_hbm": len(first.on_chip.through_hbm),
              "input_ranges": ranges}

@@ -1,11 +1,15 @@
-"""The model's arithmetic: FLOPs of its matrix products (MatMul, Gemm, Conv, ConvTranspose), 2 per multiply-add,
-counted on the graph as the passes leave it, before any lowering. MFU and the roofline's compute term use it."""
+"""What the roofline knows of a model, counted on the graph as the passes leave it, before any lowering: the FLOPs
+of its matrix products (MatMul, Gemm, Conv, ConvTranspose), 2 per multiply-add (MFU and the compute term), and
+the bytes of its outputs that are copies of its inputs and weights (the DMA term: runtime/profile.py)."""
 
 from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from neuronx_cc_lite.ir import Graph, Node
+from neuronx_cc_lite.lower.registry import LOWERINGS
 
 
 def node_flops(node: Node, g: Graph) -> int:
@@ -28,3 +32,31 @@ def node_flops(node: Node, g: Graph) -> int:
 
 def model_flops(g: Graph) -> int:
     return sum(node_flops(n, g) for n in g.nodes)
+
+
+def copy_bytes(g: Graph) -> int:
+    """Bytes of the graph outputs made only of copies of graph inputs and weights (through ops whose registry row
+    says they move data: views, transposes, slices, concats, gathers): a program may move those from HBM to HBM
+    in one pass of the DMA engines, while every other byte read or written passes through SBUF."""
+    producers = g.producers()
+    copies: dict[str, bool] = {}
+
+    def data_inputs(node: Node) -> list[str]:
+        """The inputs whose elements the outputs copy: those of the outputs' type (not indices, shapes, axes)."""
+        dtype = g.tensors[node.outputs[0]].dtype
+        return [i for i in node.inputs if i and g.tensors[i].dtype == dtype]
+
+    def copied(name: str) -> bool:
+        if name not in copies:
+            node = producers.get(name)
+            entry = LOWERINGS.get(node.op) if node is not None else None
+            copies[name] = node is None or (entry is not None and entry.moves_data and
+                                           all(copied(i) for i in data_inputs(node)))
+        return copies[name]
+
+    total = 0
+    for name in g.outputs:
+        t = g.tensors[name]
+        if copied(name) and t.shape is not None and t.dtype is not None:
+            total += math.prod(t.shape) * np.dtype(t.dtype).itemsize
+    return total

@@ -32,7 +32,7 @@ def _check_concat(node: Node, g: Graph) -> str | None:
     return None
 
 
-@lowering("Concat", check=_check_concat, since=4)
+@lowering("Concat", check=_check_concat, since=4, moves_data=True)
 def lower_concat(ctx: LowerCtx, node: Node) -> None:
     axis = _axis(node, ctx.graph, None)
     assert isinstance(axis, int)
@@ -56,7 +56,7 @@ def _check_split(node: Node, g: Graph) -> str | None:
     return None
 
 
-@lowering("Split", check=_check_split, since=2)
+@lowering("Split", check=_check_split, since=2, moves_data=True)
 def lower_split(ctx: LowerCtx, node: Node) -> None:
     axis = _axis(node, ctx.graph, 0)
     assert isinstance(axis, int)

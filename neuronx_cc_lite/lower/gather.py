@@ -77,7 +77,7 @@ def _check_gather(node: Node, g: Graph) -> str | None:
     return None
 
 
-@lowering("Gather", check=_check_gather)
+@lowering("Gather", check=_check_gather, moves_data=True)
 def lower_gather(ctx: LowerCtx, node: Node) -> None:
     data = ctx.view(node.inputs[0])
     rank = len(data.shape)
@@ -179,7 +179,7 @@ def _check_gather_nd(node: Node, g: Graph) -> str | None:
     return _check_gather(node, g)
 
 
-@lowering("GatherND", check=_check_gather_nd, since=11)
+@lowering("GatherND", check=_check_gather_nd, since=11, moves_data=True)
 def lower_gather_nd(ctx: LowerCtx, node: Node) -> None:
     """Constant indices: the element offsets, as for GatherElements. Run-time indices: the table row of each
     index tuple computed on chip (index_rows.py), the tuple's batch coordinates giving a compile-time base, then
@@ -215,7 +215,7 @@ def lower_gather_nd(ctx: LowerCtx, node: Node) -> None:
                 math.prod(inner), fix_negative=False)
 
 
-@lowering("GatherElements", check=_check_gather_elements, since=11)
+@lowering("GatherElements", check=_check_gather_elements, since=11, moves_data=True)
 def lower_gather_elements(ctx: LowerCtx, node: Node) -> None:
     data = ctx.view(node.inputs[0])
     extent = sum((n - 1) * s for n, s in zip(data.shape, data.strides)) + 1

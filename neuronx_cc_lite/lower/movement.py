@@ -28,14 +28,14 @@ def _constant_input(node: Node, g: Graph, index: int) -> np.ndarray | None:
     return t.value if t.is_constant else None
 
 
-@lowering("Transpose")
+@lowering("Transpose", moves_data=True)
 def lower_transpose(ctx: LowerCtx, node: Node) -> None:
     x = ctx.view(node.inputs[0])
     perm = node.attrs.get("perm") or tuple(reversed(range(len(x.shape))))
     ctx.alias(node.outputs[0], x.transpose(tuple(perm)))
 
 
-@lowering("Expand", since=8, constant_inputs=(1,))
+@lowering("Expand", since=8, constant_inputs=(1,), moves_data=True)
 def lower_expand(ctx: LowerCtx, node: Node) -> None:
     ctx.alias(node.outputs[0], ctx.view(node.inputs[0]).broadcast_to(ctx.shape(node.outputs[0])))
 
@@ -87,7 +87,7 @@ def _reversed_pieces(out: HbmView, src: HbmView, axes: list[int]) -> list[tuple[
 
 
 @lowering("Slice", check=lambda n, g: p if isinstance(p := _slice_params(n, g), str) else None,
-          constant_inputs=(1, 2, 3, 4))
+          constant_inputs=(1, 2, 3, 4), moves_data=True)
 def lower_slice(ctx: LowerCtx, node: Node) -> None:
     """A view; with negative steps, the ascending view copied out with those axes reversed."""
     view = ctx.view(node.inputs[0])
@@ -109,7 +109,7 @@ def copy_view(ctx: LowerCtx, name: str, view: HbmView) -> None:
     ctx.program.dma(out.reshape(view.shape), view)
 
 
-@lowering("Tile", since=6, constant_inputs=(1,))
+@lowering("Tile", since=6, constant_inputs=(1,), moves_data=True)
 def lower_tile(ctx: LowerCtx, node: Node) -> None:
     """Tile is a broadcast in disguise: x[a, b] repeated (r, s) times is the view [r, a, s, b] with stride 0 on
     the repeat axes, copied out."""
@@ -126,7 +126,7 @@ def _check_depth_space(node: Node, g: Graph) -> str | None:
     return None if len(g.tensors[node.inputs[0]].shape) == 4 else f"{node.op} needs a 4-D input"
 
 
-@lowering("DepthToSpace", "SpaceToDepth", check=_check_depth_space)
+@lowering("DepthToSpace", "SpaceToDepth", check=_check_depth_space, moves_data=True)
 def lower_depth_space(ctx: LowerCtx, node: Node) -> None:
     x = ctx.view(node.inputs[0])
     n, c, h, w = x.shape

@@ -21,6 +21,9 @@ class Lowering:
     check: Check | None
     since: int  # the first opset whose semantics the lowering implements
     constant_inputs: tuple[int, ...] = ()  # inputs the compiler needs at compile time (axes, shapes, pads, ...)
+    # every output element is a copy of an input element (a view, a transpose, a slice, a gather): such outputs of
+    # graph inputs and weights could be made by DMA from HBM to HBM, without passing through SBUF (the roofline)
+    moves_data: bool = False
 
 
 LOWERINGS: dict[str, Lowering] = {}
@@ -45,11 +48,11 @@ def kept_by_pass(*ops: str):  # type: ignore[no-untyped-def]
 
 
 def lowering(*ops: str, check: Check | None = None, since: int = 1,  # type: ignore[no-untyped-def]
-             constant_inputs: tuple[int, ...] = ()):
+             constant_inputs: tuple[int, ...] = (), moves_data: bool = False):
     def register(fn: Lower) -> Lower:
         for op in ops:
             assert op not in LOWERINGS, f"two lowerings for {op}"
-            LOWERINGS[op] = Lowering(op, fn, check, since, constant_inputs)
+            LOWERINGS[op] = Lowering(op, fn, check, since, constant_inputs, moves_data)
         return fn
 
     return register

@@ -55,6 +55,8 @@ def test_routes_go_the_short_way_round_each_dimension():
 def test_a_rank_sends_small_transfers_on_one_engine_and_large_ones_at_its_measured_rate():
     topo = topology(TRN1, 1, 2)
     assert transfer_ns(16 * 1024, topo) == pytest.approx(16 * 1024 / TRN1.dma_queue_gbps)
+    chunk = TRN1.cc_chunk_bytes / TRN1.dma_queue_gbps  # pieces of a chunk move side by side on several engines
+    assert transfer_ns(2 * TRN1.cc_chunk_bytes, topo) == pytest.approx(chunk)
     assert transfer_ns(64 * MIB, topo) == pytest.approx(64 * MIB / TRN1.cc_rank_gbps)
     assert transfer_ns(64 * MIB, topology(TRN2, 2, 4)) == pytest.approx(64 * MIB / (2 * TRN2.cc_rank_gbps))
 
@@ -89,15 +91,24 @@ def test_a_group_of_one_costs_nothing():
     assert cost.ns == 0 and cost.links == frozenset()
 
 
+def reduce_ns(nbytes: int, dtype_size: int = 4) -> float:
+    """What combining a received transfer adds on the collective DMA."""
+    return nbytes / dtype_size / TRN1.cc_reduce_gelems
+
+
 def test_ring_inside_a_chip_costs_two_steps():
     """2 ranks of one chip: 2(n-1) = 2 steps; in each, each rank sends half the buffer, split over the rings, one
-    transfer after another on its collective DMA, while the chip's HBM reads and writes every byte."""
+    transfer after another on its collective DMA, while the chip's HBM reads and writes every byte; in the first
+    (reduce-scatter) step the collective DMA also combines what it receives."""
     s = 64 * MIB
     topo = topology(TRN1, 1, 2)
     rings = len(topo.ring_orders((0, 1)))
-    step = TRN1.chip_hop_ns + max(rings * transfer_ns(s // 2 // rings, topo), 2 * 2 * (s / 2) / TRN1.hbm_gbps)
+    piece = s // 2 // rings
+    hbm = 2 * 2 * (s / 2) / TRN1.hbm_gbps
+    scatter = TRN1.chip_hop_ns + max(rings * (transfer_ns(piece, topo) + reduce_ns(piece)), hbm)
+    gather = TRN1.chip_hop_ns + max(rings * transfer_ns(piece, topo), hbm)
     cost = collective_cost("all_reduce", s, 4, (0, 1), topo, "ring")
-    assert cost.ns == pytest.approx(fixed_ns((0, 1), s, topo) + 2 * step)
+    assert cost.ns == pytest.approx(fixed_ns((0, 1), s, topo) + scatter + gather)
     assert cost.links == frozenset({"chip0", "cc0", "cc1"})
 
 
@@ -107,10 +118,15 @@ def test_rdh_steps_on_two_chips():
     s = 64 * MIB
     topo = topology(TRN1, 1, 4)
     per_link = TRN1.link_gbps / TRN1.chip_neighbours()
-    inside = TRN1.chip_hop_ns + max(transfer_ns(s // 2, topo), 2 * 2 * (s / 2) / TRN1.hbm_gbps)
-    across = TRN1.link_hop_ns + max(transfer_ns(s // 4, topo), 2 * (s / 4) / per_link, 4 * (s / 4) / TRN1.hbm_gbps)
+    def steps(combine: float) -> float:  # a step inside each chip, then one across
+        inside = TRN1.chip_hop_ns + max(transfer_ns(s // 2, topo) + combine * reduce_ns(s // 2),
+                                        2 * 2 * (s / 2) / TRN1.hbm_gbps)
+        across = TRN1.link_hop_ns + max(transfer_ns(s // 4, topo) + combine * reduce_ns(s // 4),
+                                        2 * (s / 4) / per_link, 4 * (s / 4) / TRN1.hbm_gbps)
+        return inside + across
+
     cost = collective_cost("all_reduce", s, 4, (0, 1, 2, 3), topo, "rdh")
-    assert cost.ns == pytest.approx(fixed_ns((0, 1, 2, 3), s, topo) + 2 * (inside + across))
+    assert cost.ns == pytest.approx(fixed_ns((0, 1, 2, 3), s, topo) + steps(1) + steps(0))
     assert cost.links == {"chip0", "chip1", "link:chip0->chip1", "link:chip1->chip0", "cc0", "cc1", "cc2", "cc3"}
 
 
@@ -120,7 +136,9 @@ def test_rdh_on_a_group_that_is_not_a_power_of_two():
     three = collective_cost("all_reduce", s, 4, (0, 1, 2), topo, "rdh")
     two = collective_cost("all_reduce", s, 4, (0, 1), topo, "rdh")
     # rank 2 hands its buffer to rank 0 first and gets the result back last: two more steps of S over a link
-    extra = 2 * (TRN1.link_hop_ns + max(transfer_ns(s, topo), s / (TRN1.link_gbps / TRN1.chip_neighbours())))
+    per_link = TRN1.link_gbps / TRN1.chip_neighbours()
+    extra = (TRN1.link_hop_ns + max(transfer_ns(s, topo) + reduce_ns(s), s / per_link)
+             + TRN1.link_hop_ns + max(transfer_ns(s, topo), s / per_link))
     barrier = fixed_ns((0, 1, 2), s, topo) - fixed_ns((0, 1), s, topo)  # two rounds for three ranks, not one
     assert barrier == TRN1.cc_sync_round_ns
     assert three.ns == pytest.approx(two.ns + extra + barrier)
@@ -220,7 +238,9 @@ def test_mesh_is_one_step_of_every_rank_to_every_other():
     mesh = collective_cost("all_reduce", nbytes, 4, (0, 1), topo, "mesh")
     ring = collective_cost("all_reduce", nbytes, 4, (0, 1), topo, "ring")
     fixed = fixed_ns((0, 1), nbytes, topo)
-    assert mesh.ns == pytest.approx(fixed + TRN1.chip_hop_ns + max(transfer_ns(nbytes, topo),
+    assert mesh.ns == pytest.approx(fixed + TRN1.chip_hop_ns + max(transfer_ns(nbytes, topo) + reduce_ns(nbytes),
                                                                    2 * 2 * nbytes / TRN1.hbm_gbps))
-    assert ring.ns == pytest.approx(fixed + 2 * (TRN1.chip_hop_ns + rings * transfer_ns(nbytes // 2 // rings, topo)))
+    piece = nbytes // 2 // rings
+    assert ring.ns == pytest.approx(fixed + 2 * (TRN1.chip_hop_ns + rings * transfer_ns(piece, topo))
+                                    + rings * reduce_ns(piece))
     assert collective_cost("all_reduce", nbytes, 4, (0, 1), topo).algorithm == "mesh"
