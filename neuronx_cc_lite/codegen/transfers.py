@@ -1,7 +1,8 @@
 """Cut large DMA transfers (copies and gathers) by partitions, so that several queues move one tile at once.
 
-A queue runs one transfer at a time at one engine's rate; a 2 MiB tile on one queue takes 80 us while fifteen
-queues idle. Each piece costs a launch (1.3 us), so pieces stay large: a transfer is cut into pieces of about PIECE_BYTES
+A queue runs one transfer at a time at one engine's rate; a 2 MiB tile on one queue takes 123 us while fifteen
+queues idle. Each piece waits a transfer's latency (1.3 us), hidden behind the one before it on its queue only when
+that one moves long enough, so pieces stay large: a transfer is cut into pieces of about PIECE_BYTES
 (two at least from 64 KiB), each a band of partitions (the DMA guide's advice: >= 32 KiB per transfer, >= 4 KiB
 per partition row, which a band of a large tile keeps). The transfers around a collective sit on the chain
 store -> collective -> load between ranks, on which nothing else runs, so their latency is all that counts: a
