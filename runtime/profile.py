@@ -191,11 +191,22 @@ def _no_buffers(srcs: list[Any], n: int, args: Any) -> list[Any]:
     return [None] * n
 
 
-def estimated_latency_ns(bundle: Bundle, target: Target, collective_algorithm: str = "auto") -> float:
-    """The latency of a run, from the simulator's clock policy over the bundle's streams with their costs but none
-    of their semantics. An instruction's duration, the ports it holds and the HBM bandwidth it asks for follow
-    from the instruction alone, never from the values, so this is the latency every run has (`run --profile`
-    reports the same) without the work of computing the values; a program that deadlocks raises DeadlockError."""
+@dataclass
+class TimedRun:
+    """A run of a bundle's streams with their costs and none of their semantics (`timed_run`): what `summarize`
+    and `chrome_trace` read of a loaded model (bundle, target, simulator, last_run)."""
+
+    bundle: Bundle
+    target: Target
+    simulator: Simulator
+    last_run: RunStats
+
+
+def timed_run(bundle: Bundle, target: Target, collective_algorithm: str = "auto", trace: bool = False) -> TimedRun:
+    """Run the simulator's clock policy over the bundle's streams with their costs but none of their semantics.
+    An instruction's duration, the ports it holds and the HBM bandwidth it asks for follow from the instruction
+    alone, never from the values, so this is the timeline every run has (`run --profile` reports the same)
+    without the work of computing the values; a program that deadlocks raises DeadlockError."""
     topo = check_ranks(bundle, target)
     streams = []
     for c, core in enumerate(bundle.cores):
@@ -216,7 +227,12 @@ def estimated_latency_ns(bundle: Bundle, target: Target, collective_algorithm: s
             streams.append(StreamState(c, name, ops, topo.chip_of(c)))
     chips = max(topo.chip_of(r) for r in range(len(bundle.cores))) + 1
     simulator = Simulator(streams, target, len(bundle.cores), chips, bundle.groups)
-    return simulator.run("clock").elapsed_ns
+    return TimedRun(bundle, target, simulator, simulator.run("clock", trace=trace))
+
+
+def estimated_latency_ns(bundle: Bundle, target: Target, collective_algorithm: str = "auto") -> float:
+    """The latency every run of the bundle has, without computing its values (`timed_run`)."""
+    return timed_run(bundle, target, collective_algorithm).last_run.elapsed_ns
 
 
 def io_bytes(bundle: Bundle) -> int:

@@ -14,7 +14,7 @@ from neuronx_cc_lite.errors import CompileError
 from neuronx_cc_lite.ir import Graph, print_graph
 from neuronx_cc_lite.passes import (canonicalize, eliminate_dead_code, expand_einsum, expand_functions,
                                     expand_quantization, expand_recurrent, fold_batchnorm, fold_constants,
-                                    fuse_epilogues, inline_control_flow)
+                                    fuse_epilogues, inline_control_flow, simplify_views)
 from neuronx_cc_lite.passes.verify import verify
 
 
@@ -44,6 +44,9 @@ PIPELINE: list[Pass] = [
     Pass("expand-recurrent", expand_recurrent.run,
          "an LSTM, GRU or RNN over a static sequence length is a chain of matmuls and activations, one step each, "
          "which the fusion after it folds together"),
+    Pass("simplify-views", simplify_views.run,
+         "exporters spell one transpose as Reshape, Transpose, Reshape, and scale both operands of a MatMul: one "
+         "transpose lowers as a layout, one scale after the MatMul as part of its evacuation"),
     Pass("canonicalize", canonicalize.run,
          "older exporters spell LayerNorm and GELU as chains of small ops: one op each lowers far better"),
     Pass("fold-batchnorm", fold_batchnorm.run,
