@@ -137,9 +137,20 @@ def export(name: str, exporter: str = "dynamo") -> str:
         if exporter == "dynamo":
             torch.onnx.export(model, (), partial, kwargs=inputs, input_names=list(inputs), dynamo=True,
                               external_data=True, verbose=False)
-        else:
-            torch.onnx.export(model, tuple(inputs.values()), partial, input_names=list(inputs), dynamo=False,
-                              opset_version=17)
+        else:  # the tracer passes inputs by position, which transformers 5's forward does not take: name them
+            names = list(inputs)
+
+            class Positional(torch.nn.Module):
+                def __init__(self) -> None:
+                    super().__init__()
+                    self.model = model
+
+                def forward(self, *args: torch.Tensor) -> Any:
+                    out = self.model(**dict(zip(names, args)))
+                    return out.to_tuple() if hasattr(out, "to_tuple") else out  # what the dynamo path returns
+
+            torch.onnx.export(Positional().eval(), tuple(inputs.values()), partial, input_names=names,
+                              dynamo=False, opset_version=17)
     _rename_with_data(partial, path)
     return path
 

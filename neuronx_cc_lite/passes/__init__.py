@@ -44,11 +44,12 @@ PIPELINE: list[Pass] = [
     Pass("expand-recurrent", expand_recurrent.run,
          "an LSTM, GRU or RNN over a static sequence length is a chain of matmuls and activations, one step each, "
          "which the fusion after it folds together"),
-    Pass("simplify-views", simplify_views.run,
-         "exporters spell one transpose as Reshape, Transpose, Reshape, and scale both operands of a MatMul: one "
-         "transpose lowers as a layout, one scale after the MatMul as part of its evacuation"),
     Pass("canonicalize", canonicalize.run,
          "older exporters spell LayerNorm and GELU as chains of small ops: one op each lowers far better"),
+    Pass("simplify-views", simplify_views.run,
+         "exporters spell one transpose as Reshape, Transpose, Reshape, and scale both operands of a MatMul: one "
+         "transpose lowers as a layout, one scale after the MatMul as part of its evacuation; after canonicalize, "
+         "whose GELU pattern holds its own 0.5"),
     Pass("fold-batchnorm", fold_batchnorm.run,
          "an inference BatchNormalization after a Conv or Gemm is a scaling of its weights and bias: no instruction"),
     Pass("fuse-epilogues", fuse_epilogues.run,
