@@ -188,6 +188,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
     if options.stop_after:
         sys.stdout.write(print_graph(prepare(args.model, options, _dump)))
         return 0
+    if args.output is None:
+        args.output = _default_output(args.model)
     _refuse_overwrite(args.output, args.model)
     b = _compile_cached(args, options, args.model)
     b.flags["model_type"] = args.model_type  # what neuronx-cc users state; the compiler does not use it yet
@@ -300,6 +302,24 @@ def _refuse_overwrite(output: str, *sources: str) -> None:
         if same:
             raise UsageError(f"the output {output} is the input {source}: writing it would destroy the input; "
                              "choose another output file")
+
+
+def _default_output(model: str) -> str:
+    """Where `compile` writes without -o: the model's name with .neff, in the working directory (neuronx-cc writes
+    file.neff; a name per model keeps two compiles apart). A file of that name that is not a bundle is the user's:
+    refused, as a usage error, rather than replaced."""
+    from isa import bundle as bundle_format
+
+    output = os.path.splitext(os.path.basename(model))[0] + ".neff"
+    if os.path.lexists(output):
+        try:
+            with open(output, "rb") as f:
+                ours = f.read(len(bundle_format.MAGIC)) == bundle_format.MAGIC
+        except OSError:
+            ours = False
+        if not ours:
+            raise UsageError(f"{output} exists and is not a bundle: give the output file with -o")
+    return output
 
 
 def _write_atomic(path: str, write: Callable[[Any], None]) -> None:
@@ -612,7 +632,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("compile", "compile an ONNX model to a bundle")
     p.add_argument("model", metavar="MODEL.onnx")
-    p.add_argument("-o", "--output", required=True, metavar="OUT.neff", help="bundle file to write")
+    p.add_argument("-o", "--output", metavar="OUT.neff",
+                   help="bundle file to write (default: MODEL.neff in the working directory, the model's name with "
+                        ".neff for .onnx; neuronx-cc writes file.neff)")
     _add_compile_options(p)
     p.set_defaults(run=cmd_compile)
 

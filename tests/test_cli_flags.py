@@ -58,7 +58,7 @@ def test_neuronx_cc_options_are_accepted_and_recorded(tmp):
     (["check", MODEL, "--framework", "PYTORCH"], "argument --framework: 'PYTORCH'"),
     (["compile", MODEL, "-o", "x.neff", "-O4"], "argument -O/--optlevel: invalid choice: 4"),
     (["compile", MODEL, "-o", "x.neff", "--model-type", "cnn"], "argument --model-type: invalid choice: 'cnn'"),
-    (["compile", MODEL], "the following arguments are required: -o/--output"),
+    (["asm", "x.s"], "the following arguments are required: -o/--output"),
     (["run", "m.neff", "--verbose", "loud"], "argument --verbose: invalid choice: 'loud'"),
 ])
 def test_refused_options_are_one_coded_usage_line(capsys, tmp, argv, expected):

@@ -100,3 +100,22 @@ def test_npz_inputs_are_checked_before_their_data_is_read(tmp, capsys):
         assert main(["run", neff, "--inputs", path]) == (2 if code == "NCC_USAGE: " else 1)
         err = capsys.readouterr().err
         assert code in err and says in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_compile_without_output_writes_the_models_name_here(tmp, capsys, monkeypatch):
+    """As neuronx-cc writes file.neff without --output: MODEL.neff in the working directory. A file of that name
+    that is not a bundle is the user's and is refused; a bundle there (an earlier compile's) is replaced."""
+    monkeypatch.chdir(tmp)
+    assert main(["-q", "compile", MODEL, "--no-cache"]) == 0
+    assert os.listdir(tmp) == ["mlp_odd.neff"]
+    assert bundle_format.read("mlp_odd.neff").target == "trn1"
+    assert main(["-q", "compile", MODEL, "--no-cache", "--target", "inf2"]) == 0  # replaces its own bundle
+    assert bundle_format.read("mlp_odd.neff").target == "inf2"
+    os.unlink("mlp_odd.neff")
+    with open("mlp_odd.neff", "w") as f:
+        f.write("my notes")
+    capsys.readouterr()
+    assert main(["compile", MODEL, "--no-cache"]) == 2
+    err = capsys.readouterr().err
+    assert "NCC_USAGE: mlp_odd.neff exists and is not a bundle: give the output file with -o" in err
+    assert _bytes("mlp_odd.neff") == b"my notes" and os.listdir(tmp) == ["mlp_odd.neff"]
