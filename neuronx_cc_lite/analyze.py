@@ -14,7 +14,7 @@ from collections import Counter
 from dataclasses import dataclass
 import onnx
 
-from neuronx_cc_lite.ir import Graph, Node
+from neuronx_cc_lite.ir import Graph, Node, model_node_of
 
 
 @dataclass(frozen=True)
@@ -76,16 +76,9 @@ def _body_ops(body: onnx.GraphProto) -> list[str]:
 
 
 def holder_of(name: str, holders: set[str]) -> str:
-    """The model node a node after the passes came from: its own name, or the longest "<holder>/..." prefix."""
-    prefix = name
-    while prefix:
-        if prefix in holders:
-            return prefix
-        cut = prefix.rfind("/")
-        if cut <= 0:
-            break
-        prefix = prefix[:cut]
-    return name  # a node no pass named after a model node: reported under its own name
+    """The model node a node after the passes came from (ir.model_node_of), or, for a node no pass named after
+    a model node, the node itself."""
+    return model_node_of(name, holders) or name
 
 
 def analyze(nodes: list[ModelNode], after_passes: Graph, reasons: list[tuple[Node, str]]) -> Report:

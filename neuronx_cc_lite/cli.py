@@ -15,6 +15,7 @@ from neuronx_cc_lite import neuronx_cc_flags, progress
 if TYPE_CHECKING:
     import numpy as np
 
+    from isa.bundle import TensorInfo
     from isa.target import Target
 
 EXAMPLES = """\
@@ -217,15 +218,17 @@ def cmd_compile(args: argparse.Namespace) -> int:
     return 0
 
 
-def _load_npz(path: str, expected: dict[str, tuple[int, ...]]) -> dict[str, np.ndarray]:
-    """The arrays of an .npz file, each one's header checked against the shape `expected` of it before its data
-    is read, so that a member declaring billions of elements costs nothing."""
+def _load_npz(path: str, expected: dict[str, TensorInfo]) -> dict[str, np.ndarray]:
+    """The arrays of an .npz file, each one's header checked against the shape and type `expected` of it before
+    its data is read, so that a member declaring billions of elements costs nothing."""
     import zipfile
 
     import numpy as np
 
     from runtime.errors import InputError
 
+    with open(path, "rb"):  # a missing or unreadable file is said to be so (NCC_IO), not to be no archive
+        pass
     if not zipfile.is_zipfile(path):
         hint = " (an .npy file holds one array: give it as --input NAME=FILE.npy)" if path.endswith(".npy") else ""
         raise UsageError(f"cannot read inputs from {path}: not an .npz archive{hint}")
@@ -239,14 +242,23 @@ def _load_npz(path: str, expected: dict[str, tuple[int, ...]]) -> dict[str, np.n
                     version = np.lib.format.read_magic(f)
                     header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
                               else np.lib.format.read_array_header_2_0)
-                    shape, _, _ = header(f)
-                if tuple(shape) != tuple(expected[name]):
-                    raise InputError(f"{path}: input {name!r}: shape {list(shape)}, expected "
-                                     f"{list(expected[name])}")
+                    shape, _, dtype = header(f)
+                _check_array(path, expected[name], tuple(shape), dtype)
         with np.load(path, allow_pickle=False) as data:
             return {k: data[k] for k in data.files}
     except (OSError, ValueError, zipfile.BadZipFile, EOFError) as e:
         raise UsageError(f"cannot read inputs from {path}: {e}") from None
+
+
+def _check_array(path: str, info: TensorInfo, shape: tuple[int, ...], dtype: np.dtype) -> None:
+    """An input read from `path` has the model's shape and type for it, or the error names the file."""
+    from runtime.errors import InputError
+
+    if shape != tuple(info.shape):
+        raise InputError(f"{path}: input {info.name!r}: shape {list(shape)}, expected {list(info.shape)}")
+    if dtype.name != info.dtype:
+        raise InputError(f"{path}: input {info.name!r}: dtype {dtype.name}, expected {info.dtype} (save it with "
+                         f".astype(np.{info.dtype}))")
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -261,12 +273,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     progress.status(f"loading {args.bundle}")
     model = runtime.load(args.bundle, host=_rank_host(args.bundle))
     first = model.host.process == 0  # under mpiexec, the first process writes and reports for the job
-    inputs = _load_npz(args.inputs, {i.name: i.shape for i in model.inputs}) if args.inputs else {}
+    inputs = _load_npz(args.inputs, {i.name: i for i in model.inputs}) if args.inputs else {}
+    by_name = {i.name: i for i in model.inputs}
     for name, path in args.input:
         try:
             inputs[name] = np.load(path, allow_pickle=False)
         except (OSError, ValueError) as e:
             raise UsageError(f"cannot read input {name} from {path}: {e}") from None
+        if name in by_name:  # an unknown name is the runtime's to name, with the inputs the model takes
+            _check_array(path, by_name[name], inputs[name].shape, inputs[name].dtype)
     if args.profile and args.policy != "clock":
         raise UsageError("--profile needs simulated time: use it with --policy clock")
     with progress.simulating(model):
@@ -313,7 +328,15 @@ def _rank_host(bundle_path: str) -> Any:
 
 
 def _refuse_overwrite(output: str, *sources: str) -> None:
-    """An output that names one of the command's own input files would destroy it: refuse before any work."""
+    """An output that names one of the command's own input files would destroy it: refuse before any work. An
+    output that is a folder, or whose folder does not exist, fails before any work too (NCC_IO), not after a long
+    compile."""
+    import errno
+
+    if not os.path.isdir(os.path.dirname(os.path.abspath(output))):
+        raise FileNotFoundError(errno.ENOENT, "No such file or directory (its folder does not exist)", output)
+    if os.path.isdir(output):
+        raise IsADirectoryError(errno.EISDIR, "Is a directory", output)
     for source in sources:
         same = os.path.realpath(output) == os.path.realpath(source)
         if not same and os.path.exists(output) and os.path.exists(source):
@@ -347,10 +370,17 @@ def _write_atomic(path: str, write: Callable[[Any], None]) -> None:
         with open(tmp, "wb") as f:
             write(f)
         os.replace(tmp, path)
+    except OSError as e:  # named by the file asked for: the temporary one is ours
+        _remove(tmp)
+        raise OSError(e.errno, e.strerror, path) from None
     except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        _remove(tmp)
         raise
+
+
+def _remove(path: str) -> None:
+    if os.path.exists(path):
+        os.unlink(path)
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
@@ -367,7 +397,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
     model = runtime.load(args.bundle)
     inputs = bundle_inputs(model.bundle, args.seed)
     if args.inputs:
-        inputs.update(_load_npz(args.inputs, {i.name: i.shape for i in model.inputs}))
+        inputs.update(_load_npz(args.inputs, {i.name: i for i in model.inputs}))
     with progress.simulating(model):
         model.run(inputs, trace=True)
     summary = summarize(model, top=args.top)
@@ -539,7 +569,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         model = runtime.load(path)
     inputs = bundle_inputs(b, args.seed)
     if args.inputs:
-        inputs.update(_load_npz(args.inputs, {i.name: i.shape for i in model.inputs}))
+        inputs.update(_load_npz(args.inputs, {i.name: i for i in model.inputs}))
     with progress.simulating(model):
         actual = model.run(inputs)
     expected = onnxruntime_outputs(proto, {**inputs, **input_value_arrays(proto, options.input_values)})

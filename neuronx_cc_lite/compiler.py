@@ -33,7 +33,7 @@ from neuronx_cc_lite.errors import CompileError, UnsupportedError
 from neuronx_cc_lite.flops import model_flops
 from neuronx_cc_lite.frontend import import_file, import_model
 from neuronx_cc_lite.input_ranges import input_ranges
-from neuronx_cc_lite.ir import Graph
+from neuronx_cc_lite.ir import Graph, model_node_of
 from neuronx_cc_lite.lower import lower_graph, unsupported_nodes
 from neuronx_cc_lite.lower.context import LowerCtx
 from neuronx_cc_lite.lower.program import HbmAccess, Program, TileAccess
@@ -134,7 +134,8 @@ def compile_graph(graph: Graph, options: Options) -> Bundle:
         inputs = [one.info(name) for name in graph.inputs]
         outputs = [one.info(name) for name in graph.outputs]
         with phase("package"):
-            return _logged(_bundle([one], inputs, outputs, [], options, target, cast, flops, ranges))
+            return _logged(_bundle([one], inputs, outputs, [], options, target, cast, flops, ranges,
+                                   graph.model_ops))
     with phase("partitioning"):
         start = time.perf_counter()
         ranks = partition(graph, options.tp, options.dp)
@@ -151,7 +152,8 @@ def compile_graph(graph: Graph, options: Options) -> Bundle:
     inputs = [_placed(name, graph, ranks, compiled, "inputs") for name in graph.inputs]
     outputs = [_placed(name, graph, ranks, compiled, "outputs") for name in graph.outputs]
     with phase("package"):
-        return _logged(_bundle(compiled, inputs, outputs, groups, options, target, cast, flops, ranges))
+        return _logged(_bundle(compiled, inputs, outputs, groups, options, target, cast, flops, ranges,
+                               graph.model_ops))
 
 
 @dataclass
@@ -286,6 +288,15 @@ def _placed(name: str, graph: Graph, ranks: list[RankGraph], compiled: list[Comp
     return TensorInfo(name, tuple(t.shape), np.dtype(t.dtype).name, device, tuple(pieces))
 
 
+def model_nodes(compiled: list[CompiledRank], model_ops: dict[str, str]) -> dict[str, list[str]]:
+    """The model node each instruction's node came from and its operator ([name, op]: a fused MatMulEpilogue's
+    Gemm, an expanded QuantizeLinear's pieces' QuantizeLinear), by the node's name: what the profile rolls engine
+    time up by (operator types, layers)."""
+    names = {n for c in compiled for stream in c.streams.values() for n in stream.nodes if n}
+    found = {name: model_node_of(name, model_ops) for name in sorted(names)}
+    return {name: [holder, model_ops[holder]] for name, holder in found.items() if holder is not None}
+
+
 def _logged(b: Bundle) -> Bundle:
     log.debug(f"package: {len(b.cores)} rank(s), {sum(len(s.instructions) for c in b.cores for s in c.values())} "
               f"instructions, {sum(len(w.data) for w in b.weights)} bytes of weights, {b.hbm_size} bytes of HBM "
@@ -295,12 +306,12 @@ def _logged(b: Bundle) -> Bundle:
 
 def _bundle(compiled: list[CompiledRank], inputs: list[TensorInfo], outputs: list[TensorInfo],
             groups: list[tuple[int, ...]], options: Options, target: Target, cast: DType | None, flops: int,
-            ranges: Any) -> Bundle:
+            ranges: Any, model_ops: dict[str, str]) -> Bundle:
     first = compiled[0]
     stats = {"model_flops": flops, "matmul_dtype": (cast or DType.fp32).name,
              "spill_bytes": first.on_chip.spill_bytes,
              "kept_on_chip": len(first.on_chip.kept), "through_hbm": len(first.on_chip.through_hbm),
-             "input_ranges": ranges}
+             "input_ranges": ranges, "model_nodes": model_nodes(compiled, model_ops)}
     if len(compiled) > 1:
         stats["rank_flops"] = [model_flops(c.graph) for c in compiled]
     return Bundle(
@@ -354,6 +365,14 @@ def compile_model(model: str | os.PathLike[str] | onnx.ModelProto, options: Opti
     _target(options.target)
     options.check()
     return compile_graph(prepare(model, options, dump), options)
+
+
+def check_options(**options: Any) -> None:
+    """Raise the CompileError (NCC_OPTION, NCC_TARGET) that compiling with these Options fields would raise, before
+    any work: for callers that compile later, or many times (the PyTorch front door)."""
+    checked = Options(**options)
+    _target(checked.target)
+    checked.check()
 
 
 def _target(name: str):  # type: ignore[no-untyped-def]
