@@ -20,11 +20,8 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass
 
-# One thread each, as the issue measures: the simulator's BLAS calls and onnxruntime's session alike. Set before numpy
-# loads OpenBLAS; on a shared 2-core machine the default two threads stall whenever another process is busy.
-for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ.setdefault(_var, "1")
-
+# No threading variables: the simulator sets BLAS to one thread itself (runtime/threads.py), as a user's run gets
+# it; onnxruntime's session is given one thread below.
 import numpy as np  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

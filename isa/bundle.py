@@ -319,7 +319,10 @@ def write(bundle: Bundle, path: str | os.PathLike[str]) -> None:
     of `to_bytes`."""
     _target_name(bundle)
     directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".neff-", dir=directory)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".neff-", dir=directory)
+    except OSError as e:  # named by the bundle asked for, not by the temporary name tried
+        raise OSError(e.errno, e.strerror, os.fspath(path)) from None
     try:
         os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes the file private; a bundle is made as any file is
         with os.fdopen(fd, "wb") as f:
@@ -328,9 +331,11 @@ def write(bundle: Bundle, path: str | os.PathLike[str]) -> None:
             f.seek(0)
             f.write(_header(bundle, window.end, window.sha256()))
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         if os.path.exists(tmp):
             os.unlink(tmp)
+        if isinstance(e, OSError) and e.filename in (None, tmp):  # a full disk, a directory of the bundle's name
+            raise OSError(e.errno, e.strerror, os.fspath(path)) from None
         raise
 
 

@@ -91,6 +91,11 @@ class Operand:
         return math.prod(self.free_shape)
 
     @property
+    def nbytes(self) -> int:
+        """The bytes of the elements it names, over all its partitions."""
+        return self.num_partitions * self.free_size * self.dtype.size
+
+    @property
     def partition_span(self) -> tuple[int, int]:
         """[first, last] byte this operand touches inside one partition row (SBUF/PSUM)."""
         last = self.offset + sum((size - 1) * stride for size, stride in self.dims) * self.dtype.size

@@ -8,14 +8,14 @@ import logging
 import os
 import sys
 import time
-from collections import Counter
 from typing import TYPE_CHECKING, Any, Callable
 
-import numpy as np
-
-from neuronx_cc_lite import progress
+from neuronx_cc_lite import neuronx_cc_flags, progress
 
 if TYPE_CHECKING:
+    import numpy as np
+
+    from isa.bundle import TensorInfo
     from isa.target import Target
 
 EXAMPLES = """\
@@ -35,7 +35,7 @@ Every failure prints one line, "neuronx-cc-lite: error: CODE: cause", and exits 
 """
 
 PROG = "neuronx-cc-lite"
-LOG_LEVELS = ("debug", "info", "warning", "error")
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 # Names neuronx-cc users type for a chip this tool models under another name: a trn1n is a trn1 (same NeuronCore-v2
 # chip; only the network between instances differs, which nothing here models).
 TARGET_ALIASES = {"trn1n": "trn1"}
@@ -101,7 +101,7 @@ def _value_arg(text: str) -> tuple[str, Any]:
 
 def _add_compile_options(p: argparse.ArgumentParser) -> None:
     from isa.target import TARGETS
-    from neuronx_cc_lite.passes import PASS_NAMES
+    from neuronx_cc_lite.passes import PASS_NAMES  # the names only: the passes load when they run
     from neuronx_cc_lite.precision import MODES, TYPES
 
     p.add_argument("--framework", type=_framework_arg, default="ONNX", metavar="ONNX",
@@ -111,7 +111,7 @@ def _add_compile_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("-O", "--optlevel", dest="optimize", type=int, choices=(1, 2, 3), default=2, metavar="{1,2,3}",
                    help="1: lowering order, the fastest compile; 2: list scheduling and keeping values on chip; "
                         "3: as 2 today")
-    p.add_argument("--model-type", choices=("generic", "transformer"), default="generic",
+    p.add_argument("--model-type", choices=neuronx_cc_flags.MODEL_TYPES, default="generic",
                    help="the kind of model, as neuronx-cc takes it: recorded in the bundle's flags, no effect yet")
     p.add_argument("--workdir", metavar="DIR",
                    help="directory for temporary files, created if missing (default: the system's temporary "
@@ -119,7 +119,8 @@ def _add_compile_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--auto-cast", choices=MODES, default="none",
                    help="compute in a narrower type: matmul operands only, or every tensor inside the model "
                         "(see neuronx_cc_lite/precision.py for the error each setting meets)")
-    p.add_argument("--auto-cast-type", choices=sorted(TYPES), default="bf16", help="the type auto-cast uses")
+    p.add_argument("--auto-cast-type", type=neuronx_cc_flags.auto_cast_type, choices=TYPES, default="bf16",
+                   help="the type auto-cast uses")
     p.add_argument("--input-shape", type=_shape_arg, action="append", default=[], metavar="NAME=D0,D1,...",
                    help="pin the shape of an input with dynamic dimensions (repeatable)")
     p.add_argument("--input-value", type=_value_arg, action="append", default=[], metavar="NAME=VALUE",
@@ -133,13 +134,14 @@ def _add_compile_options(p: argparse.ArgumentParser) -> None:
                         "then rows, attention by heads, embeddings by vocabulary), with the collectives between them")
     p.add_argument("--dp", type=int, default=1, metavar="N",
                    help="data parallelism: split the batch over N replicas of the --tp ranks")
-    p.add_argument("--lnc", type=int, choices=(1, 2), metavar="{1,2}",
+    p.add_argument("--lnc", "-lnc", "--logical-nc-config", type=int, choices=(1, 2), metavar="{1,2}",
                    help="logical NeuronCore size: physical cores per rank (trn2: 2 by default, 1 exposes each; "
                         "trn1 and inf2: 1)")
     p.add_argument("--cache-dir", metavar="DIR",
                    help="the compile cache: bundles of models compiled before with the same options and compiler "
                         "(default: $NEURONX_CC_LITE_CACHE, else ~/.cache/neuronx-cc-lite)")
     p.add_argument("--no-cache", action="store_true", help="compile without reading or writing the cache")
+    neuronx_cc_flags.add_to(p)
 
 
 def _options(args: argparse.Namespace) -> Any:
@@ -163,15 +165,28 @@ def _compile_cached(args: argparse.Namespace, options: Any, model: Any) -> Any:
     from neuronx_cc_lite.cache import cached, default_dir
     from neuronx_cc_lite.compiler import compile_graph, prepare
 
+    built = []
+
     def build() -> Any:
         with progress.timed() as seconds:
             b = compile_graph(prepare(model, options, _dump), options)
         for name, took in seconds.items():
             log.info(f"{name + ':':<14}{took:7.3f} s")
+        built.append(b)
+        if directory:
+            progress.status("storing the bundle in the compile cache")
         return b
 
     use = not (args.no_cache or options.dump_ir_after)
-    return cached(args.model, options.flags(), (args.cache_dir or default_dir()) if use else None, build)
+    directory = (args.cache_dir or default_dir()) if use else None
+    if directory:
+        progress.status("looking the model up in the compile cache")
+    start = time.perf_counter()
+    b = cached(args.model, options.flags(), directory, build)
+    if directory:
+        log.debug(f"compile cache {directory}: {'miss, compiled and stored' if built else 'hit'} in "
+                  f"{time.perf_counter() - start:.3f} s")
+    return b
 
 
 def _dump(name: str, text: str) -> None:
@@ -180,34 +195,40 @@ def _dump(name: str, text: str) -> None:
 
 def cmd_compile(args: argparse.Namespace) -> int:
     from isa import bundle as bundle_format
-    from neuronx_cc_lite.compiler import prepare
+    from neuronx_cc_lite.compiler import instruction_counts, prepare
     from neuronx_cc_lite.ir import print_graph
 
     options = _options(args)
-    start = time.perf_counter()
     if options.stop_after:
         sys.stdout.write(print_graph(prepare(args.model, options, _dump)))
         return 0
+    if args.output is None:
+        args.output = _default_output(args.model)
     _refuse_overwrite(args.output, args.model)
     b = _compile_cached(args, options, args.model)
     b.flags["model_type"] = args.model_type  # what neuronx-cc users state; the compiler does not use it yet
+    progress.status(f"writing {args.output}")
+    start = time.perf_counter()
     bundle_format.write(b, args.output)
-    counts = Counter()
-    for name, s in b.cores[0].items():
-        counts["DMA" if name.startswith("DMA") else name] += len(s.instructions)
-    summary = ", ".join(f"{k} {v}" for k, v in counts.items())
-    log.info(f"compiled {args.model} -> {args.output} for {b.target} in {time.perf_counter() - start:.2f} s: "
-             f"{sum(counts.values())} instructions ({summary}), {b.hbm_size} bytes of HBM")
+    progress.status("")
+    log.debug(f"wrote {args.output}: {os.path.getsize(args.output)} bytes in {time.perf_counter() - start:.3f} s")
+    total = sum(len(s.instructions) for s in b.cores[0].values())
+    log.info(f"compiled {args.model} -> {args.output} for {b.target} in {progress.since_start():.2f} s: "
+             f"{total} instructions ({instruction_counts(b.cores[0])}), {b.hbm_size} bytes of HBM")
     return 0
 
 
-def _load_npz(path: str, expected: dict[str, tuple[int, ...]]) -> dict[str, np.ndarray]:
-    """The arrays of an .npz file, each one's header checked against the shape `expected` of it before its data
-    is read, so that a member declaring billions of elements costs nothing."""
+def _load_npz(path: str, expected: dict[str, TensorInfo]) -> dict[str, np.ndarray]:
+    """The arrays of an .npz file, each one's header checked against the shape and type `expected` of it before
+    its data is read, so that a member declaring billions of elements costs nothing."""
     import zipfile
+
+    import numpy as np
 
     from runtime.errors import InputError
 
+    with open(path, "rb"):  # a missing or unreadable file is said to be so (NCC_IO), not to be no archive
+        pass
     if not zipfile.is_zipfile(path):
         hint = " (an .npy file holds one array: give it as --input NAME=FILE.npy)" if path.endswith(".npy") else ""
         raise UsageError(f"cannot read inputs from {path}: not an .npz archive{hint}")
@@ -221,31 +242,46 @@ def _load_npz(path: str, expected: dict[str, tuple[int, ...]]) -> dict[str, np.n
                     version = np.lib.format.read_magic(f)
                     header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
                               else np.lib.format.read_array_header_2_0)
-                    shape, _, _ = header(f)
-                if tuple(shape) != tuple(expected[name]):
-                    raise InputError(f"{path}: input {name!r}: shape {list(shape)}, expected "
-                                     f"{list(expected[name])}")
+                    shape, _, dtype = header(f)
+                _check_array(path, expected[name], tuple(shape), dtype)
         with np.load(path, allow_pickle=False) as data:
             return {k: data[k] for k in data.files}
     except (OSError, ValueError, zipfile.BadZipFile, EOFError) as e:
         raise UsageError(f"cannot read inputs from {path}: {e}") from None
 
 
+def _check_array(path: str, info: TensorInfo, shape: tuple[int, ...], dtype: np.dtype) -> None:
+    """An input read from `path` has the model's shape and type for it, or the error names the file."""
+    from runtime.errors import InputError
+
+    if shape != tuple(info.shape):
+        raise InputError(f"{path}: input {info.name!r}: shape {list(shape)}, expected {list(info.shape)}")
+    if dtype.name != info.dtype:
+        raise InputError(f"{path}: input {info.name!r}: dtype {dtype.name}, expected {info.dtype} (save it with "
+                         f".astype(np.{info.dtype}))")
+
+
 def cmd_run(args: argparse.Namespace) -> int:
+    import numpy as np
+
     import runtime
 
     sources = [args.bundle, *([args.inputs] if args.inputs else []), *(path for _, path in args.input)]
     for written in (args.outputs, args.profile):
         if written:
             _refuse_overwrite(written, *sources)
+    progress.status(f"loading {args.bundle}")
     model = runtime.load(args.bundle, host=_rank_host(args.bundle))
     first = model.host.process == 0  # under mpiexec, the first process writes and reports for the job
-    inputs = _load_npz(args.inputs, {i.name: i.shape for i in model.inputs}) if args.inputs else {}
+    inputs = _load_npz(args.inputs, {i.name: i for i in model.inputs}) if args.inputs else {}
+    by_name = {i.name: i for i in model.inputs}
     for name, path in args.input:
         try:
             inputs[name] = np.load(path, allow_pickle=False)
         except (OSError, ValueError) as e:
             raise UsageError(f"cannot read input {name} from {path}: {e}") from None
+        if name in by_name:  # an unknown name is the runtime's to name, with the inputs the model takes
+            _check_array(path, by_name[name], inputs[name].shape, inputs[name].dtype)
     if args.profile and args.policy != "clock":
         raise UsageError("--profile needs simulated time: use it with --policy clock")
     with progress.simulating(model):
@@ -296,7 +332,15 @@ def _rank_host(bundle_path: str) -> Any:
 
 
 def _refuse_overwrite(output: str, *sources: str) -> None:
-    """An output that names one of the command's own input files would destroy it: refuse before any work."""
+    """An output that names one of the command's own input files would destroy it: refuse before any work. An
+    output that is a folder, or whose folder does not exist, fails before any work too (NCC_IO), not after a long
+    compile."""
+    import errno
+
+    if not os.path.isdir(os.path.dirname(os.path.abspath(output))):
+        raise FileNotFoundError(errno.ENOENT, "No such file or directory (its folder does not exist)", output)
+    if os.path.isdir(output):
+        raise IsADirectoryError(errno.EISDIR, "Is a directory", output)
     for source in sources:
         same = os.path.realpath(output) == os.path.realpath(source)
         if not same and os.path.exists(output) and os.path.exists(source):
@@ -306,16 +350,41 @@ def _refuse_overwrite(output: str, *sources: str) -> None:
                              "choose another output file")
 
 
+def _default_output(model: str) -> str:
+    """Where `compile` writes without -o: the model's name with .neff, in the working directory (neuronx-cc writes
+    file.neff; a name per model keeps two compiles apart). A file of that name that is not a bundle is the user's:
+    refused, as a usage error, rather than replaced."""
+    from isa import bundle as bundle_format
+
+    output = os.path.splitext(os.path.basename(model))[0] + ".neff"
+    if os.path.lexists(output):
+        try:
+            with open(output, "rb") as f:
+                ours = f.read(len(bundle_format.MAGIC)) == bundle_format.MAGIC
+        except OSError:
+            ours = False
+        if not ours:
+            raise UsageError(f"{output} exists and is not a bundle: give the output file with -o")
+    return output
+
+
 def _write_atomic(path: str, write: Callable[[Any], None]) -> None:
     tmp = f"{path}.partial-{os.getpid()}"
     try:
         with open(tmp, "wb") as f:
             write(f)
         os.replace(tmp, path)
+    except OSError as e:  # named by the file asked for: the temporary one is ours
+        _remove(tmp)
+        raise OSError(e.errno, e.strerror, path) from None
     except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        _remove(tmp)
         raise
+
+
+def _remove(path: str) -> None:
+    if os.path.exists(path):
+        os.unlink(path)
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
@@ -328,10 +397,11 @@ def cmd_profile(args: argparse.Namespace) -> int:
     for written in (args.json, args.html):
         if written:
             _refuse_overwrite(written, args.bundle, *([args.inputs] if args.inputs else []))
+    progress.status(f"loading {args.bundle}")
     model = runtime.load(args.bundle)
     inputs = bundle_inputs(model.bundle, args.seed)
     if args.inputs:
-        inputs.update(_load_npz(args.inputs, {i.name: i.shape for i in model.inputs}))
+        inputs.update(_load_npz(args.inputs, {i.name: i for i in model.inputs}))
     with progress.simulating(model):
         model.run(inputs, trace=True)
     summary = summarize(model, top=args.top)
@@ -489,6 +559,8 @@ def cmd_info(args: argparse.Namespace) -> int:
 def cmd_check(args: argparse.Namespace) -> int:
     import tempfile
 
+    import numpy as np
+
     import runtime
     from isa import bundle as bundle_format
     from neuronx_cc_lite.frontend import input_value_arrays, load_model
@@ -504,7 +576,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         model = runtime.load(path)
     inputs = bundle_inputs(b, args.seed)
     if args.inputs:
-        inputs.update(_load_npz(args.inputs, {i.name: i.shape for i in model.inputs}))
+        inputs.update(_load_npz(args.inputs, {i.name: i for i in model.inputs}))
     with progress.simulating(model):
         actual = model.run(inputs)
     expected = onnxruntime_outputs(proto, {**inputs, **input_value_arrays(proto, options.input_values)})
@@ -536,26 +608,24 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:
-    from neuronx_cc_lite.compiler import prepare
+    from neuronx_cc_lite.analyze import analyze, model_nodes
+    from neuronx_cc_lite.frontend import import_file
     from neuronx_cc_lite.lower import LOWERINGS, why_unsupported
+    from neuronx_cc_lite.passes import run_pipeline
     from neuronx_cc_lite.passes.verify import not_static
 
-    graph = prepare(args.model, _options(args))
-    counts: Counter[str] = Counter(n.op for n in graph.nodes)
+    options = _options(args)
+    with progress.phase("import"):
+        imported = import_file(args.model, options.input_shapes, options.input_values)
+    nodes = model_nodes(imported)
+    with progress.phase("passes"):
+        graph = run_pipeline(imported)
     # An op the device has no lowering for is named as such; for the others a shape that is not static comes first,
     # as in compile (their declared checks read static shapes).
-    bad = [(n, (n.op in LOWERINGS and not_static(n, graph)) or why_unsupported(n, graph)) for n in graph.nodes]
-    bad = [(n, reason) for n, reason in bad if reason]
-    bad_ops = {n.op for n, _ in bad}
-    print(f"{'op':<28} {'count':>6}  supported")
-    for op, count in sorted(counts.items()):
-        print(f"{op:<28} {count:>6}  {'no' if op in bad_ops else 'yes'}")
-    total = sum(counts.values())
-    share = 100.0 * (total - len(bad)) / total if total else 100.0
-    print(f"{total - len(bad)} of {total} nodes supported ({share:.1f}%) after constant folding")
-    for n, reason in bad:
-        print(f"unsupported: {n.name} ({n.op}): {reason}")
-    return 0 if not bad else 1
+    reasons = [(n, (n.op in LOWERINGS and not_static(n, graph)) or why_unsupported(n, graph)) for n in graph.nodes]
+    report = analyze(nodes, graph, [(n, why) for n, why in reasons if why])
+    sys.stdout.write(report.text())
+    return 0 if not report.unsupported else 1
 
 
 def cmd_list_operators(args: argparse.Namespace) -> int:
@@ -598,8 +668,10 @@ def _add_logging_options(p: argparse.ArgumentParser, defaults: bool) -> None:
     p.add_argument("-q", "--quiet", action="store_true", **keep,
                    help="only warnings and errors on stderr, whatever --verbose says (it still sets --logfile's "
                         "level)")
-    p.add_argument("--verbose", choices=LOG_LEVELS, metavar="{" + ",".join(LOG_LEVELS) + "}", **keep,
-                   help="what to say on stderr and in --logfile: summary lines are info (default: info)")
+    p.add_argument("--verbose", type=neuronx_cc_flags.log_level, choices=LOG_LEVELS,
+                   metavar="{" + ",".join(LOG_LEVELS) + "}", **keep,
+                   help="what to say on stderr and in --logfile, in any case (WARN is warning): summary lines are "
+                        "info, debug adds every pass and stage (default: info)")
     p.add_argument("--logfile", metavar="FILE", **keep,
                    help="also append every message at the --verbose level, with its time, to this file")
 
@@ -623,7 +695,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("compile", "compile an ONNX model to a bundle")
     p.add_argument("model", metavar="MODEL.onnx")
-    p.add_argument("-o", "--output", required=True, metavar="OUT.neff", help="bundle file to write")
+    p.add_argument("-o", "--output", metavar="OUT.neff",
+                   help="bundle file to write (default: MODEL.neff in the working directory, the model's name with "
+                        ".neff for .onnx; neuronx-cc writes file.neff)")
     _add_compile_options(p)
     p.set_defaults(run=cmd_compile)
 
@@ -709,6 +783,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(run=cmd_bench_collective)
 
     p = command("list-operators", "list the supported ONNX operators")
+    p.add_argument("--framework", type=_framework_arg, default="ONNX", metavar="ONNX",
+                   help="the framework whose operators to list, as neuronx-cc takes it: ONNX is the only one")
     p.set_defaults(run=cmd_list_operators)
     return parser
 
@@ -774,12 +850,14 @@ def main(argv: list[str] | None = None) -> int:
     import signal
     import threading
 
+    progress.start_command(with_process=argv is None)  # the console script: the process is the command
     args = build_parser().parse_args(argv)
     try:
         handlers = _start_logging(args)
     except OSError as e:
         print(f"{PROG}: error: NCC_IO: cannot open --logfile {args.logfile}: {e.strerror or e}", file=sys.stderr)
         return 1
+    neuronx_cc_flags.say_notes(args)
     on_main_thread = threading.current_thread() is threading.main_thread()  # handlers can only be set there
     previous = signal.signal(signal.SIGTERM, _raise_terminated) if on_main_thread else None
     try:
@@ -793,6 +871,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     """The command's exit status; a failure is logged as one coded line."""
+    progress.status(f"{args.command}: loading")  # importing numpy, onnx and the compiler takes a second or two
     from isa.errors import IsaError
     from neuronx_cc_lite.errors import CompileError
     from runtime.errors import NeuronRuntimeError

@@ -7,7 +7,9 @@ with the tile program verified after each stage that changes it.
 
 from __future__ import annotations
 
+import logging
 import os
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -16,6 +18,7 @@ import onnx
 
 from isa.bundle import Bundle, HbmTensorInfo, Placement, Segment, Stream, TensorInfo
 from isa.dtypes import DType
+from isa.operand import stream_engine
 from isa.target import Target, get_target
 from neuronx_cc_lite import __version__
 from neuronx_cc_lite.codegen.allocate import allocate, layout_hbm
@@ -30,7 +33,7 @@ from neuronx_cc_lite.errors import CompileError, UnsupportedError
 from neuronx_cc_lite.flops import copy_bytes, model_flops
 from neuronx_cc_lite.frontend import import_file, import_model
 from neuronx_cc_lite.input_ranges import input_ranges
-from neuronx_cc_lite.ir import Graph
+from neuronx_cc_lite.ir import Graph, model_node_of
 from neuronx_cc_lite.lower import lower_graph, unsupported_nodes
 from neuronx_cc_lite.lower.context import LowerCtx
 from neuronx_cc_lite.lower.program import HbmAccess, Program, TileAccess
@@ -40,6 +43,8 @@ from neuronx_cc_lite.passes.verify import verify
 from neuronx_cc_lite.precision import MODES, TYPES
 from neuronx_cc_lite.progress import phase
 from neuronx_cc_lite.sizes import check_fits_hbm
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -107,6 +112,8 @@ def prepare(model: str | os.PathLike[str] | onnx.ModelProto, options: Options,
             graph = import_model(model, options.input_shapes, options.input_values)
         else:
             graph = import_file(model, options.input_shapes, options.input_values)
+    log.debug(f"import: {len(graph.nodes)} nodes, {len(graph.tensors)} tensors, {len(graph.inputs)} inputs, "
+              f"{len(graph.outputs)} outputs")
     with phase("passes"):
         return run_pipeline(graph, dump, options.dump_ir_after, options.stop_after)
 
@@ -119,7 +126,7 @@ def compile_graph(graph: Graph, options: Options) -> Bundle:
     if unsupported:
         raise UnsupportedError(unsupported)
     options.check()
-    cast = TYPES[options.auto_cast_type] if options.auto_cast != "none" else None
+    cast = DType[options.auto_cast_type] if options.auto_cast != "none" else None
     facts = {"model_flops": model_flops(graph), "copy_bytes": copy_bytes(graph)}  # for the roofline
     ranges = input_ranges(graph)
     if options.tp * options.dp == 1:
@@ -127,9 +134,13 @@ def compile_graph(graph: Graph, options: Options) -> Bundle:
         inputs = [one.info(name) for name in graph.inputs]
         outputs = [one.info(name) for name in graph.outputs]
         with phase("package"):
-            return _bundle([one], inputs, outputs, [], options, target, cast, facts, ranges)
+            return _logged(_bundle([one], inputs, outputs, [], options, target, cast, facts, ranges,
+                                   graph.model_ops))
     with phase("partitioning"):
+        start = time.perf_counter()
         ranks = partition(graph, options.tp, options.dp)
+        log.debug(f"stage partition: {time.perf_counter() - start:.3f} s, {len(ranks)} ranks of "
+                  f"{', '.join(str(len(r.graph.nodes)) for r in ranks)} nodes")
     done: dict[tuple[Any, ...], CompiledRank] = {}
     compiled = [compile_rank(r.graph, options, target, done) for r in ranks]
     share = target.hbm_bytes // target.ranks_per_chip(options.ranks_lnc(target))
@@ -141,7 +152,8 @@ def compile_graph(graph: Graph, options: Options) -> Bundle:
     inputs = [_placed(name, graph, ranks, compiled, "inputs") for name in graph.inputs]
     outputs = [_placed(name, graph, ranks, compiled, "outputs") for name in graph.outputs]
     with phase("package"):
-        return _bundle(compiled, inputs, outputs, groups, options, target, cast, facts, ranges)
+        return _logged(_bundle(compiled, inputs, outputs, groups, options, target, cast, facts, ranges,
+                               graph.model_ops))
 
 
 @dataclass
@@ -174,19 +186,24 @@ def compile_rank(graph: Graph, options: Options, target: Target,
     check_fits_hbm(graph, target)
     if options.optimize >= 2:
         # a quarter of the SBUF the homes may take: the scores, the probabilities and what lives beside them
+        start, nodes = time.perf_counter(), len(graph.nodes)
         graph = split_attention.run(graph, int(target.partitions * target.sbuf_partition_bytes * HOME_FRACTION / 4))
         verify(graph, "split-attention")
-    cast = TYPES[options.auto_cast_type] if options.auto_cast != "none" else None
+        log.debug(f"pass split-attention: {time.perf_counter() - start:.3f} s, {nodes} -> {len(graph.nodes)} nodes")
+    cast = DType[options.auto_cast_type] if options.auto_cast != "none" else None
     by_rows: frozenset[str] | None = frozenset() if options.optimize >= 2 else None
     with phase("lowering"):  # the tile program, kept on chip (which may lower again)
         while True:
+            start = time.perf_counter()
             program, ctx = lower_graph(graph, target, matmul_dtype=cast, by_rows=by_rows,
                                        internal_dtype=cast if options.auto_cast == "all" else None)
-            verify_program(program, "lowering")
+            start = stage_done("lowering", program, start)
             on_chip = Report()
             if options.optimize < 2:
                 break
             on_chip = keep_on_chip(program)
+            start = stage_done("keep-on-chip", program, start, f"{len(on_chip.kept)} tensors kept on chip, "
+                                                               f"{on_chip.spill_bytes} bytes spilled")
             # lay the stranded tensors out by rows, those the feature-major policy chose (each try adds one at
             # least, so this ends; a by-rows tensor with one element per row, a global pool's, looks stranded too)
             retry = frozenset(n for n in on_chip.stranded if n in graph.tensors and ctx.feature_major(n))
@@ -194,11 +211,10 @@ def compile_rank(graph: Graph, options: Options, target: Target,
                 break
             by_rows = by_rows | retry  # type: ignore[operator]
         if options.optimize >= 2:
-            verify_program(program, "keep-on-chip")
             broadcast_on_pe(program)
-            verify_program(program, "broadcast-on-pe")
+            start = stage_done("broadcast-on-pe", program, start)
             dedupe_loads(program)
-            verify_program(program, "dedupe-loads")
+            stage_done("dedupe-loads", program, start)
     key = shape_of(program) if done is not None else ()
     if done is not None and key in done:
         twin = done[key]
@@ -208,13 +224,40 @@ def compile_rank(graph: Graph, options: Options, target: Target,
     with phase("scheduling"):
         schedule_and_allocate(program, options.optimize)
     with phase("allocation"):  # of HBM
+        start = time.perf_counter()
         hbm_size = layout_hbm(program)
+        _log_stage("hbm-layout", start, f"{hbm_size} bytes of HBM, {len(program.hbm)} tensors")
     with phase("emit"):
+        start = time.perf_counter()
         streams = emit(program, hbm_size)
+        _log_stage("emit", start, f"{instruction_counts(streams)} instructions")
     compiled = CompiledRank(graph, streams, hbm_size, program, ctx, on_chip)
     if done is not None:
         done[key] = compiled
     return compiled
+
+
+def stage_done(name: str, program: Program, start: float, detail: str = "") -> float:
+    """After a stage that changes the tile program: verify it (a failure names the stage) and, at debug level, log
+    the stage's time and the program's size. Returns the time the next stage starts from."""
+    verify_program(program, name)
+    if log.isEnabledFor(logging.DEBUG):
+        sizes = f"{len(program.instrs)} instructions, {len(program.tiles)} tiles"
+        _log_stage(name, start, f"{sizes}, {detail}" if detail else sizes)
+    return time.perf_counter()
+
+
+def instruction_counts(streams: dict[str, Stream]) -> str:
+    """"PE 18, ACT 7, DMA 17": a core's instructions per engine, its DMA queues together."""
+    counts: dict[str, int] = {}
+    for name, s in streams.items():
+        engine = stream_engine(name).name
+        counts[engine] = counts.get(engine, 0) + len(s.instructions)
+    return ", ".join(f"{k} {v}" for k, v in counts.items())
+
+
+def _log_stage(name: str, start: float, sizes: str) -> None:
+    log.debug(f"stage {name}: {time.perf_counter() - start:.3f} s, {sizes}")
 
 
 def shape_of(program: Program) -> tuple[Any, ...]:
@@ -245,14 +288,30 @@ def _placed(name: str, graph: Graph, ranks: list[RankGraph], compiled: list[Comp
     return TensorInfo(name, tuple(t.shape), np.dtype(t.dtype).name, device, tuple(pieces))
 
 
+def model_nodes(compiled: list[CompiledRank], model_ops: dict[str, str]) -> dict[str, list[str]]:
+    """The model node each instruction's node came from and its operator ([name, op]: a fused MatMulEpilogue's
+    Gemm, an expanded QuantizeLinear's pieces' QuantizeLinear), by the node's name: what the profile rolls engine
+    time up by (operator types, layers)."""
+    names = {n for c in compiled for stream in c.streams.values() for n in stream.nodes if n}
+    found = {name: model_node_of(name, model_ops) for name in sorted(names)}
+    return {name: [holder, model_ops[holder]] for name, holder in found.items() if holder is not None}
+
+
+def _logged(b: Bundle) -> Bundle:
+    log.debug(f"package: {len(b.cores)} rank(s), {sum(len(s.instructions) for c in b.cores for s in c.values())} "
+              f"instructions, {sum(len(w.data) for w in b.weights)} bytes of weights, {b.hbm_size} bytes of HBM "
+              "per rank")
+    return b
+
+
 def _bundle(compiled: list[CompiledRank], inputs: list[TensorInfo], outputs: list[TensorInfo],
-            groups: list[tuple[int, ...]], options: Options, target: Target, cast: DType | None, facts: dict[str, int],
-            ranges: Any) -> Bundle:
+            groups: list[tuple[int, ...]], options: Options, target: Target, cast: DType | None,
+            facts: dict[str, int], ranges: Any, model_ops: dict[str, str]) -> Bundle:
     first = compiled[0]
     stats = {**facts, "matmul_dtype": (cast or DType.fp32).name,
              "spill_bytes": first.on_chip.spill_bytes,
              "kept_on_chip": len(first.on_chip.kept), "through_hbm": len(first.on_chip.through_hbm),
-             "input_ranges": ranges}
+             "input_ranges": ranges, "model_nodes": model_nodes(compiled, model_ops)}
     if len(compiled) > 1:
         stats["rank_flops"] = [model_flops(c.graph) for c in compiled]
     return Bundle(
@@ -276,14 +335,16 @@ def schedule_and_allocate(program: Program, optimize: int) -> None:
     """-O2: list scheduling, which places every tile as it goes; when it runs out of memory (every ready
     instruction waiting for room that nothing will free) the lowering order is used instead, as at -O1: it always
     fits, keeping only the tiles of one operator live at a time."""
+    start = time.perf_counter()
     split_transfers(program)
+    start = stage_done("split-transfers", program, start)
     lowered = list(program.instrs)
     engines = [p.engine for p in lowered]
     if optimize >= 2:
         try:
             preds = schedule(program)
             verify_order(lowered, program.instrs, preds, "schedule")
-            verify_program(program, "schedule")
+            stage_done("schedule", program, start)
             return
         except CompileError as e:
             if e.code not in ("NCC_SBUF_FULL", "NCC_PSUM_FULL"):
@@ -294,6 +355,8 @@ def schedule_and_allocate(program: Program, optimize: int) -> None:
     assign_queues_in_order(program)
     with phase("allocation"):  # -O2's scheduling places the tiles as it goes
         allocate(program)
+        _log_stage("allocate (lowering order)", start, f"{len(program.instrs)} instructions, "
+                                                       f"{len(program.tiles)} tiles")
 
 
 def compile_model(model: str | os.PathLike[str] | onnx.ModelProto, options: Options | None = None,
@@ -302,6 +365,14 @@ def compile_model(model: str | os.PathLike[str] | onnx.ModelProto, options: Opti
     _target(options.target)
     options.check()
     return compile_graph(prepare(model, options, dump), options)
+
+
+def check_options(**options: Any) -> None:
+    """Raise the CompileError (NCC_OPTION, NCC_TARGET) that compiling with these Options fields would raise, before
+    any work: for callers that compile later, or many times (the PyTorch front door)."""
+    checked = Options(**options)
+    _target(checked.target)
+    checked.check()
 
 
 def _target(name: str):  # type: ignore[no-untyped-def]

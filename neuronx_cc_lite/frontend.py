@@ -308,7 +308,8 @@ def import_model(model: onnx.ModelProto, input_shapes: Mapping[str, tuple[int, .
         for out in n.output:
             tensors.setdefault(out, Tensor(out, None, None))  # type: ignore[arg-type]
         nodes.append(Node(n.op_type, name, list(n.input), list(n.output), attrs, n.domain))
-    return Graph(g.name or "main", nodes, tensors, inputs, [o.name for o in g.output], opset)
+    return Graph(g.name or "main", nodes, tensors, inputs, [o.name for o in g.output], opset,
+                 {n.name: n.op for n in nodes})
 
 
 def _check_names(g: onnx.GraphProto) -> None:

@@ -8,7 +8,7 @@ Its text form (`print_graph`) is what `--dump-ir-after` shows:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 import onnx
@@ -49,6 +49,9 @@ class Graph:
     inputs: list[str]
     outputs: list[str]
     opset: int
+    # the model's own nodes, name -> op, as imported: the passes name every node they make after the model node it
+    # came from (model_node_of), so that what runs can be reported by the model's operators
+    model_ops: dict[str, str] = field(default_factory=dict)
 
     def opset_of(self, node: Node) -> int:
         return node.opset if node.opset is not None else self.opset
@@ -115,3 +118,18 @@ def print_graph(g: Graph) -> str:
         lines.append(f"{text:<100}# {node.name}")
     lines.append("  return " + ", ".join(f"%{o}" for o in g.outputs))
     return "\n".join(lines) + "\n"
+
+
+def model_node_of(name: str, model_nodes: Mapping[str, object] | set[str]) -> str | None:
+    """The model node a node after the passes came from: every pass names a node it makes after the node it
+    replaces, as that name or that name, "/" and more (expand-quantization's "q/Div1", an unrolled Loop's
+    "loop/iter2/..."), so it is the node's own name or its longest such prefix that is a model node's."""
+    prefix = name
+    while prefix:
+        if prefix in model_nodes:
+            return prefix
+        cut = prefix.rfind("/")
+        if cut <= 0:
+            return None
+        prefix = prefix[:cut]
+    return None

@@ -26,10 +26,10 @@ type's range (fp8_e4m3: 448; an attention mask scaled by -10000) gets NaN. Use b
 
 from __future__ import annotations
 
-from isa.dtypes import DType
-
 MODES = ("none", "matmult", "all")
-TYPES = {"bf16": DType.bf16, "fp16": DType.fp16, "fp8_e4m3": DType.fp8_e4m3, "fp8_e5m2": DType.fp8_e5m2}
+# The auto-cast types, named as isa.dtypes.DType names them (DType[name] is the type). Names only: the command line
+# builds its parser from them, and importing the types' module (ml_dtypes) would cost it a second.
+TYPES = ("bf16", "fp16", "fp8_e4m3", "fp8_e5m2")
 UNIT_ROUNDOFF = {"bf16": 2.0**-8, "fp16": 2.0**-11, "fp8_e4m3": 2.0**-4, "fp8_e5m2": 2.0**-3}
 
 # bound = factor * u: the factor covers 2u per dot product, the largest element of a tensor, and a few layers.

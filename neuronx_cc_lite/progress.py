@@ -3,20 +3,22 @@
 Progress is one status line on stderr, rewritten in place ("\\r") and erased when the work ends, only when stderr is
 a terminal: logs, pipes and tests see nothing. The work only sets the line's text, which costs a global lookup when
 nothing is shown; a background thread draws it, at most ten times a second (and not at all for work shorter than a
-tenth of a second). A simulation is polled rather than told, so the runtime needs no hook.
+tenth of a second). A simulation is polled rather than told, so the runtime needs no hook. Work that knows its
+total shows how far it is (42%) and, once it has run a second, the time left at the rate so far.
 
     with progress.shown(console_handler):                # the command line, around a command
         with progress.timed() as seconds:                # {phase: seconds} of the phases run inside
             with progress.phase("lowering"):             # the compiler, around a phase (summed over ranks)
                 for k, node in enumerate(nodes):
                     progress.step("lowering", k, len(nodes), node.name)
-        with progress.simulating(model):                 # "simulating 1200/5000 instructions"
+        with progress.simulating(model):                 # "simulating 1200/5000 instructions (24%, 3 s left)"
             model.run(inputs)
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import threading
 import time
@@ -24,6 +26,7 @@ from contextlib import contextmanager
 from typing import Any, Callable, Iterator, TextIO
 
 INTERVAL = 0.1  # seconds between redraws: ten a second at most
+ESTIMATE_AFTER = 1.0  # seconds of work before the time left is estimated: earlier rates say little
 
 
 class StatusLine:
@@ -92,6 +95,40 @@ class _Erasing:
 
 
 _line: StatusLine | None = None  # the line being shown, if any
+_command_start = time.perf_counter()  # when the command began (start_command)
+
+
+def start_command(with_process: bool) -> None:
+    """Start the command's clock: now, or, for a command that is the whole process (the console script), when the
+    process started, so that the time a command reports includes the interpreter's start and its imports."""
+    global _command_start
+    _command_start = time.perf_counter() - (_process_age() if with_process else 0.0)
+
+
+def since_start() -> float:
+    """Seconds since the command started (start_command)."""
+    return time.perf_counter() - _command_start
+
+
+def _process_age() -> float:
+    """Seconds since this process started, from /proc (Linux); 0 where that cannot be read."""
+    try:
+        with open("/proc/self/stat") as f:
+            started = int(f.read().rsplit(")", 1)[1].split()[19])  # field 22: start time, in clock ticks after boot
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+        return max(0.0, uptime - started / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+def fraction(done: int, total: int, elapsed: float) -> str:
+    """"1200/5000 (24%, 3 s left)": the time left at the rate so far, once there is a rate to go by."""
+    text = f"{done}/{total} ({100 * done // max(total, 1)}%"
+    if done and elapsed >= ESTIMATE_AFTER and done < total:
+        left = elapsed * (total - done) / done
+        text += f", {left:.0f} s left" if left < 60 else f", {int(left // 60)} min {int(left % 60):02d} s left"
+    return text + ")"
 
 
 class _Timing(threading.local):
@@ -127,12 +164,26 @@ def shown(handler: logging.StreamHandler[Any], enabled: bool = True, interval: f
         line.close()
 
 
+def status(text: str) -> None:
+    """Say what is being done, when nothing counts it (loading the compiler, looking up the cache)."""
+    line = _line
+    if line is not None:
+        line.text = text
+
+
+_step = ["", 0.0]  # the label step() counts and when its count began
+
+
 def step(label: str, done: int, total: int | None = None, detail: str = "") -> None:
-    """Say how far `label` has come: done of total, and what it works on now."""
+    """Say how far `label` has come: done of total (with the share and the time left), and what it works on now."""
     line = _line
     if line is None:
         return
-    line.text = f"{label} {done}{'' if total is None else f'/{total}'} {detail}".rstrip()
+    now = time.perf_counter()
+    if _step[0] != label or done == 0:
+        _step[:] = [label, now]
+    count = str(done) if total is None else fraction(done, total, now - _step[1])
+    line.text = f"{label} {count} {detail}".rstrip()
 
 
 @contextmanager
@@ -181,12 +232,16 @@ def simulating(model: Any) -> Iterator[None]:
         yield
         return
 
+    start = time.perf_counter()
+
     def poll() -> str:
         streams = model.simulator.streams
-        return f"simulating {sum(s.pc for s in streams)}/{sum(len(s.ops) for s in streams)} instructions"
+        done, total = sum(s.pc for s in streams), sum(len(s.ops) for s in streams)
+        return f"simulating {fraction(done, total, time.perf_counter() - start)} instructions"
 
     line.poll = poll
     try:
         yield
     finally:
         line.poll = None
+        line.text = ""  # not what was said before the simulation

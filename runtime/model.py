@@ -36,6 +36,7 @@ from runtime.races import Access, RaceChecker
 from runtime.ranks import InProcess, MpiRanks
 from runtime.semantics import HANDLERS, convert, snapshot, write_to
 from runtime.simulator import Op, RunStats, Simulator, StreamState
+from runtime.threads import one_blas_thread
 
 ALGORITHMS = ("auto", "ring", "rdh", "hierarchical", "mesh")
 
@@ -191,7 +192,7 @@ class Model:
         if check_races and self.host.processes > 1:
             raise InputError("--check-races runs every rank in one process: run without mpiexec")
         checker = self._race_checker() if check_races else None
-        with np.errstate(all="ignore"):
+        with np.errstate(all="ignore"), one_blas_thread():
             try:
                 self.last_run = self.simulator.run(policy, seed, trace, checker)
             except NeuronRuntimeError as e:

@@ -5,11 +5,15 @@ and the SVG charts are inline).
 
 The page holds
 - the summary of runtime/profile.py (summarize, summary_text): figures, engine shares, DMA, top ONNX nodes;
+- engine time rolled up by the model's operator type and by layer (rollups(), from the bundle's stats.model_nodes:
+  the model node and operator each instruction's node came from);
 - an engine timeline per core: a row per engine and DMA queue (PE, ACT, DVE, POOL, SP, DMA0.., CC), a box per
   instruction coloured by engine or by ONNX node, drawn on a canvas by the inline script from packed arrays
-  (base64 typed arrays, about 24 bytes an instruction), so 100k instructions stay a few MB and draw fast; beyond
-  MAX_BOXES the boxes of a row that start in one slice of time merge (see _merge);
-- SBUF and PSUM occupancy over time per core, as inline SVG (see occupancy()).
+  (base64 typed arrays, about 32 bytes an instruction), so 100k instructions stay a few MB and draw fast; beyond
+  MAX_BOXES the boxes of a row that start in one slice of time merge (see _merge); a DMA's or collective's box
+  tells the bytes it moved and at what rate;
+- SBUF and PSUM occupancy over time per core (see occupancy()), drawn by the same script on the timeline's time
+  axis: the charts line up with it under the rows' labels, and zoom and pan with it.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import numpy as np
 
 from isa.bundle import Bundle
 from isa.instructions import Instruction
-from isa.operand import Mem, stream_names
+from isa.operand import Engine, Mem, stream_engine, stream_names
 from isa.target import Target, get_target
 from runtime.profile import Summary, summary_text
 from runtime.simulator import RunStats, TraceEvent
@@ -34,6 +38,7 @@ MAX_BOXES = 150_000  # instructions drawn one box each (about 3.6 MB of page); a
 GRANULES = 512  # occupancy tracks a partition row in this many pieces (finer than a chart can show)
 CHART_POINTS = 800  # occupancy samples per chart (each the highest value in its slice of time)
 ENGINE_ROWS = ("PE", "ACT", "DVE", "POOL", "SP")  # always shown, busy or not
+ROLLUP_ROWS = 12  # rows of each roll-up table
 
 
 # ---- the instructions ---------------------------------------------------------------------------------------------
@@ -54,6 +59,7 @@ class _Program:
     mnemonics: list[str]
     access_first: np.ndarray  # instruction k's accesses are [access_first[k], access_first[k + 1])
     access: dict[str, np.ndarray]  # per access: mem, lo, hi (its first and last byte in a row), writes
+    moved: np.ndarray  # per instruction: the bytes a DMA or a collective writes (0 for the compute engines)
 
     @staticmethod
     def of(bundle: Bundle, dma_queues: int) -> _Program:
@@ -67,11 +73,13 @@ class _Program:
         mnemonics: dict[str, int] = {}
         counts: list[int] = []
         access: list[tuple[int, int, int, bool]] = []
+        moved: list[int] = []
         for core, streams in enumerate(bundle.cores):
             names = set(ENGINE_ROWS) | {n for n, s in streams.items() if s.instructions}
             for name in sorted(names, key=order.__getitem__):
                 first[core, name] = len(row)
                 s = streams.get(name)
+                transfers = stream_engine(name) in (Engine.DMA, Engine.CC)
                 for instr, source in zip(s.instructions, s.nodes) if s else ():
                     row.append(len(keys))
                     node.append(nodes.setdefault(source or "(none)", len(nodes)))
@@ -79,12 +87,15 @@ class _Program:
                     accesses = _accesses(instr)
                     counts.append(len(accesses))
                     access += accesses
+                    moved.append(sum(o.nbytes for o in instr.writes()) if transfers else 0)
                 keys.append((core, name))
         columns = list(zip(*access)) or [(), (), (), ()]
         return _Program(len(bundle.cores), keys, first, np.array(row, np.int64), np.array(node, np.int64),
-                        np.array(mnem, np.int64), list(nodes), list(mnemonics), np.concatenate(([0], np.cumsum(counts, dtype=np.int64))),
+                        np.array(mnem, np.int64), list(nodes), list(mnemonics),
+                        np.concatenate(([0], np.cumsum(counts, dtype=np.int64))),
                         {k: np.array(c, dtype) for k, c, dtype in
-                         zip(("mem", "lo", "hi", "writes"), columns, (np.int64, np.int64, np.int64, bool))})
+                         zip(("mem", "lo", "hi", "writes"), columns, (np.int64, np.int64, np.int64, bool))},
+                        np.array(moved, np.float64))
 
     @property
     def rows(self) -> list[str]:
@@ -111,31 +122,33 @@ def _accesses(instr: Instruction) -> list[tuple[int, int, int, bool]]:
 
 def timeline(program: _Program, trace: list[TraceEvent]) -> dict[str, Any]:
     """The boxes of the timeline as the page's script reads them: row names, node and mnemonic tables, and per box
-    (sorted by row, then start) its row, start and end (ns), instruction index, node and mnemonic, packed as
-    little-endian typed arrays in base64. When boxes were merged, count gives the instructions of each."""
+    (sorted by row, then start) its row, start and end (ns), instruction index, node, mnemonic and bytes moved,
+    packed as little-endian typed arrays in base64. When boxes were merged, count gives the instructions of each
+    (and bytes their sum)."""
     which, start, end = program.events(trace)
     row = program.row[which]
     by = np.lexsort((start, row))
     which, row, start, end = which[by], row[by], start[by], end[by]
     index = which - np.array([program.first[k] for k in program.keys], np.int64)[row]
-    node, mnem = program.node[which], program.mnem[which]
+    node, mnem, moved = program.node[which], program.mnem[which], program.moved[which]
     nodes, mnemonics = list(program.nodes), list(program.mnemonics)
     data: dict[str, Any] = {"rows": program.rows, "nodes": nodes, "mnemonics": mnemonics,
                             "instructions": len(trace)}
     if len(trace) > MAX_BOXES:
         nodes.append("(several)")
         mnemonics.append("(several)")
-        row, index, node, mnem, start, end, count = _merge(row, index, node, mnem, start, end, len(nodes) - 1,
-                                                           len(mnemonics) - 1)
+        row, index, node, mnem, start, end, count, moved = _merge(row, index, node, mnem, start, end, moved,
+                                                                  len(nodes) - 1, len(mnemonics) - 1)
         data["count"] = _pack(count, np.uint32)  # absent: one instruction a box
     wide = data["node32"] = len(nodes) > np.iinfo(np.uint16).max
     return {**data, "boxes": int(len(row)), "row": _pack(row, np.uint16), "start": _pack(start, np.float32),
             "end": _pack(end, np.float32), "index": _pack(index, np.uint32),
-            "node": _pack(node, np.uint32 if wide else np.uint16), "mnem": _pack(mnem, np.uint16)}
+            "node": _pack(node, np.uint32 if wide else np.uint16), "mnem": _pack(mnem, np.uint16),
+            "bytes": _pack(moved, np.float64)}
 
 
 def _merge(row: np.ndarray, index: np.ndarray, node: np.ndarray, mnem: np.ndarray, start: np.ndarray,
-           end: np.ndarray, several_nodes: int, several_mnemonics: int) -> tuple[np.ndarray, ...]:
+           end: np.ndarray, moved: np.ndarray, several_nodes: int, several_mnemonics: int) -> tuple[np.ndarray, ...]:
     """At most MAX_BOXES boxes (rows permitting). Time is cut into slices, from a 100000th of the run, doubled
     until few enough boxes remain; consecutive boxes of a row that start in one slice join: first only boxes of the
     same node and mnemonic, then any (a box of several nodes or mnemonics says so: several_*). A joined box spans
@@ -162,11 +175,60 @@ def _merge(row: np.ndarray, index: np.ndarray, node: np.ndarray, mnem: np.ndarra
         return np.where(same, values[heads], several)
 
     return (row[heads], index[heads], one(node, several_nodes), one(mnem, several_mnemonics), start[heads],
-            end[tails], np.diff(np.append(heads, len(row))))
+            end[tails], np.diff(np.append(heads, len(row))), np.add.reduceat(moved, heads))
 
 
 def _pack(values: np.ndarray, dtype: type) -> str:
     return base64.b64encode(values.astype(dtype).astype(np.dtype(dtype).newbyteorder("<")).tobytes()).decode()
+
+
+# ---- engine time by operator type and by layer ----------------------------------------------------------------
+
+
+@dataclass
+class Rollup:
+    name: str  # the operator type, or the layer
+    nodes: int  # ONNX nodes in it
+    busy_us: float  # engine time of their instructions
+    share: float  # of all engine time
+
+
+def rollups(bundle: Bundle, program: _Program, trace: list[TraceEvent]) -> dict[str, list[Rollup]]:
+    """Engine time (every engine's and queue's busy time, as the top-nodes table counts it) summed by the operator
+    type of the model node each instruction came from (the bundle's stats.model_nodes; without an entry, a
+    hand-written bundle's: "(unknown)") and by that node's layer (layer_of), the largest first."""
+    which, start, end = program.events(trace)
+    busy = np.bincount(program.node[which], weights=end - start, minlength=len(program.nodes))
+    sources = bundle.stats.get("model_nodes", {})
+    total = float(busy.sum()) or 1.0
+    tables = {}
+    def operator(node: str) -> str:
+        return sources[node][1] if node in sources else "(no ONNX node)" if node == "(none)" else "(unknown)"
+
+    def layer(node: str) -> str:
+        return layer_of(sources[node][0] if node in sources else node)
+
+    for kind, key in (("operator", operator), ("layer", layer)):
+        groups: dict[str, list[float]] = {}
+        for name, t in zip(program.nodes, busy):
+            if t > 0:
+                entry = groups.setdefault(key(name), [0, 0.0])
+                entry[0] += 1
+                entry[1] += float(t)
+        tables[kind] = sorted((Rollup(g, int(n), t / 1000, t / total) for g, (n, t) in groups.items()),
+                              key=lambda r: -r.busy_us)
+    return tables
+
+
+def layer_of(node: str) -> str:
+    """The layer an ONNX node belongs to, from the scope path exporters name nodes by ("/encoder/layer.3/attention/
+    self/query/MatMul"): the path up to its first numbered part, a layer of a stack or a stage ("/encoder/layer.3",
+    "/layer1"), else its first part ("/embeddings"); a name without a path is "(top level)"."""
+    parts = [p for p in node.split("/") if p][:-1]  # the last part names the node itself
+    for k, part in enumerate(parts):
+        if any(c.isdigit() for c in part):
+            return "/" + "/".join(parts[:k + 1])
+    return "/" + parts[0] if parts else "(top level)"
 
 
 # ---- SBUF and PSUM over time --------------------------------------------------------------------------------------
@@ -299,6 +361,8 @@ def render_html(bundle: Bundle, stats: RunStats, summary: Summary, title: str = 
     data = timeline(program, stats.trace)
     data["elapsed"] = stats.elapsed_ns
     charts = occupancy(program, target, stats.trace, stats.elapsed_ns)
+    data["charts"] = [_chart_data(c) for c in charts]
+    tables = rollups(bundle, program, stats.trace)
     heading = f"{title or 'profile'}: {target.name}, {len(bundle.cores)} core(s), {stats.instructions} instructions"
     payload = json.dumps(data, separators=(",", ":")).replace("</", "<\\/")  # cannot end the script element
     return "\n".join([
@@ -313,10 +377,12 @@ def render_html(bundle: Bundle, stats: RunStats, summary: Summary, title: str = 
         '<div id="legend"></div><div id="timeline-box"><canvas id="timeline"></canvas>'
         '<div id="tip"></div></div>',
         "<h2>SBUF and PSUM in use per partition</h2>",
-        '<p class="hint">Filled: bytes live (from the start of the instruction writing them to the end of their '
-        "last reader); line: the highest byte touched so far. Each point is the highest value in its slice of "
-        "time.</p>",
-        *(_chart(c, stats.elapsed_ns) for c in charts),
+        '<p class="hint">On the timeline\'s time axis (they zoom and pan with it). Filled: bytes live (from the start '
+        "of the instruction writing them to the end of their last reader); line: the highest byte touched so far. "
+        "Each point is the highest value in its slice of time.</p>",
+        *(_chart(c) for c in charts),
+        "<h2>Engine time by operator type</h2>", _rollup(tables["operator"], "operator type (the model's)"),
+        "<h2>Engine time by layer</h2>", _rollup(tables["layer"], "layer"),
         "<h2>Top ONNX nodes</h2>", _top_nodes(summary),
         "<h2>Summary</h2>", f"<pre>{html.escape(summary_text(summary))}</pre>",
         f'<script type="application/json" id="timeline-data">{payload}</script>',
@@ -335,8 +401,9 @@ def _figures(s: Summary) -> str:
     out += [f'<div class="card"><div class="k">{k}</div><div class="v">{html.escape(v)}</div>'
             f'<div class="d">{html.escape(d)}</div></div>' for k, v, d in cards]
     out.append('</div><table class="shares"><tr><th>engine</th><th>active share of the run</th></tr>')
+    engines = {**dict.fromkeys(ENGINE_ROWS, 0.0), **s.engines}  # in the engines' order, an idle one named too
     out += [f'<tr><td>{html.escape(k)}</td><td><div class="bar engine-{html.escape(k)}" style="width:{v * 80:.1f}%">'
-            f"</div>{v:.0%}</td></tr>" for k, v in s.engines.items()]
+            f"</div>{v:.0%}{' (idle)' if not v else ''}</td></tr>" for k, v in engines.items()]
     out.append("</table>")
     return "\n".join(out)
 
@@ -349,39 +416,45 @@ def _top_nodes(s: Summary) -> str:
             + "".join(rows) + "</table>")
 
 
-def _chart(c: Occupancy, elapsed_ns: float) -> str:
-    """An inline SVG: live bytes as a filled step curve, the high-water mark as a line, up to the capacity (or, for
-    a program that uses under half of it, up to a round figure above its high-water mark, so that it shows)."""
-    w, h, left, bottom = 900.0, 120.0, 60.0, 18.0
-    plot_w, plot_h = w - left - 10, h - bottom - 8
-    span = max(elapsed_ns, 1.0)
-    top = c.capacity
+def _rollup(rows: list[Rollup], what: str) -> str:
+    most = max((r.share for r in rows), default=1.0) or 1.0
+    shown, rest = rows[:ROLLUP_ROWS], rows[ROLLUP_ROWS:]
+    cells = [f'<tr><td>{html.escape(r.name)}</td><td class="n">{r.nodes}</td><td class="n">{r.busy_us:.2f}</td>'
+             f'<td><div class="bar" style="width:{r.share / most * 80:.1f}%"></div>{r.share:.1%}</td></tr>'
+             for r in shown]
+    if rest:
+        cells.append(f'<tr><td>{len(rest)} more</td><td class="n">{sum(r.nodes for r in rest)}</td>'
+                     f'<td class="n">{sum(r.busy_us for r in rest):.2f}</td><td>{sum(r.share for r in rest):.1%}'
+                     "</td></tr>")
+    return (f'<table class="rollup"><tr><th>{html.escape(what)}</th><th>nodes</th><th>engine time (us)</th>'
+            f"<th>share of engine time</th></tr>{''.join(cells)}</table>")
+
+
+def _chart_top(c: Occupancy) -> int:
+    """The chart's top: the capacity, or, for a program that uses under half of it, a round figure above its
+    high-water mark, so that it shows."""
     if 2 * c.peak_high_water < c.capacity:
-        top = min(c.capacity, 2 ** math.ceil(math.log2(max(c.peak_high_water, 1024) * 1.2)))
+        return min(c.capacity, 2 ** math.ceil(math.log2(max(c.peak_high_water, 1024) * 1.2)))
+    return c.capacity
 
-    def x(t: float) -> float:
-        return left + t / span * plot_w
 
-    def y(v: int) -> float:
-        return 8 + plot_h * (1 - v / top)
+def _caption(c: Occupancy) -> str:
+    return (f"core {c.core} {c.mem}: at most {c.peak_live / 1024:.1f} KiB live, highest byte touched "
+            f"{c.peak_high_water / 1024:.1f} KiB, of {c.capacity // 1024} KiB per partition")
 
-    ends = [*c.times[1:], span]
-    area = [f"M{x(0):.1f},{y(0):.1f}"]
-    line = []
-    for t0, t1, live, hw in zip(c.times, ends, c.live, c.high_water):
-        area.append(f"L{x(t0):.1f},{y(live):.1f}L{x(t1):.1f},{y(live):.1f}")
-        line.append(f"{'M' if not line else 'L'}{x(t0):.1f},{y(hw):.1f}L{x(t1):.1f},{y(hw):.1f}")
-    area.append(f"L{x(span):.1f},{y(0):.1f}Z")
-    ticks = "".join(f'<text x="{left - 4}" y="{y(v) + 4:.1f}" text-anchor="end">{v / 1024:g} KiB</text>'
-                    f'<line x1="{left}" x2="{w - 10}" y1="{y(v):.1f}" y2="{y(v):.1f}" class="grid"/>'
-                    for v in (0, top // 2, top))
-    times = "".join(f'<text x="{x(t):.1f}" y="{h - 4}" text-anchor="{anchor}">{t / 1000:.1f} us</text>'
-                    for t, anchor in ((0.0, "start"), (span / 2, "middle"), (span, "end")))
-    caption = (f"core {c.core} {c.mem}: at most {c.peak_live / 1024:.1f} KiB live, highest byte touched "
-               f"{c.peak_high_water / 1024:.1f} KiB, of {c.capacity // 1024} KiB per partition")
+
+def _chart_data(c: Occupancy) -> dict[str, Any]:
+    """What the script draws of a chart: its samples (from times[k] to the next), top and caption."""
+    return {"core": c.core, "mem": c.mem, "top": _chart_top(c), "times": [round(t, 3) for t in c.times],
+            "live": c.live, "hw": c.high_water}
+
+
+def _chart(c: Occupancy) -> str:
+    """A chart's place: the script draws it on the timeline's time axis (live bytes as a filled step curve, the
+    high-water mark as a line), in the order of the payload's charts."""
+    caption = html.escape(_caption(c))
     return (f'<figure class="occupancy" data-mem="{c.mem}" data-core="{c.core}"><figcaption>{caption}</figcaption>'
-            f'<svg viewBox="0 0 {w:.0f} {h:.0f}" role="img" aria-label="{caption}">{ticks}{times}'
-            f'<path class="live" d="{"".join(area)}"/><path class="hw" d="{"".join(line)}"/></svg></figure>')
+            f'<canvas class="chart" role="img" aria-label="{caption}"></canvas></figure>')
 
 
 _CSS = """
@@ -403,9 +476,9 @@ table.shares td:nth-child(2),table.nodes td:nth-child(3){width:360px}
 #timeline-box{position:relative}#timeline{width:100%;display:block;border:1px solid #ddd;cursor:crosshair}
 #tip{position:absolute;display:none;pointer-events:none;background:#fff;border:1px solid #999;padding:4px 6px;
 font:12px monospace;white-space:pre;box-shadow:2px 2px 4px rgba(0,0,0,.2)}
-figure{margin:8px 0}figcaption{font-size:12px;color:#444}svg{width:100%;max-width:900px;font-size:10px}
-svg .live{fill:#4e79a7;fill-opacity:.45;stroke:#4e79a7;stroke-width:.6}svg .hw{fill:none;stroke:#e15759;stroke-width:1}
-svg .grid{stroke:#ddd}pre{font-size:12px;background:#f7f7f7;padding:8px;overflow-x:auto}
+figure{margin:8px 0}figcaption{font-size:12px;color:#444}
+canvas.chart{width:100%;height:110px;display:block;border:1px solid #ddd}
+table.rollup td:nth-child(4){width:360px}pre{font-size:12px;background:#f7f7f7;padding:8px;overflow-x:auto}
 """
 
 _SCRIPT = r"""
@@ -419,7 +492,8 @@ _SCRIPT = r"""
   }
   const row = unpack(D.row, Uint16Array), st = unpack(D.start, Float32Array), en = unpack(D.end, Float32Array),
     idx = unpack(D.index, Uint32Array), nd = unpack(D.node, D.node32 ? Uint32Array : Uint16Array),
-    mn = unpack(D.mnem, Uint16Array), cnt = D.count ? unpack(D.count, Uint32Array) : null;
+    mn = unpack(D.mnem, Uint16Array), cnt = D.count ? unpack(D.count, Uint32Array) : null,
+    moved = unpack(D.bytes, Float64Array);
   const nrows = D.rows.length, first = new Int32Array(nrows + 1);  // boxes come sorted by row, then start
   for (let i = 0; i < row.length; i++) first[row[i] + 1]++;
   for (let r = 0; r < nrows; r++) first[r + 1] += first[r];
@@ -433,7 +507,7 @@ _SCRIPT = r"""
   const select = document.getElementById("colour"), legend = document.getElementById("legend");
   const ctx = canvas.getContext("2d");
   ctx.font = "11px system-ui, sans-serif";
-  const LABEL = 12 + Math.max(60, ...D.rows.map(r => ctx.measureText("core " + r).width));
+  const LABEL = 12 + Math.max(60, ...D.rows.map(r => ctx.measureText("core " + r + " (idle)").width));
   let t0 = 0, t1 = Math.max(D.elapsed, 1), drag = null;
   function width() { return canvas.clientWidth || 900; }
   function scale() { return (width() - LABEL) / (t1 - t0); }
@@ -468,7 +542,8 @@ _SCRIPT = r"""
       if (r > 0 && rowCore[r] !== rowCore[r - 1]) {
         ctx.strokeStyle = "#888"; ctx.beginPath(); ctx.moveTo(0, y); ctx.lineTo(w, y); ctx.stroke();
       }
-      ctx.fillStyle = "#222"; ctx.fillText("core " + D.rows[r], 4, y + ROW / 2);
+      ctx.fillStyle = first[r + 1] > first[r] ? "#222" : "#999";  // an idle engine keeps its named row
+      ctx.fillText("core " + D.rows[r] + (first[r + 1] > first[r] ? "" : " (idle)"), 4, y + ROW / 2);
       ctx.save(); ctx.beginPath(); ctx.rect(LABEL, y, w - LABEL, ROW); ctx.clip();
       let lastPx = -1;
       for (let i = firstEndingAfter(r, t0); i < first[r + 1] && st[i] <= t1; i++) {
@@ -485,8 +560,41 @@ _SCRIPT = r"""
       }
       ctx.restore();
     }
-    canvas.dataset.drawn = String(drawn);
+    canvas.dataset.drawn = String(drawn); canvas.dataset.left = String(LABEL); canvas.dataset.scale = String(k);
+    drawCharts(w, k);
     document.body.dataset.timeline = "drawn";
+  }
+  // SBUF and PSUM charts: the timeline's label column and time axis, so that a time sits at the same x in all
+  const charts = Array.from(document.querySelectorAll("canvas.chart"));
+  function drawCharts(w, k) {
+    charts.forEach((cv, n) => {
+      const C = D.charts[n], dpr = window.devicePixelRatio || 1, h = cv.clientHeight || 110, PAD = 6;
+      cv.width = Math.round(w * dpr); cv.height = Math.round(h * dpr);
+      const g = cv.getContext("2d");
+      g.setTransform(dpr, 0, 0, dpr, 0, 0); g.clearRect(0, 0, w, h);
+      g.font = "11px system-ui, sans-serif"; g.textBaseline = "middle";
+      const y = v => PAD + (h - 2 * PAD) * (1 - v / C.top), x = t => LABEL + (t - t0) * k;
+      g.strokeStyle = "#ddd"; g.fillStyle = "#555";
+      for (const v of [0, C.top / 2, C.top]) {
+        g.beginPath(); g.moveTo(LABEL, y(v)); g.lineTo(w, y(v)); g.stroke();
+        g.fillText((v / 1024) + " KiB", 4, Math.min(Math.max(y(v), 8), h - 8));
+      }
+      g.save(); g.beginPath(); g.rect(LABEL, 0, w - LABEL, h); g.clip();
+      const end = i => i + 1 < C.times.length ? C.times[i + 1] : D.elapsed;
+      g.beginPath(); g.moveTo(x(0), y(0));
+      for (let i = 0; i < C.times.length; i++) {
+        g.lineTo(x(C.times[i]), y(C.live[i])); g.lineTo(x(end(i)), y(C.live[i]));
+      }
+      g.lineTo(x(D.elapsed), y(0)); g.closePath();
+      g.fillStyle = "rgba(78,121,167,.45)"; g.fill(); g.strokeStyle = "#4e79a7"; g.lineWidth = 0.6; g.stroke();
+      g.beginPath();
+      for (let i = 0; i < C.times.length; i++) {
+        if (i === 0) g.moveTo(x(C.times[i]), y(C.hw[i])); else g.lineTo(x(C.times[i]), y(C.hw[i]));
+        g.lineTo(x(end(i)), y(C.hw[i]));
+      }
+      g.strokeStyle = "#e15759"; g.lineWidth = 1; g.stroke(); g.restore();
+      cv.dataset.drawn = "1"; cv.dataset.left = String(LABEL); cv.dataset.scale = String(k);
+    });
   }
   function drawLegend() {
     let items;
@@ -514,16 +622,24 @@ _SCRIPT = r"""
       const dt = (ev.clientX - drag.x) / scale();
       t0 = drag.t0 - dt; t1 = drag.t1 - dt; draw(); return;
     }
-    const i = hit(ev);
+    const i = hit(ev), rect = canvas.getBoundingClientRect();
     if (i < 0) { tip.style.display = "none"; return; }
+    showTip(i, ev.clientX - rect.left, ev.clientY - rect.top);
+  });
+  function showTip(i, x, y) {
     const us = v => (v / 1000).toFixed(3) + " us";
     tip.textContent = D.mnemonics[mn[i]] + (cnt && cnt[i] > 1 ? "  (" + cnt[i] + " instructions merged)" : "") +
       "\nnode   " + D.nodes[nd[i]] + "\nwhere  core " + D.rows[row[i]] + " #" + idx[i] +
-      "\nstart  " + us(st[i]) + "\nend    " + us(en[i]) + "\ntook   " + us(en[i] - st[i]);
-    const rect = canvas.getBoundingClientRect();
-    tip.style.left = Math.min(ev.clientX - rect.left + 12, rect.width - 260) + "px";
-    tip.style.top = (ev.clientY - rect.top + 12) + "px"; tip.style.display = "block";
-  });
+      "\nstart  " + us(st[i]) + "\nend    " + us(en[i]) + "\ntook   " + us(en[i] - st[i]) +
+      (moved[i] > 0 ? "\nbytes  " + size(moved[i]) + "\nrate   " + (moved[i] / Math.max(en[i] - st[i], 1e-9))
+        .toFixed(2) + " GB/s" : "");
+    tip.style.left = Math.min(x + 12, canvas.clientWidth - 260) + "px";
+    tip.style.top = (y + 12) + "px"; tip.style.display = "block";
+  }
+  function size(b) {
+    return b >= 1048576 ? (b / 1048576).toFixed(2) + " MiB (" + b + " B)" : b >= 1024 ?
+      (b / 1024).toFixed(1) + " KiB (" + b + " B)" : b + " B";
+  }
   canvas.addEventListener("mouseleave", () => { tip.style.display = "none"; drag = null; });
   canvas.addEventListener("mousedown", ev => { drag = {x: ev.clientX, t0: t0, t1: t1}; });
   window.addEventListener("mouseup", () => { drag = null; });
@@ -538,5 +654,11 @@ _SCRIPT = r"""
   window.addEventListener("resize", draw);
   if (location.hash === "#node") select.value = "node";  // a link may ask for the colouring by node
   drawLegend(); draw();
+  const box = /^#box=(.+):(\d+)$/.exec(decodeURIComponent(location.hash));  // a link to a box opens its tooltip
+  if (box) {
+    const r = D.rows.indexOf(box[1]);
+    for (let i = r < 0 ? 0 : first[r]; r >= 0 && i < first[r + 1]; i++)
+      if (idx[i] === Number(box[2])) { showTip(i, LABEL + (st[i] - t0) * scale(), AXIS + r * ROW); break; }
+  }
 })();
 """

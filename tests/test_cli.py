@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import glob
 import os
 import subprocess
@@ -135,7 +136,7 @@ def test_analyze_names_every_unsupported_node(tmp, capsys):
     assert _cli("analyze", f"{tmp}/m.onnx") == 1
     out = capsys.readouterr().out
     assert "Det                               2  no" in out and "Relu                              1  yes" in out
-    assert "1 of 3 nodes supported (33.3%)" in out
+    assert "1 of 3 nodes of the model supported (33.3%)" in out
     assert "unsupported: bad_one (Det): operator Det is not supported" in out
     assert "unsupported: bad_two (Det)" in out
     assert _cli("compile", f"{tmp}/m.onnx", "-o", f"{tmp}/m.neff") == 1
@@ -190,6 +191,50 @@ def _if_and_loop_model() -> onnx.ModelProto:
                        "trips": np.array(3, np.int64)})
 
 
+def test_analyze_names_the_models_own_operators(capsys):
+    """A quantized model is reported as its QuantizeLinear, DequantizeLinear and Gemm nodes, not as the compiler's
+    MatMulEpilogue and SaturatingCast (which the last line lists as what it compiles to)."""
+    assert _cli("analyze", os.path.join(MODELS_DIR, "cnn_qdq.onnx")) == 0
+    out = capsys.readouterr().out
+    model = onnx.load(os.path.join(MODELS_DIR, "cnn_qdq.onnx"))
+    rows = {line.split()[0]: int(line.split()[1]) for line in out.splitlines()[1:] if line.endswith("yes")}
+    assert rows == dict(collections.Counter(n.op_type for n in model.graph.node))
+    assert rows["QuantizeLinear"] == 9 and rows["DequantizeLinear"] == 17 and rows["Gemm"] == 1
+    compiled = out.splitlines()[-1]
+    assert compiled.startswith("compiled as 64 nodes after the passes: ") and "MatMulEpilogue 1" in compiled
+
+
+def test_analyze_traces_a_node_a_pass_made_to_the_model_node_it_came_from(tmp, capsys):
+    """A Det inside a Loop's body is unrolled into nodes the model does not have: each is reported with the Loop
+    it came from, and the Loop and its body's Det are the model's unsupported nodes."""
+    from onnx import TensorProto, helper
+
+    from tests.conftest import make_model
+
+    f32 = TensorProto.FLOAT
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["again"], ["again_out"]), helper.make_node("Det", ["m"], ["d"], name="det"),
+         helper.make_node("Identity", ["m"], ["m_out"])],
+        "body", [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+                 helper.make_tensor_value_info("again", TensorProto.BOOL, []),
+                 helper.make_tensor_value_info("m", f32, [3, 3])],
+        [helper.make_tensor_value_info("again_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("m_out", f32, [3, 3]), helper.make_tensor_value_info("d", f32, [])])
+    model = make_model([helper.make_node("Relu", ["x"], ["r"], name="relu"),
+                        helper.make_node("Loop", ["trips", "", "r"], ["m_final", "dets"], name="the_loop", body=body)],
+                       {"x": ([3, 3], f32)}, {"m_final": ([3, 3], f32), "dets": ([2], f32)},
+                       {"trips": np.array(2, np.int64)})
+    onnx.save(model, f"{tmp}/m.onnx")
+    assert _cli("analyze", f"{tmp}/m.onnx") == 1
+    out = capsys.readouterr().out
+    assert "Det                               1  no" in out and "Loop                              1  no" in out
+    assert "Relu                              1  yes" in out
+    assert "1 of 5 nodes of the model supported (20.0%)" in out
+    made = [line for line in out.splitlines() if line.startswith("unsupported: ")]
+    assert made and all(" (Det) (from the_loop): operator Det is not supported" in line for line in made), made
+    assert all(line.startswith("unsupported: the_loop/") for line in made), made
+
+
 def test_analyze_reports_subgraph_ops_and_what_they_leave_dynamic(tmp, capsys):
     """An If on a run-time value is reported with why it stays and how to make it fold (no internal error); the
     Loop with a constant trip count is unrolled; a node whose shape the If leaves open is told why, and nobody is
@@ -199,7 +244,11 @@ def test_analyze_reports_subgraph_ops_and_what_they_leave_dynamic(tmp, capsys):
     captured = capsys.readouterr()
     assert captured.err == ""
     out = captured.out
-    assert "5 of 7 nodes supported (71.4%)" in out  # the Loop's three Adds among them
+    # ReduceSum, Greater, the If with its branches' Relu and Flatten, the Gather, the Loop with its Identity and Add:
+    # the If stays for run time (and with it its branches) and the Gather's input shape is open
+    assert "5 of 9 nodes of the model supported (55.6%)" in out
+    assert "If                                1  no" in out and "Relu                              1  no" in out
+    assert "Loop                              1  yes" in out and "Identity                          1  yes" in out
     assert "unsupported: the_if (If): its condition 'positive' is known only at run time (it depends on input(s) " \
            "'x'); an If compiles when its condition folds to a constant (pin the input with --input-value" in out
     assert "the_loop" not in out
@@ -242,7 +291,7 @@ def test_analyze_supports_every_bundled_model(path, capsys):
     supported (they all compile: tests/compiler/test_models.py)."""
     assert _cli("analyze", path) == 0
     captured = capsys.readouterr()
-    assert captured.err == "" and "nodes supported (100.0%)" in captured.out
+    assert captured.err == "" and "nodes of the model supported (100.0%)" in captured.out
 
 
 def test_a_reader_that_stops_early_gets_no_error(tmp):

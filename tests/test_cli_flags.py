@@ -1,5 +1,6 @@
 """What neuronx-cc users type: --framework, -O1/-O2/-O3, --model-type, --target trn1n, --workdir, --version,
-defaults in --help, -q/--verbose/--logfile anywhere, and coded one-line errors for what is refused."""
+-lnc/--logical-nc-config, the flags that change nothing here, defaults in --help, -q/--verbose/--logfile anywhere,
+and coded one-line errors, each saying what to do instead, for what is refused."""
 
 from __future__ import annotations
 
@@ -58,7 +59,7 @@ def test_neuronx_cc_options_are_accepted_and_recorded(tmp):
     (["check", MODEL, "--framework", "PYTORCH"], "argument --framework: 'PYTORCH'"),
     (["compile", MODEL, "-o", "x.neff", "-O4"], "argument -O/--optlevel: invalid choice: 4"),
     (["compile", MODEL, "-o", "x.neff", "--model-type", "cnn"], "argument --model-type: invalid choice: 'cnn'"),
-    (["compile", MODEL], "the following arguments are required: -o/--output"),
+    (["asm", "x.s"], "the following arguments are required: -o/--output"),
     (["run", "m.neff", "--verbose", "loud"], "argument --verbose: invalid choice: 'loud'"),
 ])
 def test_refused_options_are_one_coded_usage_line(capsys, tmp, argv, expected):
@@ -154,3 +155,51 @@ def test_workdir_takes_the_temporary_files(tmp, capsys, monkeypatch):
     assert "ok" in capsys.readouterr().out
     assert len(loaded) == 1 and os.path.commonpath([loaded[0], work]) == work
     assert os.listdir(work) == []
+
+
+def test_neuronx_cc_flags_are_taken_with_their_meaning(tmp, capsys):
+    """-lnc and --logical-nc-config are --lnc; unet-inference is a model type; flags asking for what is always done
+    change no byte and say so; --verbose in capitals, WARN and critical; list-operators --framework."""
+    main(["-q", "compile", MODEL, "-o", f"{tmp}/lnc1.neff", "--target", "trn2", "--lnc", "1", "--no-cache"])
+    for spelling in ("-lnc", "--logical-nc-config"):
+        assert main(["-q", "compile", MODEL, "-o", f"{tmp}/x.neff", "--target", "trn2", spelling, "1"]) == 0
+        assert _bytes(f"{tmp}/x.neff") == _bytes(f"{tmp}/lnc1.neff")
+    assert main(["-q", "compile", MODEL, "-o", f"{tmp}/u.neff", "--model-type", "unet-inference"]) == 0
+    assert bundle_format.read(f"{tmp}/u.neff").flags["model_type"] == "unet-inference"
+    main(["-q", "compile", MODEL, "-o", f"{tmp}/plain.neff"])
+    capsys.readouterr()
+    for flag, says in (("--enable-fast-loading-neuron-binaries", "always stored uncompressed"),
+                       ("--enable-mixed-precision-accumulation", "PSUM accumulates in fp32")):
+        assert main(["compile", MODEL, "-o", f"{tmp}/f.neff", flag]) == 0
+        assert _bytes(f"{tmp}/f.neff") == _bytes(f"{tmp}/plain.neff")
+        err = capsys.readouterr().err
+        assert f"{flag}: always so here: " in err and says in err
+    for level, quiet in (("WARN", True), ("Warning", True), ("critical", True), ("DEBUG", False), ("INFO", False)):
+        assert main(["compile", MODEL, "-o", f"{tmp}/v.neff", "--verbose", level]) == 0
+        assert (capsys.readouterr().err == "") == quiet, level
+    assert main(["--verbose", "critical", "run", f"{tmp}/missing.neff"]) == 1
+    assert capsys.readouterr().err == ""  # an error is below critical
+    assert main(["list-operators", "--framework", "onnx"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1].split()[1] == "operators."
+    assert "--framework: 'XLA': neuronx-cc-lite compiles ONNX models only" in _usage_error(
+        capsys, "list-operators", "--framework", "XLA")
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--distribution-strategy", "llm-training"], "--distribution-strategy: neuronx-cc's training strategies "
+                                                  "(llm-training, nemo, fsdp) do not apply: neuronx-cc-lite "
+                                                  "compiles inference graphs and shards them with --tp N"),
+    (["--distribution-strategy=fsdp"], "shards them with --tp N (tensor parallel) and --dp N (data parallel)"),
+    (["--enable-saturate-infinity"], "--enable-saturate-infinity: not modelled: constants that auto-cast narrows "
+                                     "already saturate"),
+    (["--fast-math", "fp32-cast-matmult"], "--fast-math: that is neuron-cc's (Inf1) option; neuronx-cc and "
+                                           "neuronx-cc-lite choose precision with --auto-cast"),
+    (["--auto-cast-type", "tf32"], "argument --auto-cast-type: tf32 is not modelled: give bf16, fp16, fp8_e4m3 or "
+                                   "fp8_e5m2"),
+    (["--auto-cast-type", "TF32"], "tf32 is not modelled"),
+])
+@pytest.mark.parametrize("command", ["compile", "check"])
+def test_refused_neuronx_cc_flags_say_what_to_do_instead(capsys, tmp, command, argv, says):
+    assert says in _usage_error(capsys, command, MODEL, *(["-o", f"{tmp}/x.neff"] if command == "compile" else []),
+                                *argv)
+    assert os.listdir(tmp) == []

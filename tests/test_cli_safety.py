@@ -100,3 +100,57 @@ def test_npz_inputs_are_checked_before_their_data_is_read(tmp, capsys):
         assert main(["run", neff, "--inputs", path]) == (2 if code == "NCC_USAGE: " else 1)
         err = capsys.readouterr().err
         assert code in err and says in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_compile_without_output_writes_the_models_name_here(tmp, capsys, monkeypatch):
+    """As neuronx-cc writes file.neff without --output: MODEL.neff in the working directory. A file of that name
+    that is not a bundle is the user's and is refused; a bundle there (an earlier compile's) is replaced."""
+    monkeypatch.chdir(tmp)
+    assert main(["-q", "compile", MODEL, "--no-cache"]) == 0
+    assert os.listdir(tmp) == ["mlp_odd.neff"]
+    assert bundle_format.read("mlp_odd.neff").target == "trn1"
+    assert main(["-q", "compile", MODEL, "--no-cache", "--target", "inf2"]) == 0  # replaces its own bundle
+    assert bundle_format.read("mlp_odd.neff").target == "inf2"
+    os.unlink("mlp_odd.neff")
+    with open("mlp_odd.neff", "w") as f:
+        f.write("my notes")
+    capsys.readouterr()
+    assert main(["compile", MODEL, "--no-cache"]) == 2
+    err = capsys.readouterr().err
+    assert "NCC_USAGE: mlp_odd.neff exists and is not a bundle: give the output file with -o" in err
+    assert _bytes("mlp_odd.neff") == b"my notes" and os.listdir(tmp) == ["mlp_odd.neff"]
+
+
+def test_file_errors_name_the_users_file(tmp, capsys):
+    """A missing inputs file is missing (not "not an .npz archive"); an output that cannot be written is named as
+    given, never by our temporary file, and before any work; an input of the wrong type names its file."""
+    neff = f"{tmp}/m.neff"
+    assert main(["-q", "compile", MODEL, "-o", neff, "--no-cache"]) == 0
+    os.mkdir(f"{tmp}/a_folder.neff")
+    np.savez(f"{tmp}/f64.npz", x=np.zeros((3, 100)))
+    np.save(f"{tmp}/f64.npy", np.zeros((3, 100)))
+    np.savez(f"{tmp}/in.npz", x=np.zeros((3, 100), np.float32))
+    for argv, status, says in (
+            (["run", neff, "--inputs", f"{tmp}/missing.npz"], 1,
+             f"NCC_IO: {tmp}/missing.npz: No such file or directory"),
+            (["compile", MODEL, "-o", f"{tmp}/no/such/m.neff", "--no-cache"], 1,
+             f"NCC_IO: {tmp}/no/such/m.neff: No such file or directory (its folder does not exist)"),
+            (["compile", MODEL, "-o", f"{tmp}/a_folder.neff", "--no-cache"], 1,
+             f"NCC_IO: {tmp}/a_folder.neff: Is a directory"),
+            (["run", neff, "--inputs", f"{tmp}/in.npz", "--outputs", f"{tmp}/no/o.npz"], 1,
+             f"NCC_IO: {tmp}/no/o.npz: "),
+            (["run", neff, "--inputs", f"{tmp}/f64.npz"], 1,
+             f"NRT_INPUT: {tmp}/f64.npz: input 'x': dtype float64, expected float32 (save it with "
+             ".astype(np.float32))"),
+            (["run", neff, "--input", f"x={tmp}/f64.npy"], 1, f"NRT_INPUT: {tmp}/f64.npy: input 'x': dtype float64")):
+        before = sorted(os.listdir(tmp))
+        assert main(argv) == status, argv
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and says in err, err
+        assert ".neff-" not in err and ".partial" not in err and "import:" not in err  # no compile ran
+        assert sorted(os.listdir(tmp)) == before
+    with pytest.MonkeyPatch.context() as patch:  # a write that fails after it began: a full disk
+        patch.setattr(bundle_format, "_write_archive", lambda b, out: _raise(OSError(28, "No space left on device")))
+        assert main(["compile", MODEL, "-o", f"{tmp}/full.neff", "--no-cache"]) == 1
+    assert f"NCC_IO: {tmp}/full.neff: No space left on device\n" in capsys.readouterr().err
+    assert not any(name.startswith(".neff-") or name == "full.neff" for name in os.listdir(tmp))

@@ -74,7 +74,7 @@ def test_a_terminal_sees_one_line_rewritten_in_place_and_erased():
         out += chunk
     os.close(master)
     text = out.decode()
-    assert "\rlowering 4/5 node4\x1b[K" in text
+    assert "\rlowering 4/5 (80%) node4\x1b[K" in text
     assert "\r\x1b[Ka message in between" in text  # the line makes way for the log record...
     assert text.endswith("\r\x1b[K")  # ...and is erased at the end
     assert text.count("a message in between") == 1
@@ -100,7 +100,7 @@ def test_a_simulation_is_polled():
     with progress.shown(logging.StreamHandler(terminal), interval=0.01):
         with progress.simulating(model):
             time.sleep(0.1)
-    assert "\rsimulating 3/10 instructions\x1b[K" in terminal.getvalue()
+    assert "\rsimulating 3/10 (30%) instructions\x1b[K" in terminal.getvalue()
 
 
 def test_phases_are_timed_and_added_up():
@@ -143,3 +143,67 @@ def test_a_phase_inside_another_counts_for_itself_only():
                 time.sleep(0.05)
     assert list(seconds) == ["scheduling", "allocation"]
     assert 0.02 <= seconds["scheduling"] < 0.05 <= seconds["allocation"]
+
+
+def test_work_that_knows_its_total_shows_the_share_and_the_time_left():
+    assert progress.fraction(0, 5000, 0.0) == "0/5000 (0%)"
+    assert progress.fraction(1200, 5000, 0.5) == "1200/5000 (24%)"  # under a second: no rate to go by yet
+    assert progress.fraction(1200, 5000, 6.0) == "1200/5000 (24%, 19 s left)"
+    assert progress.fraction(100, 5000, 6.0) == "100/5000 (2%, 4 min 54 s left)"
+    assert progress.fraction(5000, 5000, 9.0) == "5000/5000 (100%)"
+
+
+def test_a_long_simulation_shows_the_time_left(monkeypatch):
+    terminal = _Terminal()
+    streams = [SimpleNamespace(pc=250, ops=[None] * 1000)]
+    model = SimpleNamespace(simulator=SimpleNamespace(streams=streams))
+    clock = [100.0]
+    monkeypatch.setattr(progress.time, "perf_counter", lambda: clock[0])
+    with progress.shown(logging.StreamHandler(terminal), interval=0.01):
+        with progress.simulating(model):
+            clock[0] += 6.0  # six seconds for a quarter: 18 to go
+            deadline = time.monotonic() + 2
+            while "left" not in terminal.getvalue() and time.monotonic() < deadline:
+                time.sleep(0.01)
+    assert "\rsimulating 250/1000 (25%, 18 s left) instructions\x1b[K" in terminal.getvalue()
+
+
+def test_the_status_line_shows_at_once_while_the_command_loads(monkeypatch):
+    """Before any phase: the command names itself while the compiler loads, and says when it looks up the cache."""
+    terminal = _Terminal()
+    seen = []
+    monkeypatch.setattr(progress, "status", lambda text: seen.append(text))
+    handler = logging.StreamHandler(terminal)
+    monkeypatch.setattr(logging, "StreamHandler", lambda stream=None: handler)
+    assert main(["-q", "compile", MLP, "-o", os.devnull]) == 0
+    assert seen[:2] == ["compile: loading", "looking the model up in the compile cache"]
+
+
+def test_verbose_debug_logs_every_pass_and_stage_with_time_and_sizes(tmp, capsys):
+    from neuronx_cc_lite.passes import PASS_NAMES
+
+    assert main(["--verbose", "debug", "compile", MLP, "-o", f"{tmp}/m.neff", "--no-cache"]) == 0
+    err = capsys.readouterr().err
+    for name in PASS_NAMES:
+        assert re.search(rf"^pass {name}: \d+\.\d{{3}} s, \d+ -> \d+ nodes, \d+ tensors$", err, re.M), name
+    for stage in ("lowering", "keep-on-chip", "broadcast-on-pe", "dedupe-loads", "split-transfers", "schedule"):
+        assert re.search(rf"^stage {stage}: \d+\.\d{{3}} s, \d+ instructions, \d+ tiles", err, re.M), stage
+    assert re.search(r"^stage hbm-layout: \d+\.\d{3} s, \d+ bytes of HBM", err, re.M)
+    assert re.search(r"^stage emit: \d+\.\d{3} s, PE \d+, .*DMA \d+ instructions$", err, re.M)
+    assert re.search(r"^import: \d+ nodes", err, re.M) and re.search(r"^package: 1 rank\(s\)", err, re.M)
+    assert re.search(rf"^wrote {tmp}/m.neff: \d+ bytes", err, re.M)
+    assert main(["compile", MLP, "-o", f"{tmp}/n.neff", "--no-cache"]) == 0
+    assert "pass fold-constants" not in capsys.readouterr().err  # debug only
+
+
+@pytest.mark.parametrize("argv", [["--version"], ["--help"], ["compile", "--help"], ["run", "--help"]])
+def test_version_and_help_load_neither_numpy_nor_onnx(argv):
+    """What made --version take 3 s: building the parser imported onnx (and with it ml_dtypes, a second)."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom neuronx_cc_lite.cli import main\ntry:\n    main(sys.argv[1:])\nexcept SystemExit:\n"
+            "    pass\nheavy = sorted(m for m in ('numpy', 'onnx', 'ml_dtypes', 'onnxruntime', 'runtime') if m in "
+            "sys.modules)\nprint('loaded:', heavy, file=sys.stderr)")
+    result = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=60)
+    assert "loaded: []" in result.stderr, result.stderr

@@ -87,10 +87,78 @@ def test_the_timeline_has_a_row_per_stream_and_a_box_per_instruction(page):
 
 
 def test_the_page_charts_sbuf_and_psum(page):
+    """A canvas per chart, which the script draws on the timeline's time axis from the payload's samples."""
     html, _, _ = page
     for mem in ("SBUF", "PSUM"):
         assert f'<figure class="occupancy" data-mem="{mem}" data-core="0">' in html
-    assert html.count('<path class="live"') == 2 and html.count('<path class="hw"') == 2
+    assert html.count('<canvas class="chart"') == 2
+    charts = _data(html)["charts"]
+    assert [(c["core"], c["mem"]) for c in charts] == [(0, "SBUF"), (0, "PSUM")]
+    for c in charts:
+        assert len(c["times"]) == len(c["live"]) == len(c["hw"]) == report.CHART_POINTS
+        assert 0 < max(c["live"]) <= max(c["hw"]) <= c["top"]
+
+
+def test_dma_boxes_carry_the_bytes_they_moved(page):
+    """Each DMA box's bytes are what its instruction writes; compute engines' boxes move none."""
+    html, neff, _ = page
+    data = _data(html)
+    model = runtime.load(neff)
+    row, index, moved = _unpack(data, "row", np.uint16), _unpack(data, "index", np.uint32), \
+        _unpack(data, "bytes", np.float64)
+    dma = 0
+    for r, i, b in zip(row, index, moved):
+        stream = data["rows"][r].split()[1]
+        instr = model.bundle.cores[0][stream].instructions[i]
+        if stream.startswith("DMA"):
+            dst = next(o for f, o in instr.operands() if f.writes)
+            assert b == dst.num_partitions * dst.free_size * dst.dtype.size > 0
+            dma += 1
+        else:
+            assert b == 0
+    assert dma > 0
+
+
+def test_engine_time_rolls_up_by_operator_type_and_layer(tmp):
+    """Per-node rows of a model's many identical layers add up to one row per operator type (the model's:
+    QuantizeLinear, not the SaturatingCast it is compiled to) and one per layer; each table sums to the engine
+    time of every instruction."""
+    neff = f"{tmp}/q.neff"
+    assert main(["-q", "compile", os.path.join(MODELS_DIR, "cnn_qdq.onnx"), "-o", neff]) == 0
+    model = runtime.load(neff)
+    model.run(bundle_inputs(model.bundle, 0), trace=True)
+    program = report._Program.of(model.bundle, model.target.dma_queues)
+    tables = report.rollups(model.bundle, program, model.last_run.trace)
+    busy = sum(e.end - e.start for e in model.last_run.trace) / 1000
+    for rows in tables.values():
+        assert sum(r.busy_us for r in rows) == pytest.approx(busy) and sum(r.share for r in rows) == pytest.approx(1)
+        assert [r.busy_us for r in rows] == sorted((r.busy_us for r in rows), reverse=True)
+    ops = {r.name for r in tables["operator"]}
+    assert {"QuantizeLinear", "DequantizeLinear", "Conv", "Gemm"} <= ops
+    assert not ops & {"SaturatingCast", "MatMulEpilogue", "Round", "(unknown)"}
+    quantize = next(r for r in tables["operator"] if r.name == "QuantizeLinear")
+    assert quantize.nodes > 1  # several expanded pieces of several QuantizeLinear nodes in one row
+    html = report.render_html(model.bundle, model.last_run, summarize(model))
+    assert "<h2>Engine time by operator type</h2>" in html and "<h2>Engine time by layer</h2>" in html
+    assert "<td>QuantizeLinear</td>" in html
+
+
+@pytest.mark.parametrize("node, layer", [
+    ("/encoder/layer.3/attention/self/query/MatMul", "/encoder/layer.3"),
+    ("/layer1/layer1.0/conv1/Conv", "/layer1"),
+    ("/embeddings/word_embeddings/Gather", "/embeddings"),
+    ("/Add", "(top level)"),
+    ("conv1", "(top level)"),
+])
+def test_layer_of_names_the_first_numbered_scope(node, layer):
+    assert report.layer_of(node) == layer
+
+
+def test_an_idle_engine_keeps_its_row_and_its_name(page):
+    html, _, s = page
+    assert "SP" not in s["engines"]  # the MLP never uses SP
+    assert "<td>SP</td>" in html and "0% (idle)</td>" in html
+    assert "0 SP" in _data(html)["rows"]
 
 
 def test_live_ranges_follow_writes_and_last_reads():
@@ -167,12 +235,27 @@ def test_chromium_draws_the_timeline(page, tmp_path):
     path.write_text(html, encoding="utf-8")
     flags = [_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
              "--window-size=1200,1600", f"--user-data-dir={tmp_path / 'profile'}"]
-    dom = subprocess.run([*flags, "--dump-dom", path.as_uri()], capture_output=True, text=True, timeout=120).stdout
+    data = _data(html)
+    dma = next(r for r in data["rows"] if "DMA" in r)
+    dom = subprocess.run([*flags, "--dump-dom", f"{path.as_uri()}#box={dma}:0"], capture_output=True, text=True,
+                         timeout=120).stdout
     assert 'data-timeline="drawn"' in dom  # the script ran to its end
     drawn = re.search(r'<canvas id="timeline"[^>]* data-drawn="(\d+)"', dom)
     assert drawn and int(drawn.group(1)) > 0
     legend = re.search(r'<div id="legend">(.*?)</div>', dom, re.S)
     assert legend and "PE" in legend.group(1) and "DMA" in legend.group(1)
+    # the charts sit on the timeline's axis: the same label column and scale (pixels per ns)
+    axis = re.search(r'<canvas id="timeline"[^>]* data-left="([\d.]+)" data-scale="([\d.e-]+)"', dom)
+    charts = re.findall(r'<canvas class="chart"[^>]* data-drawn="1" data-left="([\d.]+)" data-scale="([\d.e-]+)"', dom)
+    assert axis and len(charts) == 2 and all(c == axis.groups() for c in charts), (axis, charts)
+    # the first DMA's tooltip: its bytes and rate
+    tip = re.search(r'<div id="tip"[^>]*>(.*?)</div>', dom, re.S)
+    assert tip and "dma_" in tip.group(1), tip
+    rows, index, moved = (_unpack(data, "row", np.uint16), _unpack(data, "index", np.uint32),
+                          _unpack(data, "bytes", np.float64))
+    k = next(k for k in range(len(rows)) if data["rows"][rows[k]] == dma and index[k] == 0)
+    assert re.search(rf"bytes  .*\b{int(moved[k])} B", tip.group(1)), tip.group(1)
+    assert re.search(r"rate   \d+\.\d\d GB/s", tip.group(1)), tip.group(1)
     shot = tmp_path / "r.png"
     subprocess.run([*flags, f"--screenshot={shot}", path.as_uri()], capture_output=True, timeout=120)
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000  # not a blank page

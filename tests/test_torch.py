@@ -235,25 +235,107 @@ def test_torch_compile_follows_new_weights_and_shapes(chip_runs, fresh_dynamo):
     assert all(flags["optimize"] == 1 for flags in chip_runs.flags)
 
 
-def test_torch_compile_falls_back_to_eager_on_what_it_cannot_compile(chip_runs, fresh_dynamo, caplog):
-    model = Acos()
-    x = torch.rand(4, 4)
-    out = torch.compile(model, backend="neuronx_cc_lite")(x)
-    torch.testing.assert_close(out, model(x))
-    assert not chip_runs
+class AcosBetween(nn.Module):
+    """Two linear layers with an operator the compiler does not have (Acos) between them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.first = nn.Linear(16, 16)
+        self.second = nn.Linear(16, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.second(torch.acos(torch.tanh(self.first(x))) * 2))
+
+
+def test_torch_compile_runs_what_it_supports_on_the_chip_and_the_rest_on_the_cpu(chip_runs, fresh_dynamo, caplog):
+    """As torch-neuronx's partitioner: one unsupported operator does not send the whole graph to eager."""
+    model = _model(4, AcosBetween())
+    compiled = torch.compile(model, backend="neuronx_cc_lite")
+    for seed in (0, 1):
+        x = torch.randn(8, 16, generator=torch.Generator().manual_seed(seed))
+        torch.testing.assert_close(compiled(x).detach(), _eager(model, x), rtol=RTOL, atol=ATOL)
+    # per call: the first linear and tanh on the chip, acos on the CPU, the rest on the chip
+    assert chip_runs == [{"input_0": (8, 16)}, {"input_0": (8, 16)}] * 2
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert len(warnings) == 1 and "runs eagerly: NCC_UNSUPPORTED" in warnings[0] and "(Acos)" in warnings[0]
+    assert len(warnings) == 1, warnings
+    assert "is split: 1 operator(s) run on the CPU (acos), the rest in 2 part(s) on the chip; NCC_UNSUPPORTED" \
+        in warnings[0] and "(Acos)" in warnings[0]
 
 
-def test_torch_compile_falls_back_to_eager_on_what_it_cannot_export(transformer, chip_runs, fresh_dynamo, caplog):
+def test_torch_compile_falls_back_to_eager_on_what_it_cannot_export(transformer, chip_runs, fresh_dynamo, caplog,
+                                                                     capfd):
     x = _inputs("transformer", 0)
     with torch.no_grad():  # dynamo captures the fused fast-path kernel, which no exporter can export
         out = torch.compile(transformer, backend="neuronx_cc_lite")(x)
     torch.testing.assert_close(out, _eager(transformer, x), rtol=RTOL, atol=ATOL)
     assert not chip_runs
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert len(warnings) == 1 and "NCC_TORCH" in warnings[0]
+    assert len(warnings) == 1 and "runs eagerly: NCC_TORCH" in warnings[0]
     assert "aten::_transformer_encoder_layer_fwd" in warnings[0]
+    printed = capfd.readouterr()
+    assert "Torch IR graph" not in printed.out + printed.err  # the exporter's dump of its IR, kept back
+
+
+def test_torch_compile_follows_a_rebound_parameter(chip_runs, fresh_dynamo):
+    """`param.data = t` keeps the Parameter and its version counter: the backend sees the new data and recompiles."""
+    model = _model(5, nn.Linear(8, 4))
+    compiled = torch.compile(model, backend="neuronx_cc_lite")
+    x = torch.randn(2, 8)
+    torch.testing.assert_close(compiled(x).detach(), _eager(model, x), rtol=RTOL, atol=ATOL)
+    model.weight.data = torch.randn(4, 8, generator=torch.Generator().manual_seed(9))
+    torch.testing.assert_close(compiled(x).detach(), _eager(model, x), rtol=RTOL, atol=ATOL)
+    assert len(chip_runs) == 2
+
+
+@pytest.mark.parametrize("options, code", [({"auto_cast": "bogus"}, "NCC_OPTION"),
+                                           ({"auto_cast_type": "tf32"}, "NCC_OPTION"),
+                                           ({"optimize": 7}, "NCC_OPTION"),
+                                           ({"target": "trn9"}, "NCC_TARGET")])
+def test_bad_option_values_are_refused(options, code, fresh_dynamo):
+    """Not a silent run in eager: the backend refuses them when dynamo hands it a graph, trace before it exports."""
+    with pytest.raises(CompileError) as error:
+        backend(torch.fx.symbolic_trace(Acos()), [torch.rand(2)], options=options)
+    assert error.value.code == code
+    with pytest.raises(Exception, match=code):
+        torch.compile(nn.Linear(4, 4), backend="neuronx_cc_lite", options=options)(torch.rand(2, 4))
+    with pytest.raises(CompileError) as error:
+        neuronx_cc_lite.trace(nn.Linear(4, 4), torch.rand(2, 4), **options)
+    assert error.value.code == code
+
+
+class Branchy(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.sum() > 0:  # a data-dependent branch: the trace keeps the one the example took
+            return x * 2
+        return x - 1
+
+
+def test_trace_warns_when_it_bakes_in_a_branch():
+    from neuronx_cc_lite.pytorch.export import BakedValueWarning
+
+    x = torch.full((4, 4), 2.0)
+    with pytest.warns(BakedValueWarning, match="the branch they took, for every input") as caught:
+        traced = neuronx_cc_lite.trace(Branchy(), x)
+    assert [os.path.basename(w.filename) for w in caught if w.category is BakedValueWarning] == ["test_torch.py"]
+    torch.testing.assert_close(traced(x), Branchy()(x))
+    assert not torch.allclose(traced(-x), Branchy()(-x))  # what the warning is about: -4 where eager gives -3
+
+
+def test_trace_refuses_a_model_output_object_with_the_return_dict_hint():
+    class ModelOutput(dict):
+        """What a transformers model returns by default: a dict of tensors with to_tuple()."""
+
+        def to_tuple(self) -> tuple[torch.Tensor, ...]:
+            return tuple(self.values())
+
+    class LikeTransformers(nn.Module):
+        def forward(self, x: torch.Tensor) -> ModelOutput:
+            return ModelOutput(last_hidden_state=x + 1)
+
+    with pytest.raises(CompileError, match=r"returns ModelOutput; a transformers model returns a tuple when called "
+                                           r"with return_dict=False") as error:
+        neuronx_cc_lite.trace(LikeTransformers(), torch.rand(2, 3))
+    assert error.value.code == "NCC_TORCH"
 
 
 def test_the_backend_refuses_unknown_options():

@@ -1,61 +1,69 @@
 """The pass pipeline: a flat list of Graph -> Graph functions, each with its reason, verified after every pass.
 
 `run_pipeline(graph, dump_after=..., stop_after=...)` runs it; `--dump-ir-after NAME` and `--stop-after NAME` on the
-command line reach the same switches.
+command line reach the same switches. Each pass is named by its module, imported when the pass first runs: the
+list itself is data that the command line's parser reads without loading the compiler (onnx takes a second).
 """
 
 from __future__ import annotations
 
+import importlib
+import logging
+import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from neuronx_cc_lite import progress
 from neuronx_cc_lite.errors import CompileError
-from neuronx_cc_lite.ir import Graph, print_graph
-from neuronx_cc_lite.passes import (canonicalize, eliminate_dead_code, expand_einsum, expand_functions,
-                                    expand_quantization, expand_recurrent, fold_batchnorm, fold_constants,
-                                    fuse_epilogues, inline_control_flow, simplify_views)
-from neuronx_cc_lite.passes.verify import verify
+
+if TYPE_CHECKING:
+    from neuronx_cc_lite.ir import Graph
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class Pass:
     name: str
-    run: Callable[[Graph], Graph]
+    module: str  # neuronx_cc_lite.passes.<module>.run is the pass
     reason: str
+
+    @property
+    def run(self) -> Callable[[Graph], Graph]:
+        return importlib.import_module(f"{__name__}.{self.module}").run  # type: ignore[no-any-return]
 
 
 PIPELINE: list[Pass] = [
-    Pass("fold-constants", fold_constants.run,
+    Pass("fold-constants", "fold_constants",
          "shape arithmetic and constant subgraphs are compile-time work; they also settle computed shapes, and a "
          "function op over constants (a Range over static shapes) becomes a value, not a body"),
-    Pass("expand-quantization", expand_quantization.run,
+    Pass("expand-quantization", "expand_quantization",
          "quantized ops are float arithmetic on integer values that fp32 holds exactly; before expand-functions, "
          "whose DynamicQuantizeLinear body casts floats to uint8 as ONNX's Cast, which truncates"),
-    Pass("inline-control-flow", inline_control_flow.run,
+    Pass("inline-control-flow", "inline_control_flow",
          "the device runs straight-line code: an If whose condition folded is its chosen branch, a Loop or Scan with "
          "a trip count known now is its body repeated (a run-time exit predicated); folding follows each round"),
-    Pass("expand-functions", expand_functions.run,
+    Pass("expand-functions", "expand_functions",
          "ops ONNX defines as functions of simpler ops need no lowering of their own"),
-    Pass("fold-function-bodies", fold_constants.run,
+    Pass("fold-function-bodies", "fold_constants",
          "the bodies just expanded hold shape arithmetic of their own (Attention's Shape, Gather and Range)"),
-    Pass("expand-einsum", expand_einsum.run,
+    Pass("expand-einsum", "expand_einsum",
          "an Einsum of one or two operands is a ReduceSum, Transposes and a MatMul, which lower already"),
-    Pass("expand-recurrent", expand_recurrent.run,
+    Pass("expand-recurrent", "expand_recurrent",
          "an LSTM, GRU or RNN over a static sequence length is a chain of matmuls and activations, one step each, "
          "which the fusion after it folds together"),
-    Pass("canonicalize", canonicalize.run,
+    Pass("canonicalize", "canonicalize",
          "older exporters spell LayerNorm and GELU as chains of small ops: one op each lowers far better"),
-    Pass("simplify-views", simplify_views.run,
+    Pass("simplify-views", "simplify_views",
          "exporters spell one transpose as Reshape, Transpose, Reshape, and scale both operands of a MatMul: one "
          "transpose lowers as a layout, one scale after the MatMul as part of its evacuation; after canonicalize, "
          "whose GELU pattern holds its own 0.5"),
-    Pass("fold-batchnorm", fold_batchnorm.run,
+    Pass("fold-batchnorm", "fold_batchnorm",
          "an inference BatchNormalization after a Conv or Gemm is a scaling of its weights and bias: no instruction"),
-    Pass("fuse-epilogues", fuse_epilogues.run,
+    Pass("fuse-epilogues", "fuse_epilogues",
          "a bias, a residual and an activation after a matmul are applied as its result leaves PSUM: no passes of "
          "their own over the result"),
-    Pass("eliminate-dead-code", eliminate_dead_code.run,
+    Pass("eliminate-dead-code", "eliminate_dead_code",
          "results nobody reads (a Dropout's mask) need neither a static shape nor an instruction"),
 ]
 
@@ -64,7 +72,11 @@ PASS_NAMES = [p.name for p in PIPELINE]
 
 def run_pipeline(g: Graph, dump_after: Callable[[str, str], None] | None = None,
                  dump: frozenset[str] = frozenset(), stop_after: str | None = None) -> Graph:
-    """Run every pass in order; print the IR after the passes named in `dump` through `dump_after(name, text)`."""
+    """Run every pass in order; print the IR after the passes named in `dump` through `dump_after(name, text)`.
+    At debug level each pass logs its time and the graph's size after it."""
+    from neuronx_cc_lite.ir import print_graph
+    from neuronx_cc_lite.passes.verify import verify
+
     unknown = (set(dump) | ({stop_after} if stop_after else set())) - set(PASS_NAMES) - {"import"}
     if unknown:
         raise CompileError("NCC_OPTION", f"unknown pass(es) {', '.join(sorted(unknown))}; passes: "
@@ -74,8 +86,12 @@ def run_pipeline(g: Graph, dump_after: Callable[[str, str], None] | None = None,
         dump_after("import", print_graph(g))
     for k, p in enumerate(PIPELINE):
         progress.step("passes", k, len(PIPELINE), p.name)
+        start, nodes = time.perf_counter(), len(g.nodes)
         g = p.run(g)
         verify(g, p.name)
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug(f"pass {p.name}: {time.perf_counter() - start:.3f} s, {nodes} -> {len(g.nodes)} nodes, "
+                      f"{len(g.tensors)} tensors")
         if dump_after and p.name in dump:
             dump_after(p.name, print_graph(g))
         if p.name == stop_after:

@@ -14,6 +14,10 @@ from __future__ import annotations
 
 import contextlib
 import io
+import logging
+import os
+import sys
+import tempfile
 import warnings
 from typing import Any, Iterator, Sequence
 
@@ -21,6 +25,8 @@ import onnx
 import torch
 
 from neuronx_cc_lite.errors import CompileError
+
+log = logging.getLogger(__name__)
 
 # The TorchScript exporter's newest opset in torch 2.13: Gelu and LayerNormalization come out as single ops.
 OPSET = 20
@@ -35,15 +41,68 @@ def to_onnx(module: torch.nn.Module, args: Sequence[torch.Tensor], outputs: Sequ
     initializers; the module runs in eval mode while it is traced (the exporter's default). A module the exporter
     refuses raises NCC_TORCH with the exporter's reason, which names the aten operator."""
     buffer = io.BytesIO()
+    printed: list[str] = []
     try:
-        with warnings.catch_warnings(), _without_fast_path():
+        with warnings.catch_warnings(record=True) as caught, _without_fast_path(), _stderr_kept(printed):
             warnings.simplefilter("ignore", DeprecationWarning)  # the deprecated exporter is chosen, see above
+            # a graph whose tensors are all baked in (a part of a split graph, made of weights only) has no inputs
+            warnings.filterwarnings("ignore", "No input args", UserWarning)
             torch.onnx.export(_Positional(module), tuple(args), buffer, dynamo=False, opset_version=OPSET,
                               input_names=input_names(len(args)), output_names=list(outputs))
+        _say_baked_values(caught)
     except Exception as e:  # noqa: BLE001 - the exporter raises many types; each is a model it cannot export
         reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        if printed[0]:
+            log.debug(f"what torch.onnx printed as it failed:\n{printed[0]}")
         raise CompileError("NCC_TORCH", f"torch.onnx cannot export the module: {reason}") from e
+    if printed[0]:
+        sys.stderr.write(printed[0])  # an export that succeeds says what it says
     return onnx.load_from_string(buffer.getvalue())
+
+
+class BakedValueWarning(UserWarning):
+    """The traced module read a tensor's value in Python (an `if` on it, `.item()`): the trace holds what the
+    example inputs decided there, for every input."""
+
+
+def _say_baked_values(caught: list[warnings.WarningMessage]) -> None:
+    """Each warning the export raised, as it would have been shown; the tracer's "Converting a tensor to a Python
+    ..." about the user's own code (not torch's shape checks, which hold for the traced shapes) as a
+    BakedValueWarning that says what it means and what to do."""
+    torch_dir = os.path.dirname(torch.__file__)
+    for w in caught:
+        user_code = not os.path.abspath(w.filename).startswith(torch_dir)
+        if issubclass(w.category, torch.jit.TracerWarning) and "Converting a tensor to a Python" in str(w.message) \
+                and user_code:
+            warnings.warn_explicit(
+                "a tensor's value decides Python code here (an `if`, `.item()`, `int()`): the trace keeps what the "
+                "example inputs decided, the branch they took, for every input. Compute both sides and choose with "
+                "torch.where to follow the data, or use torch.compile(backend=\"neuronx_cc_lite\"), which runs "
+                "such code on the CPU", BakedValueWarning, w.filename, w.lineno)
+        else:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
+
+
+@contextlib.contextmanager
+def _stderr_kept(printed: list[str]) -> Iterator[None]:
+    """What the process writes to its stderr (file descriptor 2) while inside, into `printed[0]` instead. The
+    TorchScript exporter prints its whole IR from C++ when it fails (twenty lines and more for one unsupported
+    operator, which the caller reports in one line), on its ONNX log stream: stdout, which C++ buffers; while
+    inside, that log goes to the unbuffered stderr, and is kept with the rest."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as kept:
+        os.dup2(kept.fileno(), 2)
+        torch._C._jit_set_onnx_log_output_stream("stderr")
+        try:
+            yield
+        finally:
+            torch._C._jit_set_onnx_log_output_stream("stdout")  # the exporter's own default
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            kept.seek(0)
+            printed.append(kept.read().decode("utf-8", "replace"))
 
 
 class _Positional(torch.nn.Module):

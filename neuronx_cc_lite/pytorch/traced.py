@@ -19,6 +19,7 @@ import torch
 
 import neuronx_cc_lite
 import runtime
+from neuronx_cc_lite.compiler import check_options
 from isa import bundle as bundle_format
 from isa.bundle import Bundle, TensorInfo
 from neuronx_cc_lite.errors import CompileError
@@ -38,6 +39,7 @@ def trace(module: torch.nn.Module, example_inputs: torch.Tensor | Sequence[torch
     (dropout off, batch norm on its running statistics) and left in the mode it was in. It must return a tensor
     or a tuple of tensors. A module torch.onnx cannot export raises CompileError NCC_TORCH, naming the operator;
     one the compiler cannot compile raises the compiler's error (NCC_UNSUPPORTED names the ONNX node)."""
+    check_options(target=target, auto_cast=auto_cast, auto_cast_type=auto_cast_type, optimize=optimize)
     args = _arguments(example_inputs)
     training = module.training
     module.eval()
@@ -102,8 +104,12 @@ def _output_names(result: Any) -> list[str]:
         return [SINGLE_OUTPUT]
     if type(result) is tuple and all(isinstance(r, torch.Tensor) for r in result):
         return [f"output_{i}" for i in range(len(result))]
+    hint = ""
+    if hasattr(result, "to_tuple"):  # a transformers ModelOutput (a dict of tensors that also indexes as a tuple)
+        hint = ("; a transformers model returns a tuple when called with return_dict=False (set "
+                "model.config.return_dict = False, or load it with from_pretrained(..., return_dict=False))")
     raise CompileError("NCC_TORCH", f"trace takes a module that returns a tensor or a tuple of tensors; this one "
-                                    f"returns {type(result).__name__}")
+                                    f"returns {type(result).__name__}{hint}")
 
 
 def _check(inputs: Sequence[torch.Tensor], expected: list[TensorInfo]) -> None:

@@ -224,8 +224,8 @@ def test_an_unknown_activation_is_refused_naming_the_node():
 
 
 def test_list_operators_and_analyze_report_them(tmp, capsys):
-    """list-operators names the three ops; analyze accepts a model of them (it lists the ops they unroll into) and
-    names a node it cannot unroll, with the reason."""
+    """list-operators names the three ops; analyze accepts a model of them (the model's LSTM, then the ops it
+    unrolls into) and names a node it cannot unroll, with the reason."""
     from neuronx_cc_lite.cli import main
 
     assert main(["-q", "list-operators"]) == 0
@@ -233,7 +233,8 @@ def test_list_operators_and_analyze_report_them(tmp, capsys):
     assert {"LSTM", "GRU", "RNN"} <= listed
     onnx.save(_model("LSTM", "bidirectional", lens="input")[0], f"{tmp}/lstm.onnx")
     assert main(["-q", "analyze", f"{tmp}/lstm.onnx"]) == 0
-    assert "nodes supported (100.0%)" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "1 of 1 nodes of the model supported (100.0%)" in out and "LSTM                              1  yes" in out
     onnx.save(_model("GRU", activations=["Sigmoid", "Swish"])[0], f"{tmp}/gru.onnx")
     assert main(["-q", "analyze", f"{tmp}/gru.onnx"]) == 1
     assert "unsupported: rec (GRU): activation 'Swish' cannot be unrolled" in capsys.readouterr().out
