@@ -4,7 +4,10 @@
       ReduceMean, Sub, Pow(2), ReduceMean, Add(eps), Sqrt, Div, [Mul(gamma)], [Add(beta)]
   -> LayerNormalization (one pass over each row, statistics in partition columns, instead of nine HBM round trips);
 - GELU written out with Erf, 0.5 * x * (1 + Erf(x / sqrt(2))) -> Gelu;
-- GELU written out with Tanh, 0.5 * x * (1 + Tanh(sqrt(2/pi) * (x + 0.044715 * x^3))) -> Gelu(approximate="tanh").
+- GELU written out with Tanh, 0.5 * x * (1 + Tanh(sqrt(2/pi) * (x + 0.044715 * x^3))) -> Gelu(approximate="tanh");
+- the RMSNorm of Llama-style models as torch.onnx writes it,
+      Pow(2), ReduceMean, Add(eps), Sqrt, Reciprocal, Mul(x), [Mul(weight)]   (or Div(x, Sqrt) for the last two)
+  -> RMSNormalization (opset 23's op: one pass over each row, as LayerNormalization).
 
 A pattern is rewritten only when every intermediate value it swallows has no other use, so the rewrite never
 changes what the rest of the graph sees. The nodes left without users are removed.
@@ -15,7 +18,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from neuronx_cc_lite.ir import Graph, Node
+import numpy as np
+
+from neuronx_cc_lite.ir import Graph, Node, Tensor
 
 
 @dataclass
@@ -185,6 +190,47 @@ def _layer_norm(m: _Matcher, mean: Node) -> tuple[Node, list[Node]] | None:
     return ln, matched
 
 
+def _rms_norm(m: _Matcher, square: Node) -> tuple[Node, list[Node]] | None:
+    x = square.inputs[0]
+    shape = m.g.tensors[x].shape
+    if shape is None or not m.is_const(square.inputs[1], 2.0):
+        return None
+    mean = m.user(square.outputs[0], "ReduceMean")
+    axes = _trailing_axes(m, mean, len(shape)) if mean is not None else None
+    add = m.user(mean.outputs[0], "Add") if mean is not None else None
+    eps = m.const(_other(add, mean.outputs[0]) or "") if add is not None and mean is not None else None
+    sqrt = m.user(add.outputs[0], "Sqrt") if add is not None else None
+    if axes is None or eps is None or sqrt is None:
+        return None
+    root = sqrt.outputs[0]
+    recip = m.user(root, "Reciprocal")
+    if recip is not None:
+        mul = m.user(recip.outputs[0], "Mul")
+        if mul is None or _other(mul, recip.outputs[0]) != x:
+            return None
+        matched = [square, mean, add, sqrt, recip, mul]
+    else:
+        mul = m.user(root, "Div")
+        if mul is None or mul.inputs != [x, root]:
+            return None
+        matched = [square, mean, add, sqrt, mul]
+    out, scale = mul.outputs[0], None
+    weighted = m.user(out, "Mul")
+    param = _other(weighted, out) if weighted is not None else None
+    t = m.g.tensors.get(param or "")
+    if weighted is not None and t is not None and t.is_constant and m.only_used_by(out, weighted) and \
+            m.g.tensors[weighted.outputs[0]].shape == shape and t.shape == tuple(shape[axes[0]:]):
+        scale = param
+        matched.append(weighted)
+        out = weighted.outputs[0]
+    if scale is None:  # RMSNormalization takes a scale: ones
+        scale = f"{mul.name}/ones"
+        dtype = m.g.tensors[x].dtype
+        m.g.tensors[scale] = Tensor(scale, tuple(shape[axes[0]:]), dtype, np.ones(shape[axes[0]:], dtype))
+    last = matched[-1]
+    return Node("RMSNormalization", last.name, [x, scale], [out], {"axis": axes[0], "epsilon": eps}), matched
+
+
 def _inner_values_private(m: _Matcher, matched: list[Node]) -> bool:
     """Every value the pattern produces, but its final output, is used only inside the pattern."""
     final = matched[-1]
@@ -195,7 +241,7 @@ def _inner_values_private(m: _Matcher, matched: list[Node]) -> bool:
     return True
 
 
-REWRITES = (("ReduceMean", _layer_norm), ("Erf", _gelu_erf), ("Tanh", _gelu_tanh))
+REWRITES = (("ReduceMean", _layer_norm), ("Erf", _gelu_erf), ("Tanh", _gelu_tanh), ("Pow", _rms_norm))
 
 
 def run(g: Graph) -> Graph:
