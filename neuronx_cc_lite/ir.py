@@ -59,6 +59,13 @@ class Graph:
     def tensor(self, name: str) -> Tensor:
         return self.tensors[name]
 
+    def fresh(self, name: str) -> str:
+        """`name`, or `name.N` for the first N that no tensor of the graph has."""
+        candidate, n = name, 1
+        while candidate in self.tensors:
+            candidate, n = f"{name}.{n}", n + 1
+        return candidate
+
     def consumers(self) -> dict[str, list[Node]]:
         users: dict[str, list[Node]] = {}
         for node in self.nodes:

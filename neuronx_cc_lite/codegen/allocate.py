@@ -7,7 +7,11 @@ place at its first use and gives it back after its last, so memory is reused. Ev
 
 Places are handed out next-fit from a cursor that keeps moving forward, so a freed range is reused as late as
 possible: the engines that last read it have usually finished, and the write-after-read waits this reuse costs
-seldom stall anyone. That gives double buffering without asking for it.
+seldom stall anyone. That gives double buffering without asking for it. Small tiles scattered by the cursor could
+leave a memory mostly free with no gap for a large tile (a resident block of weights, an eighth of the memory or
+more): a large tile that finds no gap after the cursor takes the smallest gap that holds it, and when the
+program's largest tile takes a quarter of the memory or more, small tiles keep below the top `reserve` bytes
+(that tile's size), which they take only when nothing else is free.
 """
 
 from __future__ import annotations
@@ -18,25 +22,44 @@ from neuronx_cc_lite.lower.program import Program, Tile, TileAccess
 
 
 class _Arena:
-    """Next-fit placement of byte ranges in [0, capacity), in units of `granule` bytes."""
+    """Placement of byte ranges in [0, capacity), in units of `granule` bytes (module docstring)."""
 
-    def __init__(self, capacity: int, granule: int) -> None:
+    def __init__(self, capacity: int, granule: int, reserve: int = 0) -> None:
         self.capacity = capacity
         self.granule = granule
         self.used: dict[int, int] = {}  # start -> end of each placed range
         self.cursor = 0
+        self.small_limit = capacity - min(reserve, capacity // 2)  # where the small tiles' cursor wraps
+
+    def is_large(self, size: int) -> bool:
+        return size * 8 >= self.capacity
 
     def place(self, size: int) -> int | None:
         size = -(-size // self.granule) * self.granule
-        for start in (self.cursor, 0):
-            at = self._first_gap(start, size)
+        large = self.is_large(size)
+        limit = self.capacity if large else self.small_limit
+        for start, end in ((self.cursor, limit), (0, limit), (0, self.capacity)):
+            at = self._first_gap(start, size, end)
             if at is not None:
-                self.used[at] = at + size
-                self.cursor = at + size if at + size < self.capacity else 0
-                return at
-        return None
+                return self._take(at, size)
+        at = self._best_gap(size) if large else None
+        return None if at is None else self._take(at, size)
 
-    def _first_gap(self, start: int, size: int) -> int | None:
+    def _take(self, at: int, size: int) -> int:
+        self.used[at] = at + size
+        self.cursor = at + size if at + size < self.capacity else 0
+        return at
+
+    def _best_gap(self, size: int) -> int | None:
+        """The start of the smallest gap that holds `size`."""
+        best, at = None, 0
+        for s, e in [*sorted(self.used.items()), (self.capacity, self.capacity)]:
+            if s - at >= size and (best is None or s - at < best[1]):
+                best = (at, s - at)
+            at = max(at, e)
+        return None if best is None else best[0]
+
+    def _first_gap(self, start: int, size: int, limit: int) -> int | None:
         at = start
         for s, e in sorted(self.used.items()):
             if e <= at:
@@ -44,7 +67,7 @@ class _Arena:
             if s >= at + size:
                 break
             at = e
-        return at if at + size <= self.capacity else None
+        return at if at + size <= limit else None
 
     def free(self, start: int) -> None:
         del self.used[start]
@@ -55,11 +78,12 @@ class _Arena:
 
 
 class OnChipMemory:
-    """SBUF and PSUM of one core: tiles placed and freed one at a time."""
+    """SBUF and PSUM of one core: tiles placed and freed one at a time. `reserve`: the largest SBUF tile of the
+    program, kept free of small tiles at the top of SBUF (module docstring)."""
 
-    def __init__(self, target) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, target, reserve: int = 0) -> None:  # type: ignore[no-untyped-def]
         self.target = target
-        self.arenas = {Mem.SBUF: _Arena(target.sbuf_partition_bytes, 64),
+        self.arenas = {Mem.SBUF: _Arena(target.sbuf_partition_bytes, 64, reserve),
                        Mem.PSUM: _Arena(target.psum_partition_bytes, target.psum_bank_bytes)}
 
     def place(self, tile: Tile) -> bool:
@@ -90,6 +114,14 @@ def tile_uses(program: Program) -> list[list[Tile]]:
             for p in program.instrs]
 
 
+def large_tile_reserve(program: Program, uses: list[list[Tile]]) -> int:
+    """The bytes per partition the small tiles leave free at the top of SBUF: the program's largest tile when it
+    takes a quarter of SBUF or more, else none (module docstring)."""
+    capacity = program.target.sbuf_partition_bytes
+    largest = max((t.bytes_per_partition for ts in uses for t in ts if t.mem is Mem.SBUF), default=0)
+    return largest if largest * 4 >= capacity else 0
+
+
 def allocate(program: Program) -> None:
     """Place the tiles walking the program in its order."""
     uses = tile_uses(program)
@@ -97,7 +129,7 @@ def allocate(program: Program) -> None:
     for i, tiles in enumerate(uses):
         for tile in tiles:
             last[tile] = i
-    memory = OnChipMemory(program.target)
+    memory = OnChipMemory(program.target, large_tile_reserve(program, uses))
     placed: set[Tile] = set()
     for i, tiles in enumerate(uses):
         for tile in tiles:

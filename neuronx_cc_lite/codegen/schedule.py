@@ -43,7 +43,7 @@ from isa.instructions import OPS, Instruction
 from isa.operand import READABLE, WRITABLE, Engine, Mem
 from isa.target import Target
 from neuronx_cc_lite import progress
-from neuronx_cc_lite.codegen.allocate import OnChipMemory, tile_uses
+from neuronx_cc_lite.codegen.allocate import OnChipMemory, large_tile_reserve, tile_uses
 from neuronx_cc_lite.codegen.deps import dependencies
 from neuronx_cc_lite.lower.program import HbmAccess, PendingInstr, Program, Tile, TileAccess
 
@@ -189,7 +189,7 @@ def schedule(program: Program) -> list[list[int]]:
         ["stores", "loads", "short loads"] for e, q in servers]
     loads_left = sum(1 for p in instrs if p.engine is Engine.DMA and not is_store(p))
     port_free = {p: 0.0 for p in Port}
-    memory = OnChipMemory(target)
+    memory = OnChipMemory(target, large_tile_reserve(program, tiles_of))
     placed: set[Tile] = set()
     waiting = [len(ps) for ps in preds]
     ready_at = [0.0] * n
