@@ -99,6 +99,15 @@ def _value_arg(text: str) -> tuple[str, Any]:
                                          f"{text!r}") from None
 
 
+def _size_arg(text: str) -> int:
+    from neuronx_cc_lite.cache import parse_size
+
+    try:
+        return parse_size(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def _add_compile_options(p: argparse.ArgumentParser) -> None:
     from isa.target import TARGETS
     from neuronx_cc_lite.passes import PASS_NAMES
@@ -140,6 +149,9 @@ def _add_compile_options(p: argparse.ArgumentParser) -> None:
                    help="the compile cache: bundles of models compiled before with the same options and compiler "
                         "(default: $NEURONX_CC_LITE_CACHE, else ~/.cache/neuronx-cc-lite)")
     p.add_argument("--no-cache", action="store_true", help="compile without reading or writing the cache")
+    p.add_argument("--cache-size", type=_size_arg, metavar="SIZE",
+                   help="the most the compile cache may hold, in bytes or with K, M, G (500M, 4G): the least "
+                        "recently used entries go first (default: $NEURONX_CC_LITE_CACHE_SIZE, else 4G)")
 
 
 def _options(args: argparse.Namespace) -> Any:
@@ -155,15 +167,18 @@ def _options(args: argparse.Namespace) -> Any:
                    input_values=dict(args.input_value),
                    dump_ir_after=frozenset(dump), stop_after=args.stop_after, auto_cast=args.auto_cast,
                    auto_cast_type=args.auto_cast_type, tp=args.tp, dp=args.dp, lnc=args.lnc,
-                   optimize=min(args.optimize, 2))  # -O3 is -O2 until some pass runs only at 3
+                   optimize=min(args.optimize, 2),  # -O3 is -O2 until some pass runs only at 3
+                   model_type=args.model_type)
 
 
-def _compile_cached(args: argparse.Namespace, options: Any, model: Any) -> Any:
-    """The bundle for `model`, from the compile cache when it has it; IR dumps need the passes, so they skip it."""
+def _compile_cached(args: argparse.Namespace, options: Any, model: Any, output: str | None = None) -> Any:
+    """The bundle for `model`, from the compile cache when it has it (and written to `output`, if given); IR dumps
+    need the passes, so they skip it."""
     from neuronx_cc_lite.cache import cached, default_dir
-    from neuronx_cc_lite.compiler import compile_graph, prepare
 
     def build() -> Any:
+        from neuronx_cc_lite.compiler import compile_graph, prepare
+
         with progress.timed() as seconds:
             b = compile_graph(prepare(model, options, _dump), options)
         for name, took in seconds.items():
@@ -171,7 +186,8 @@ def _compile_cached(args: argparse.Namespace, options: Any, model: Any) -> Any:
         return b
 
     use = not (args.no_cache or options.dump_ir_after)
-    return cached(args.model, options.flags(), (args.cache_dir or default_dir()) if use else None, build)
+    return cached(args.model, options.flags(), (args.cache_dir or default_dir()) if use else None, build, output,
+                  args.cache_size)
 
 
 def _dump(name: str, text: str) -> None:
@@ -179,19 +195,15 @@ def _dump(name: str, text: str) -> None:
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
-    from isa import bundle as bundle_format
-    from neuronx_cc_lite.compiler import prepare
-    from neuronx_cc_lite.ir import print_graph
-
     options = _options(args)
     start = time.perf_counter()
     if options.stop_after:
+        from neuronx_cc_lite.compiler import prepare
+        from neuronx_cc_lite.ir import print_graph
+
         sys.stdout.write(print_graph(prepare(args.model, options, _dump)))
         return 0
-    _refuse_overwrite(args.output, args.model)
-    b = _compile_cached(args, options, args.model)
-    b.flags["model_type"] = args.model_type  # what neuronx-cc users state; the compiler does not use it yet
-    bundle_format.write(b, args.output)
+    b = _compile_cached(args, options, args.model, args.output)
     counts = Counter()
     for name, s in b.cores[0].items():
         counts["DMA" if name.startswith("DMA") else name] += len(s.instructions)
@@ -201,51 +213,70 @@ def cmd_compile(args: argparse.Namespace) -> int:
     return 0
 
 
+def _npy_shape(f: Any) -> tuple[int, ...]:
+    """The shape an .npy stream's header declares, read without its data."""
+    version = np.lib.format.read_magic(f)
+    header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+    return tuple(header(f)[0])
+
+
 def _load_npz(path: str, expected: dict[str, tuple[int, ...]]) -> dict[str, np.ndarray]:
-    """The arrays of an .npz file, each one's header checked against the shape `expected` of it before its data
-    is read, so that a member declaring billions of elements costs nothing."""
+    """The arrays of an .npz file (a regular file: a FIFO or a device is refused unread), each one's header checked
+    against the shape `expected` of it before its data is read, so that a member declaring billions of elements
+    costs nothing."""
     import zipfile
 
+    from isa.files import open_regular
     from runtime.errors import InputError
 
-    if not zipfile.is_zipfile(path):
-        hint = " (an .npy file holds one array: give it as --input NAME=FILE.npy)" if path.endswith(".npy") else ""
-        raise UsageError(f"cannot read inputs from {path}: not an .npz archive{hint}")
     try:
-        with zipfile.ZipFile(path) as z:
-            for member in z.namelist():
-                name = member[:-4] if member.endswith(".npy") else member
-                if name not in expected:
-                    raise InputError(f"{path}: unknown input(s) {name} (the model takes {', '.join(expected)})")
-                with z.open(member) as f:  # the header only
-                    version = np.lib.format.read_magic(f)
-                    header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
-                              else np.lib.format.read_array_header_2_0)
-                    shape, _, _ = header(f)
-                if tuple(shape) != tuple(expected[name]):
-                    raise InputError(f"{path}: input {name!r}: shape {list(shape)}, expected "
-                                     f"{list(expected[name])}")
-        with np.load(path, allow_pickle=False) as data:
-            return {k: data[k] for k in data.files}
+        with open_regular(path) as archive:
+            if not zipfile.is_zipfile(archive):
+                hint = " (an .npy file holds one array: give it as --input NAME=FILE.npy)" \
+                    if path.endswith(".npy") else ""
+                raise UsageError(f"cannot read inputs from {path}: not an .npz archive{hint}")
+            with zipfile.ZipFile(archive) as z:
+                for member in z.namelist():
+                    name = member[:-4] if member.endswith(".npy") else member
+                    if name not in expected:
+                        raise InputError(f"{path}: unknown input(s) {name} (the model takes {', '.join(expected)})")
+                    with z.open(member) as f:  # the header only
+                        shape = _npy_shape(f)
+                    if shape != tuple(expected[name]):
+                        raise InputError(f"{path}: input {name!r}: shape {list(shape)}, expected "
+                                         f"{list(expected[name])}")
+            archive.seek(0)
+            with np.load(archive, allow_pickle=False) as data:
+                return {k: data[k] for k in data.files}
     except (OSError, ValueError, zipfile.BadZipFile, EOFError) as e:
-        raise UsageError(f"cannot read inputs from {path}: {e}") from None
+        raise UsageError(f"cannot read inputs from {path}: {getattr(e, 'strerror', None) or e}") from None
+
+
+def _load_npy(name: str, path: str, expected: dict[str, tuple[int, ...]]) -> np.ndarray:
+    """One input from an .npy file, its header checked against the input's shape before its data is read."""
+    from isa.files import open_regular
+    from runtime.errors import InputError
+
+    try:
+        with open_regular(path) as f:
+            if name in expected and _npy_shape(f) != tuple(expected[name]):
+                f.seek(0)
+                raise InputError(f"{path}: input {name!r}: shape {list(_npy_shape(f))}, expected "
+                                 f"{list(expected[name])}")
+            f.seek(0)
+            return np.load(f, allow_pickle=False)
+    except (OSError, ValueError, EOFError) as e:
+        raise UsageError(f"cannot read input {name} from {path}: {getattr(e, 'strerror', None) or e}") from None
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     import runtime
 
-    sources = [args.bundle, *([args.inputs] if args.inputs else []), *(path for _, path in args.input)]
-    for written in (args.outputs, args.profile):
-        if written:
-            _refuse_overwrite(written, *sources)
     model = runtime.load(args.bundle, host=_rank_host(args.bundle))
     first = model.host.process == 0  # under mpiexec, the first process writes and reports for the job
     inputs = _load_npz(args.inputs, {i.name: i.shape for i in model.inputs}) if args.inputs else {}
     for name, path in args.input:
-        try:
-            inputs[name] = np.load(path, allow_pickle=False)
-        except (OSError, ValueError) as e:
-            raise UsageError(f"cannot read input {name} from {path}: {e}") from None
+        inputs[name] = _load_npy(name, path, {i.name: i.shape for i in model.inputs})
     if args.profile and args.policy != "clock":
         raise UsageError("--profile needs simulated time: use it with --policy clock")
     with progress.simulating(model):
@@ -285,33 +316,66 @@ def _rank_host(bundle_path: str) -> Any:
         raise UsageError("started by mpiexec, but mpi4py is not installed: pip install 'neuronx-cc-lite[mpi]'") \
             from None
     from isa import bundle as bundle_format
+    from isa.files import open_regular
+    from runtime.errors import LoadError
 
-    with open(bundle_path, "rb") as f:
-        header = bundle_format.read_header(f.read(bundle_format.HEADER_SIZE))
+    try:
+        with open_regular(bundle_path) as f:
+            header = bundle_format.read_header(f.read(bundle_format.HEADER_SIZE))
+    except OSError as e:
+        raise LoadError(f"cannot read {bundle_path}: {e.strerror}") from None
     return MpiRanks(header.num_cores)
 
 
-def _refuse_overwrite(output: str, *sources: str) -> None:
-    """An output that names one of the command's own input files would destroy it: refuse before any work."""
-    for source in sources:
-        same = os.path.realpath(output) == os.path.realpath(source)
-        if not same and os.path.exists(output) and os.path.exists(source):
-            same = os.path.samefile(output, source)
-        if same:
-            raise UsageError(f"the output {output} is the input {source}: writing it would destroy the input; "
-                             "choose another output file")
+# The arguments that name files a command reads, and those it writes (the log file included), with their flags
+_READ_ARGS = ("model", "bundle", "inputs", "listing", "weights_from")
+_WRITE_ARGS = {"output": "-o", "outputs": "--outputs", "profile": "--profile", "json": "--json", "html": "--html",
+               "logfile": "--logfile"}
+
+
+def _check_paths(args: argparse.Namespace) -> None:
+    """Refuse, before any work, a command that would write (or append a log line) onto one of its own inputs,
+    write two outputs to one file, or replace what is not a regular file (a device, a FIFO, a directory)."""
+    from isa.bundle import check_output
+    from isa.files import NotRegularFile, check_replaceable, same_file
+
+    reads = [getattr(args, a) for a in _READ_ARGS if isinstance(getattr(args, a, None), str)]
+    reads += [path for _, path in getattr(args, "input", [])]
+    if getattr(args, "logfile", None) and isinstance(getattr(args, "model", None), str):
+        reads += _external_data(args.model)
+    writes = [(flag, getattr(args, a)) for a, flag in _WRITE_ARGS.items() if isinstance(getattr(args, a, None), str)]
+    for k, (flag, path) in enumerate(writes):
+        for source in reads:
+            if same_file(path, source):
+                raise UsageError(f"the output {path} ({flag}) is the input {source}: writing it would destroy the "
+                                 "input; choose another output file")
+        for other_flag, other in writes[:k]:
+            if same_file(path, other):
+                raise UsageError(f"{other_flag} and {flag} name the same file {path}: one would destroy the other")
+        try:
+            check_replaceable(path)
+            if flag == "-o":  # a bundle (compile, asm)
+                check_output(path)
+        except (NotRegularFile, FileExistsError) as e:
+            raise UsageError(f"{flag} {path}: {e.strerror}") from None
+
+
+def _external_data(model: str) -> list[str]:
+    """The external data files of a model, or none if it cannot be read (compiling it then says why)."""
+    from neuronx_cc_lite.errors import CompileError
+    from neuronx_cc_lite.model_files import external_paths, read_model
+
+    try:
+        return external_paths(read_model(model), os.path.dirname(os.path.abspath(model)))
+    except CompileError:
+        return []
 
 
 def _write_atomic(path: str, write: Callable[[Any], None]) -> None:
-    tmp = f"{path}.partial-{os.getpid()}"
-    try:
-        with open(tmp, "wb") as f:
-            write(f)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    from isa.files import replacing
+
+    with replacing(path) as f:
+        write(f)
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
@@ -321,9 +385,6 @@ def cmd_profile(args: argparse.Namespace) -> int:
     from neuronx_cc_lite.reference import bundle_inputs
     from runtime.profile import summarize, summary_text
 
-    for written in (args.json, args.html):
-        if written:
-            _refuse_overwrite(written, args.bundle, *([args.inputs] if args.inputs else []))
     model = runtime.load(args.bundle)
     inputs = bundle_inputs(model.bundle, args.seed)
     if args.inputs:
@@ -368,15 +429,15 @@ def cmd_disasm(args: argparse.Namespace) -> int:
 def cmd_asm(args: argparse.Namespace) -> int:
     from isa import bundle as bundle_format
     from isa.assembly import assemble
+    from isa.files import read_regular
+    from isa.limits import MAX_LISTING_BYTES
     from isa.validate import ValidationError, problems
     from isa.operand import stream_engine
 
     try:
-        with open(args.listing, encoding="utf-8") as f:
-            text = f.read()
-    except OSError as e:
-        raise UsageError(f"cannot read {args.listing}: {e.strerror}") from None
-    _refuse_overwrite(args.output, args.listing, *([args.weights_from] if args.weights_from else []))
+        text = read_regular(args.listing, MAX_LISTING_BYTES).decode("utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise UsageError(f"cannot read {args.listing}: {getattr(e, 'strerror', None) or e}") from None
     weights = bundle_format.read(args.weights_from) if args.weights_from else None
     b = assemble(text, weights)
     target = _target_of(b.target)
@@ -406,12 +467,13 @@ def bundle_info(path: str) -> dict[str, Any]:
     needs of the chip (SBUF and PSUM high-water marks, semaphores) and how long it runs (the simulator's timing,
     without computing any values)."""
     from isa import bundle as bundle_format
+    from isa.files import open_regular
     from isa.operand import Mem
     from runtime.errors import LoadError
     from runtime.profile import estimated_latency_ns, on_chip_peak, roofline, semaphores_used
 
     try:
-        with open(path, "rb") as f:
+        with open_regular(path) as f:
             head = f.read(bundle_format.HEADER_SIZE)
     except OSError as e:
         raise LoadError(f"cannot read {path}: {e.strerror}") from None
@@ -719,6 +781,17 @@ class _ConsoleFormatter(logging.Formatter):
         return message
 
 
+class _LogFile(logging.FileHandler):
+    """--logfile. A write that fails (a full disk) is said once on stderr, on one line, and the log file is given
+    up; logging's own handler would print a traceback for every record."""
+
+    def handleError(self, record: logging.LogRecord) -> None:  # noqa: N802 - logging's name
+        error = sys.exc_info()[1]
+        print(f"{PROG}: warning: NCC_IO: cannot write the log file {self.baseFilename}: "
+              f"{getattr(error, 'strerror', None) or error}; no more is written to it", file=sys.stderr)
+        self.setLevel(logging.CRITICAL + 1)
+
+
 def _start_logging(args: argparse.Namespace) -> list[logging.Handler]:
     """Send the packages' log records to stderr and to --logfile; returns the handlers, for _stop_logging."""
     level = getattr(logging, (args.verbose or "info").upper())
@@ -727,7 +800,7 @@ def _start_logging(args: argparse.Namespace) -> list[logging.Handler]:
     console.setLevel(max(level, logging.WARNING) if args.quiet else level)
     handlers: list[logging.Handler] = [console]
     if args.logfile:
-        keep = logging.FileHandler(args.logfile, encoding="utf-8")
+        keep = _LogFile(args.logfile, encoding="utf-8")
         keep.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
         keep.setLevel(level)
         handlers.append(keep)
@@ -764,6 +837,11 @@ def main(argv: list[str] | None = None) -> int:
     import threading
 
     args = build_parser().parse_args(argv)
+    try:
+        _check_paths(args)
+    except UsageError as e:
+        print(f"{PROG}: error: {e.code}: {e}", file=sys.stderr)
+        return 2
     try:
         handlers = _start_logging(args)
     except OSError as e:

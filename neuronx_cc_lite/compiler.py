@@ -55,6 +55,7 @@ class Options:
     dp: int = 1  # replica groups, each on its share of the batch
     lnc: int | None = None  # physical cores per rank; None: the target's default
     input_values: dict[str, Any] = field(default_factory=dict)  # inputs pinned to constants (numbers, nested lists)
+    model_type: str | None = None  # what neuronx-cc users state (--model-type): recorded, not used yet
 
     def flags(self) -> dict[str, Any]:
         """What the bundle records of how it was made (the ranks only when there are several, so that a one-rank
@@ -67,6 +68,8 @@ class Options:
             flags.update(tp=self.tp, dp=self.dp, lnc=self.lnc)
         if self.input_values:  # the program depends on them: they are part of the cache key
             flags["input_values"] = {k: np.asarray(v).tolist() for k, v in sorted(self.input_values.items())}
+        if self.model_type is not None:
+            flags["model_type"] = self.model_type
         return flags
 
     def check(self) -> None:

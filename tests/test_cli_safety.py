@@ -100,3 +100,124 @@ def test_npz_inputs_are_checked_before_their_data_is_read(tmp, capsys):
         assert main(["run", neff, "--inputs", path]) == (2 if code == "NCC_USAGE: " else 1)
         err = capsys.readouterr().err
         assert code in err and says in err and len(err.strip().splitlines()) == 1, err
+
+
+# ---- issue 21: no output, log file or cache write replaces or appends to an input or a special file; every file
+# read is refused at once unless it is a regular file ----
+
+def _external_model(folder: str) -> tuple[str, str]:
+    """mlp_odd with its weights in an external data file beside it: (model, weights)."""
+    import onnx
+
+    model = onnx.load(MODEL)
+    path = os.path.join(folder, "ext.onnx")
+    onnx.save(model, path, save_as_external_data=True, location="ext.data", size_threshold=0)
+    return path, os.path.join(folder, "ext.data")
+
+
+def _within(seconds: float, fn):  # type: ignore[no-untyped-def]
+    """fn()'s result, or a failure if it has not returned in `seconds` (a read that blocks on a FIFO)."""
+    import threading
+
+    result: list[object] = []
+    worker = threading.Thread(target=lambda: result.append(fn()), daemon=True)
+    worker.start()
+    worker.join(seconds)
+    assert result, f"no answer within {seconds} s: blocked on a special file"
+    return result[0]
+
+
+def test_compile_onto_its_external_data_is_refused(tmp, capsys):
+    model, weights = _external_model(tmp)
+    before = _bytes(weights)
+    assert main(["compile", model, "-o", weights, "--no-cache"]) == 2
+    err = capsys.readouterr().err
+    assert "NCC_USAGE" in err and "is not a bundle: refusing to replace it" in err and len(err.splitlines()) == 1
+    assert _bytes(weights) == before
+    assert main(["-q", "compile", model, "-o", f"{tmp}/m.neff", "--no-cache"]) == 0  # it still compiles
+
+
+def test_outputs_onto_devices_fifos_and_directories_are_refused(tmp, capsys):
+    os.mkfifo(f"{tmp}/fifo")
+    os.symlink("/dev/null", f"{tmp}/null")  # a link to the device: a wrong answer replaces the link, not /dev/null
+    os.mkdir(f"{tmp}/dir")
+    neff = f"{tmp}/m.neff"
+    assert main(["-q", "compile", MODEL, "-o", neff, "--no-cache"]) == 0
+    np.savez(f"{tmp}/in.npz", x=np.zeros((3, 100), np.float32))
+    for target in (f"{tmp}/fifo", f"{tmp}/null", f"{tmp}/dir"):
+        for argv in (["compile", MODEL, "-o", target, "--no-cache"], ["run", neff, "--inputs", f"{tmp}/in.npz",
+                     "--outputs", target], ["profile", neff, "--json", target], ["info", neff, "--logfile", target]):
+            assert _within(30, lambda: main(argv)) == 2, argv
+            err = capsys.readouterr().err
+            assert "NCC_USAGE" in err and "not a regular file" in err and len(err.splitlines()) == 1, err
+    assert os.path.islink(f"{tmp}/null") and os.path.isdir(f"{tmp}/dir")
+    import stat
+    assert stat.S_ISFIFO(os.stat(f"{tmp}/fifo").st_mode)
+
+
+def test_a_bundle_write_refuses_a_device_from_python_too(tmp):
+    import neuronx_cc_lite
+
+    os.symlink("/dev/null", f"{tmp}/null")
+    with pytest.raises(OSError, match="a character device, not a regular file"):
+        neuronx_cc_lite.compile(MODEL, output=f"{tmp}/null", cache=False)
+    assert os.path.islink(f"{tmp}/null")
+
+
+def test_the_log_file_never_appends_to_an_input_or_an_output(tmp, capsys):
+    model, weights = _external_model(tmp)
+    neff = f"{tmp}/m.neff"
+    assert main(["-q", "compile", model, "-o", neff, "--no-cache"]) == 0
+    np.savez(f"{tmp}/in.npz", x=np.zeros((3, 100), np.float32))
+    with open(f"{tmp}/m.s", "w") as f:
+        assert main(["-q", "disasm", neff]) == 0
+        f.write(capsys.readouterr().out)
+    inputs = (model, weights, neff, f"{tmp}/in.npz", f"{tmp}/m.s")
+    before = [_bytes(p) for p in inputs]
+    for argv, log in ((["compile", model, "-o", f"{tmp}/o.neff"], model),
+                      (["compile", model, "-o", f"{tmp}/o.neff"], weights),
+                      (["check", model], weights),
+                      (["compile", model, "-o", f"{tmp}/o.neff"], f"{tmp}/o.neff"),
+                      (["run", neff, "--inputs", f"{tmp}/in.npz"], neff),
+                      (["run", neff, "--inputs", f"{tmp}/in.npz"], f"{tmp}/in.npz"),
+                      (["asm", f"{tmp}/m.s", "-o", f"{tmp}/o.neff"], f"{tmp}/m.s"),
+                      (["run", neff, "--outputs", f"{tmp}/out.npz"], f"{tmp}/out.npz")):
+        assert main([*argv, "--logfile", log]) == 2, (argv, log)
+        err = capsys.readouterr().err
+        assert "NCC_USAGE" in err and ("would destroy" in err or "name the same file" in err), err
+    assert [_bytes(p) for p in inputs] == before
+    assert not os.path.exists(f"{tmp}/o.neff") and not os.path.exists(f"{tmp}/out.npz")
+
+
+def test_run_outputs_onto_each_other_are_refused(tmp, capsys):
+    neff = f"{tmp}/m.neff"
+    assert main(["-q", "compile", MODEL, "-o", neff, "--no-cache"]) == 0
+    np.savez(f"{tmp}/in.npz", x=np.zeros((3, 100), np.float32))
+    assert main(["run", neff, "--inputs", f"{tmp}/in.npz", "--outputs", f"{tmp}/o", "--profile", f"{tmp}/o"]) == 2
+    assert "--outputs and --profile name the same file" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("what", ["model", "external data", "bundle", "inputs", "input", "listing", "info"])
+@pytest.mark.parametrize("special", ["fifo", "/dev/zero"])
+def test_a_special_file_given_to_read_is_refused_at_once(tmp, capsys, what, special):
+    neff = f"{tmp}/m.neff"
+    assert main(["-q", "compile", MODEL, "-o", neff, "--no-cache"]) == 0
+    path = f"{tmp}/special"
+    if special == "fifo":
+        os.mkfifo(path)
+    else:
+        os.symlink(special, path)
+    if what == "external data":
+        model, weights = _external_model(tmp)
+        os.unlink(weights)
+        os.rename(path, weights)  # the weights file is the FIFO, or a link to /dev/zero
+    argv = {"model": ["compile", path, "-o", f"{tmp}/o.neff"],
+            "external data": ["compile", f"{tmp}/ext.onnx", "-o", f"{tmp}/o.neff"],
+            "bundle": ["run", path], "inputs": ["run", neff, "--inputs", path],
+            "input": ["run", neff, "--input", f"x={path}"], "listing": ["asm", path, "-o", f"{tmp}/o.neff"],
+            "info": ["info", path]}[what]
+    status = _within(30, lambda: main(argv))
+    err = capsys.readouterr().err
+    assert status in (1, 2) and len(err.strip().splitlines()) == 1, err
+    assert ("not a regular file" in err or "not a file beside the model" in err), err
+    assert not os.path.exists(f"{tmp}/o.neff")
