@@ -112,9 +112,11 @@ def replacing(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
         with os.fdopen(fd, "wb") as f:
             yield f
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+        if isinstance(e, OSError) and e.filename is None:  # a write's error (a full disk) names no file
+            raise OSError(e.errno, e.strerror, os.fspath(path)) from None
         raise
 
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
-from neuronx_cc_lite import progress
+from neuronx_cc_lite import interrupts, progress
 
 if TYPE_CHECKING:
     from isa.target import Target
@@ -824,18 +824,16 @@ def _stop_logging(handlers: list[logging.Handler]) -> None:
         h.close()
 
 
-class _Terminated(BaseException):
-    """SIGTERM, raised where the program is, so that every `finally` and atomic write cleans up as for Ctrl-C."""
-
-
-def _raise_terminated(signum: int, frame: object) -> None:
-    raise _Terminated()
-
-
 def main(argv: list[str] | None = None) -> int:
-    import signal
-    import threading
+    with interrupts.handled():  # from the first line: a signal while parsing or loading gives the coded line too
+        try:
+            return _main(argv)
+        except (KeyboardInterrupt, interrupts.Interrupted) as e:
+            print(f"{PROG}: error: {interrupts.message(e)}", file=sys.stderr)
+            return interrupts.status(e)
 
+
+def _main(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
     try:
         _check_paths(args)
@@ -847,14 +845,10 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as e:
         print(f"{PROG}: error: NCC_IO: cannot open --logfile {args.logfile}: {e.strerror or e}", file=sys.stderr)
         return 1
-    on_main_thread = threading.current_thread() is threading.main_thread()  # handlers can only be set there
-    previous = signal.signal(signal.SIGTERM, _raise_terminated) if on_main_thread else None
     try:
         with progress.shown(handlers[0], enabled=not args.quiet):  # a status line, on a terminal only
             return _run(args)
     finally:
-        if on_main_thread:
-            signal.signal(signal.SIGTERM, previous)  # main() may be called inside a longer-lived program
         _stop_logging(handlers)
 
 
@@ -876,12 +870,12 @@ def _run(args: argparse.Namespace) -> int:
         return 141  # as a shell reports a pipeline member that SIGPIPE stopped
     except OSError as e:
         message = f"NCC_IO: {e.filename or ''}: {e.strerror or e}"
-    except KeyboardInterrupt:
-        log.error("NCC_INTERRUPTED: interrupted (Ctrl-C); no output was written")
-        return 130
-    except _Terminated:
-        log.error("NCC_INTERRUPTED: terminated by SIGTERM; no output was written")
-        return 143
+    except (KeyboardInterrupt, interrupts.Interrupted) as e:
+        log.error(interrupts.message(e))
+        return interrupts.status(e)
+    except MemoryError:
+        message = ("NCC_HOST_MEMORY: this machine ran out of memory for the command (the model's tensors, or the "
+                   "simulated chip's memories, are larger than it can hold)")
     except Exception as e:  # a bug of ours: say so on one line, keep the traceback for those who ask
         if os.environ.get("NCC_TRACEBACK"):
             raise

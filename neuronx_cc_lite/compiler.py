@@ -127,8 +127,8 @@ def compile_graph(graph: Graph, options: Options) -> Bundle:
     ranges = input_ranges(graph)
     if options.tp * options.dp == 1:
         one = compile_rank(graph, options, target)
-        inputs = [one.info(name) for name in graph.inputs]
-        outputs = [one.info(name) for name in graph.outputs]
+        inputs = [one.info(name, "inputs") for name in graph.inputs]
+        outputs = [one.info(name, "outputs") for name in graph.outputs]
         with phase("package"):
             return _bundle([one], inputs, outputs, [], options, target, cast, flops, ranges)
     with phase("partitioning"):
@@ -156,9 +156,11 @@ class CompiledRank:
     ctx: LowerCtx
     on_chip: Report
 
-    def info(self, name: str, rank: int = 0, piece: tuple[int, int, int] | None = None) -> TensorInfo:
-        """The tensor as the model sees it, placed in this rank's HBM (whole, or the piece (axis, start, stop))."""
-        view = self.ctx.view(name)
+    def info(self, name: str, kind: str, rank: int = 0, piece: tuple[int, int, int] | None = None) -> TensorInfo:
+        """The model input or output (`kind`: "inputs" or "outputs") as the model sees it, placed in this rank's HBM
+        (whole, or the piece (axis, start, stop)). An input that is also an output has a tensor for each: the
+        program copies one into the other."""
+        view = self.ctx.inputs[name] if kind == "inputs" else self.ctx.view(name)
         t = self.graph.tensors[name]
         info = TensorInfo.whole(name, tuple(t.shape), np.dtype(t.dtype).name, view.dtype.name, view.tensor.offset,
                                 rank)
@@ -241,10 +243,10 @@ def shape_of(program: Program) -> tuple[Any, ...]:
 
 def _placed(name: str, graph: Graph, ranks: list[RankGraph], compiled: list[CompiledRank], kind: str) -> TensorInfo:
     """A model input or output with a placement on every rank that holds a piece of it."""
-    pieces = [c.info(name, r.rank, getattr(r, kind)[name]).placements[0]
+    pieces = [c.info(name, kind, r.rank, getattr(r, kind)[name]).placements[0]
               for r, c in zip(ranks, compiled) if name in getattr(r, kind)]
     t = graph.tensors[name]
-    device = compiled[0].ctx.view(name).dtype.name
+    device = (compiled[0].ctx.inputs[name] if kind == "inputs" else compiled[0].ctx.view(name)).dtype.name
     return TensorInfo(name, tuple(t.shape), np.dtype(t.dtype).name, device, tuple(pieces))
 
 

@@ -139,7 +139,7 @@ def test_compile_onto_its_external_data_is_refused(tmp, capsys):
 
 def test_outputs_onto_devices_fifos_and_directories_are_refused(tmp, capsys):
     os.mkfifo(f"{tmp}/fifo")
-    os.symlink("/dev/null", f"{tmp}/null")  # a link to the device: a wrong answer replaces the link, not /dev/null
+    os.symlink("/dev/full", f"{tmp}/null")  # a link to a device: a wrong answer replaces the link, not the device
     os.mkdir(f"{tmp}/dir")
     neff = f"{tmp}/m.neff"
     assert main(["-q", "compile", MODEL, "-o", neff, "--no-cache"]) == 0
@@ -158,7 +158,7 @@ def test_outputs_onto_devices_fifos_and_directories_are_refused(tmp, capsys):
 def test_a_bundle_write_refuses_a_device_from_python_too(tmp):
     import neuronx_cc_lite
 
-    os.symlink("/dev/null", f"{tmp}/null")
+    os.symlink("/dev/full", f"{tmp}/null")
     with pytest.raises(OSError, match="a character device, not a regular file"):
         neuronx_cc_lite.compile(MODEL, output=f"{tmp}/null", cache=False)
     assert os.path.islink(f"{tmp}/null")
@@ -221,3 +221,96 @@ def test_a_special_file_given_to_read_is_refused_at_once(tmp, capsys, what, spec
     assert status in (1, 2) and len(err.strip().splitlines()) == 1, err
     assert ("not a regular file" in err or "not a file beside the model" in err), err
     assert not os.path.exists(f"{tmp}/o.neff")
+
+
+def _wait_for_handlers(pid: int) -> None:
+    """Until process `pid` catches SIGTERM (the entry point's first act), as /proc/PID/status's SigCgt shows."""
+    import time
+
+    for _ in range(1000):
+        with open(f"/proc/{pid}/status") as f:
+            caught = int(next(line for line in f if line.startswith("SigCgt:")).split()[1], 16)
+        if caught >> (signal.SIGTERM - 1) & 1:
+            return
+        time.sleep(0.005)
+    raise AssertionError("the command never set its signal handlers")
+
+
+@pytest.mark.parametrize("signum, delay", [(signal.SIGINT, 0.0), (signal.SIGINT, 0.4), (signal.SIGTERM, 0.0),
+                                           (signal.SIGTERM, 0.8), (signal.SIGHUP, 0.3)])
+def test_a_signal_at_any_point_of_a_command_is_one_coded_line(tmp, signum, delay):
+    """The command is signalled while it starts (modules loading, arguments parsed) or works: one coded line, the
+    shell's status for the signal, no traceback, no file left in the output's folder."""
+    import subprocess
+    import sys
+    import time
+
+    out = os.path.join(tmp, "out")
+    os.mkdir(out)
+    command = [sys.executable, "-m", "neuronx_cc_lite", "compile", MODEL, "-o", f"{out}/m.neff", "--no-cache"]
+    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+    _wait_for_handlers(process.pid)  # the interpreter's own start-up comes before any code of ours can run
+    time.sleep(delay)
+    process.send_signal(signum)
+    err = process.communicate(timeout=120)[1]
+    if process.returncode == 0:  # finished before the signal came: nothing to check but the bundle
+        assert os.listdir(out) == ["m.neff"]
+        return
+    assert process.returncode == 128 + signum, (process.returncode, err)
+    assert "Traceback" not in err and err.strip().splitlines()[-1].startswith(
+        "neuronx-cc-lite: error: NCC_INTERRUPTED: "), err
+    assert os.listdir(out) == []
+
+
+def test_a_full_disk_is_one_coded_line_with_nothing_left(tmp, capsys, monkeypatch):
+    """No space left on device while the cache entry and the bundle are written."""
+    from isa import files
+
+    real_fdopen = os.fdopen
+    monkeypatch.setattr(files.os, "fdopen", lambda fd, mode="r", *a, **k: _FullFile(real_fdopen(fd, mode, *a, **k))
+                        if "w" in mode else real_fdopen(fd, mode, *a, **k))
+    out = os.path.join(tmp, "out")
+    os.mkdir(out)
+    status = main(["compile", MODEL, "-o", f"{out}/m.neff", "--cache-dir", f"{tmp}/cache"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert status == 1 and err[-1] == f"neuronx-cc-lite: error: NCC_IO: {out}/m.neff: No space left on device", err
+    assert any("cannot write the compile cache entry" in line for line in err)  # a warning: the cache is optional
+    assert "Traceback" not in "\n".join(err)
+    assert os.listdir(out) == [] and not [f for _, _, fs in os.walk(f"{tmp}/cache") for f in fs]
+
+
+class _FullFile:
+    """A file whose writes fail as on a full disk."""
+
+    def __init__(self, f) -> None:  # type: ignore[no-untyped-def]
+        self.f = f
+
+    def write(self, data) -> int:  # type: ignore[no-untyped-def]
+        import errno
+
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    def __getattr__(self, name):  # type: ignore[no-untyped-def]
+        return getattr(self.f, name)
+
+    def __enter__(self):  # type: ignore[no-untyped-def]
+        return self
+
+    def __exit__(self, *exc) -> None:  # type: ignore[no-untyped-def]
+        self.f.close()
+
+
+def test_a_log_file_on_a_full_disk_is_one_warning(tmp, capsys, monkeypatch):
+    import errno
+    import logging
+
+    def full(self, record):  # type: ignore[no-untyped-def]
+        try:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        except OSError:
+            self.handleError(record)
+
+    monkeypatch.setattr(logging.FileHandler, "emit", full)
+    assert main(["compile", MODEL, "-o", f"{tmp}/m.neff", "--no-cache", "--logfile", f"{tmp}/log"]) == 0
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and err.count("cannot write the log file") == 1, err
