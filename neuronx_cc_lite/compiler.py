@@ -30,6 +30,7 @@ from neuronx_cc_lite.errors import CompileError, UnsupportedError
 from neuronx_cc_lite.flops import model_flops
 from neuronx_cc_lite.frontend import import_file, import_model
 from neuronx_cc_lite.input_ranges import input_ranges
+from neuronx_cc_lite.integer_ranges import integer_ranges
 from neuronx_cc_lite.ir import Graph
 from neuronx_cc_lite.lower import lower_graph, unsupported_nodes
 from neuronx_cc_lite.lower.context import LowerCtx
@@ -125,12 +126,13 @@ def compile_graph(graph: Graph, options: Options) -> Bundle:
     cast = TYPES[options.auto_cast_type] if options.auto_cast != "none" else None
     flops = model_flops(graph)
     ranges = input_ranges(graph)
+    bounds = integer_ranges(graph).bounds
     if options.tp * options.dp == 1:
         one = compile_rank(graph, options, target)
         inputs = [one.info(name, "inputs") for name in graph.inputs]
         outputs = [one.info(name, "outputs") for name in graph.outputs]
         with phase("package"):
-            return _bundle([one], inputs, outputs, [], options, target, cast, flops, ranges)
+            return _bundle([one], inputs, outputs, [], options, target, cast, flops, ranges, bounds)
     with phase("partitioning"):
         ranks = partition(graph, options.tp, options.dp)
     done: dict[tuple[Any, ...], CompiledRank] = {}
@@ -144,7 +146,7 @@ def compile_graph(graph: Graph, options: Options) -> Bundle:
     inputs = [_placed(name, graph, ranks, compiled, "inputs") for name in graph.inputs]
     outputs = [_placed(name, graph, ranks, compiled, "outputs") for name in graph.outputs]
     with phase("package"):
-        return _bundle(compiled, inputs, outputs, groups, options, target, cast, flops, ranges)
+        return _bundle(compiled, inputs, outputs, groups, options, target, cast, flops, ranges, bounds)
 
 
 @dataclass
@@ -252,12 +254,14 @@ def _placed(name: str, graph: Graph, ranks: list[RankGraph], compiled: list[Comp
 
 def _bundle(compiled: list[CompiledRank], inputs: list[TensorInfo], outputs: list[TensorInfo],
             groups: list[tuple[int, ...]], options: Options, target: Target, cast: DType | None, flops: int,
-            ranges: Any) -> Bundle:
+            ranges: Any, bounds: dict[str, tuple[int, int]]) -> Bundle:
     first = compiled[0]
     stats = {"model_flops": flops, "matmul_dtype": (cast or DType.fp32).name,
              "spill_bytes": first.on_chip.spill_bytes,
              "kept_on_chip": len(first.on_chip.kept), "through_hbm": len(first.on_chip.through_hbm),
              "input_ranges": ranges}
+    if bounds:  # the integer inputs the program computes with exactly only inside these (integer_ranges.py)
+        stats["integer_bounds"] = {name: list(bound) for name, bound in sorted(bounds.items())}
     if len(compiled) > 1:
         stats["rank_flops"] = [model_flops(c.graph) for c in compiled]
     return Bundle(

@@ -51,6 +51,7 @@ class Model:
         self.topology = check_ranks(b, self.target)
         check_placements(b)
         self.collective_algorithm = collective_algorithm
+        self._bounds = _integer_bounds(b)
         engines = {(rank, name): _engine(name, self.target) for rank, streams in enumerate(b.cores)
                    for name in streams}
         self._validate(engines)
@@ -221,8 +222,40 @@ class Model:
                 raise InputError(f"input {info.name!r}: shape {list(array.shape)}, expected {list(info.shape)}")
             if array.dtype != np.dtype(info.dtype):
                 raise InputError(f"input {info.name!r}: dtype {array.dtype}, expected {info.dtype}")
+            self._check_values(info, array)
             arrays.append(array)
         return arrays
+
+    def _check_values(self, info: bundle_format.TensorInfo, array: np.ndarray) -> None:
+        """An integer input outside what the bundle holds or computes with exactly is refused, not computed with:
+        an int64 the device holds as int32 would saturate, and the compiler recorded the bound within which it
+        computes with an input exactly (stats["integer_bounds"]: integers go through the engines' fp32)."""
+        if array.dtype.kind not in "iu" or array.size == 0:
+            return
+        held = DType[info.device_dtype].np
+        low, high = (int(np.iinfo(held).min), int(np.iinfo(held).max)) if held.kind in "iu" else (None, None)
+        bound = self._bounds.get(info.name)
+        if bound is not None:
+            low, high = bound
+        if low is None:
+            return
+        outside = (array < low) | (array > high)
+        if outside.any():
+            at = tuple(int(i) for i in np.argwhere(outside)[0])
+            why = ("the bundle computes with it exactly only there (integers go through the engines' fp32)"
+                   if bound is not None else f"the device holds it as {info.device_dtype}")
+            raise InputError(f"input {info.name!r} holds {array[at]} at {list(at)}, outside [{low}, {high}]: {why}")
+
+
+def _integer_bounds(b: bundle_format.Bundle) -> dict[str, tuple[int, int]]:
+    """stats["integer_bounds"]: {input: [low, high]}, checked (a hand-made bundle may hold anything there)."""
+    found = b.stats.get("integer_bounds", {}) if isinstance(b.stats, dict) else {}
+    names = {info.name for info in b.inputs}
+    if not isinstance(found, dict) or not all(
+            name in names and isinstance(v, list) and len(v) == 2 and all(type(n) is int for n in v) and v[0] <= v[1]
+            for name, v in found.items()):
+        raise LoadError("the manifest's stats.integer_bounds is not {input: [low, high]} for inputs of the bundle")
+    return {name: (v[0], v[1]) for name, v in found.items()}
 
 
 def _assemble(info: bundle_format.TensorInfo, pieces: dict[tuple[str, int], np.ndarray]) -> np.ndarray:
