@@ -48,16 +48,39 @@ def compile(model: str | os.PathLike[str] | onnx.ModelProto, *,  # noqa: A001 - 
     from neuronx_cc_lite.cache import cached, default_dir
     from neuronx_cc_lite.compiler import Options, compile_model
 
+    _check_arguments(model, input_shapes, input_values, output, cache_size)
     options = Options(target=target, auto_cast=auto_cast, auto_cast_type=auto_cast_type, optimize=optimize,
                       tp=tp, dp=dp, lnc=lnc,
                       input_values={k: np.asarray(v).tolist() for k, v in (input_values or {}).items()},
                       input_shapes={k: tuple(int(n) for n in v) for k, v in (input_shapes or {}).items()})
     options.check()
     if output is not None:  # before any work: a device, or a file that is not a bundle, is not replaced
-        bundle_format.check_output(output)
-        check_replaceable(output)
+        try:
+            bundle_format.check_output(output)
+            check_replaceable(output)
+        except OSError as e:
+            raise ValueError(f"output={os.fspath(output)!r}: {e.strerror}") from None
     directory = (os.fspath(cache_dir) if cache_dir is not None else default_dir()) if cache else None
     return cached(model, options.flags(), directory, lambda: compile_model(model, options), output, cache_size)
+
+
+def _check_arguments(model: Any, input_shapes: Any, input_values: Any, output: Any, cache_size: Any) -> None:
+    """TypeError or ValueError naming the argument, for a call to `compile` that could not mean anything."""
+    import numbers
+
+    if not isinstance(model, (str, os.PathLike)) and type(model).__name__ != "ModelProto":
+        raise TypeError(f"model must be a path or an onnx.ModelProto, not {type(model).__name__}")
+    for name, value in (("input_shapes", input_shapes), ("input_values", input_values)):
+        if value is not None and not isinstance(value, Mapping):
+            raise TypeError(f"{name} must be a mapping {{input name: ...}}, not {type(value).__name__}")
+    for name, dims in (input_shapes or {}).items():
+        if isinstance(dims, (str, bytes)) or not isinstance(dims, Sequence) or not all(
+                isinstance(n, numbers.Integral) and n >= 0 for n in dims):
+            raise TypeError(f"input_shapes[{name!r}] must be a sequence of non-negative integers, not {dims!r}")
+    if output is not None and not isinstance(output, (str, os.PathLike)):
+        raise TypeError(f"output must be a path, not {type(output).__name__}")
+    if cache_size is not None and (not isinstance(cache_size, numbers.Integral) or cache_size < 0):
+        raise ValueError(f"cache_size must be a number of bytes (an integer >= 0), not {cache_size!r}")
 
 
 def trace(module: torch.nn.Module, example_inputs: torch.Tensor | Sequence[torch.Tensor],

@@ -159,7 +159,7 @@ def test_a_bundle_write_refuses_a_device_from_python_too(tmp):
     import neuronx_cc_lite
 
     os.symlink("/dev/full", f"{tmp}/null")
-    with pytest.raises(OSError, match="a character device, not a regular file"):
+    with pytest.raises(ValueError, match="a character device, not a regular file"):
         neuronx_cc_lite.compile(MODEL, output=f"{tmp}/null", cache=False)
     assert os.path.islink(f"{tmp}/null")
 
