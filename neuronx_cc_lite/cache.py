@@ -248,8 +248,8 @@ def lookup(directory: str, k: str) -> Entry | None:
             st = os.fstat(f.fileno())
             unchanged = _entry_identity(st) == recorded and checked - st.st_mtime >= TRUST_AFTER
             bundle = bundle_format.read_from(f, sha256, unchanged)
-        if not unchanged:  # checked in full just now: trust it unhashed from now on, once it has settled
-            _bind(binding, k, sha256, st, started)
+        if not unchanged and started - st.st_mtime >= TRUST_AFTER:  # settled, and checked in full just now:
+            _bind(binding, k, sha256, st, started)  # trusted unhashed from now on
         else:
             os.utime(binding)  # the least recently used entries go first
     except FileNotFoundError:

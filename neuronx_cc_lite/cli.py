@@ -272,11 +272,29 @@ def _load_npy(name: str, path: str, expected: dict[str, tuple[int, ...]]) -> np.
 def cmd_run(args: argparse.Namespace) -> int:
     import runtime
 
-    model = runtime.load(args.bundle, host=_rank_host(args.bundle))
+    comm = _mpi_job()
+    host = None
+    if comm is not None:  # every process agrees on the bundle before any of them loads it
+        from runtime.ranks import MpiRanks
+
+        _agreed(comm, "the bundle", lambda: {"bundle": _bundle_header(args.bundle).sha256.hex()})
+        host = MpiRanks(_bundle_header(args.bundle).num_cores, comm)
+    model = runtime.load(args.bundle, host=host)
     first = model.host.process == 0  # under mpiexec, the first process writes and reports for the job
-    inputs = _load_npz(args.inputs, {i.name: i.shape for i in model.inputs}) if args.inputs else {}
-    for name, path in args.input:
-        inputs[name] = _load_npy(name, path, {i.name: i.shape for i in model.inputs})
+
+    def read_inputs() -> dict[str, np.ndarray]:
+        found = _load_npz(args.inputs, {i.name: i.shape for i in model.inputs}) if args.inputs else {}
+        for name, path in args.input:
+            found[name] = _load_npy(name, path, {i.name: i.shape for i in model.inputs})
+        model.check_inputs(found)  # before the first collective: a process refusing its inputs stops them all
+        return found
+
+    if comm is None:
+        inputs = read_inputs()
+    else:
+        holder: dict[str, dict[str, np.ndarray]] = {}
+        _agreed(comm, "the inputs", lambda: _digest(holder.setdefault("inputs", read_inputs())))
+        inputs = holder["inputs"]
     if args.profile and args.policy != "clock":
         raise UsageError("--profile needs simulated time: use it with --policy clock")
     with progress.simulating(model):
@@ -303,28 +321,58 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _rank_host(bundle_path: str) -> Any:
-    """In-process ranks, or, when mpiexec started this process among others, the bundle's ranks spread over
-    the MPI job (runtime/ranks.py)."""
-    from runtime.ranks import MpiRanks, launched_by_mpi
+def _mpi_job() -> Any:
+    """MPI's COMM_WORLD when mpiexec started this process among others (runtime/ranks.py), else None."""
+    from runtime.ranks import launched_by_mpi
 
-    if not launched_by_mpi():
-        return None
     try:
-        import mpi4py  # noqa: F401
+        if not launched_by_mpi():
+            return None
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    try:
+        from mpi4py import MPI
     except ImportError:
         raise UsageError("started by mpiexec, but mpi4py is not installed: pip install 'neuronx-cc-lite[mpi]'") \
             from None
+    return MPI.COMM_WORLD
+
+
+def _bundle_header(path: str) -> Any:
     from isa import bundle as bundle_format
     from isa.files import open_regular
     from runtime.errors import LoadError
 
     try:
-        with open_regular(bundle_path) as f:
-            header = bundle_format.read_header(f.read(bundle_format.HEADER_SIZE))
+        with open_regular(path) as f:
+            return bundle_format.read_header(f.read(bundle_format.HEADER_SIZE))
     except OSError as e:
-        raise LoadError(f"cannot read {bundle_path}: {e.strerror}") from None
-    return MpiRanks(header.num_cores)
+        raise LoadError(f"cannot read {path}: {e.strerror}") from None
+
+
+def _agreed(comm: Any, what: str, state: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """`state()` of this process, agreed on by every process of the MPI job (runtime.ranks.agree): this process's
+    own error, after every process has heard of it, or RanksError when another failed or they differ."""
+    from isa.errors import IsaError
+    from runtime.errors import NeuronRuntimeError
+    from runtime.ranks import agree
+
+    try:
+        mine = state()
+    except (NeuronRuntimeError, IsaError, UsageError, OSError) as e:
+        coded = isinstance(e, (NeuronRuntimeError, IsaError))  # their text starts with the code
+        agree(comm, {"error": str(e) if coded else f"{getattr(e, 'code', 'NCC_IO')}: {e}"}, what)
+        raise
+    agree(comm, mine, what)
+    return mine
+
+
+def _digest(inputs: dict[str, np.ndarray]) -> dict[str, Any]:
+    """What identifies a run's inputs: each one's name, dtype, shape and the sha256 of its bytes."""
+    import hashlib
+
+    return {"inputs": {name: [str(a.dtype), list(a.shape), hashlib.sha256(np.ascontiguousarray(a).tobytes())
+                              .hexdigest()] for name, a in sorted(inputs.items())}}
 
 
 # The arguments that name files a command reads, and those it writes (the log file included), with their flags

@@ -220,7 +220,7 @@ class Model:
 
     def _run(self, inputs: Mapping[str, np.ndarray], policy: str, seed: int, trace: bool,
              check_races: bool) -> dict[str, np.ndarray]:
-        arrays = self._check_inputs(inputs)
+        arrays = self.check_inputs(inputs)
         mem = self.memory
         mem.clear()  # the weights, placed at load, stay
         for info, array in zip(self.inputs, arrays):
@@ -244,7 +244,9 @@ class Model:
             return {}
         return {info.name: _assemble(info, gathered) for info in self.outputs}
 
-    def _check_inputs(self, inputs: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+    def check_inputs(self, inputs: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        """The inputs as the run will take them, in the bundle's order; InputError for missing, unknown, mis-shaped,
+        mis-typed or out-of-bounds ones."""
         expected = {info.name for info in self.inputs}
         missing = [name for name in expected if name not in inputs]
         unknown = [name for name in inputs if name not in expected]
