@@ -389,6 +389,9 @@ def _check_paths(args: argparse.Namespace) -> None:
 
     reads = [getattr(args, a) for a in _READ_ARGS if isinstance(getattr(args, a, None), str)]
     reads += [path for _, path in getattr(args, "input", [])]
+    for path in (*reads, *(getattr(args, a) for a in _WRITE_ARGS if isinstance(getattr(args, a, None), str))):
+        if "\0" in path:  # no file has such a name; the OS calls would raise ValueError
+            raise UsageError(f"the path {path!r} holds a NUL byte, which no file name can")
     if getattr(args, "logfile", None) and isinstance(getattr(args, "model", None), str):
         reads += _external_data(args.model)
     writes = [(flag, getattr(args, a)) for a, flag in _WRITE_ARGS.items() if isinstance(getattr(args, a, None), str)]
