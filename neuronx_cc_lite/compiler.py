@@ -33,6 +33,7 @@ from neuronx_cc_lite.errors import CompileError, UnsupportedError
 from neuronx_cc_lite.flops import copy_bytes, model_flops
 from neuronx_cc_lite.frontend import import_file, import_model
 from neuronx_cc_lite.input_ranges import input_ranges
+from neuronx_cc_lite.integer_ranges import integer_ranges
 from neuronx_cc_lite.ir import Graph, model_node_of
 from neuronx_cc_lite.lower import lower_graph, unsupported_nodes
 from neuronx_cc_lite.lower.context import LowerCtx
@@ -60,6 +61,7 @@ class Options:
     dp: int = 1  # replica groups, each on its share of the batch
     lnc: int | None = None  # physical cores per rank; None: the target's default
     input_values: dict[str, Any] = field(default_factory=dict)  # inputs pinned to constants (numbers, nested lists)
+    model_type: str | None = None  # what neuronx-cc users state (--model-type): recorded, not used yet
 
     def flags(self) -> dict[str, Any]:
         """What the bundle records of how it was made (the ranks only when there are several, so that a one-rank
@@ -72,6 +74,8 @@ class Options:
             flags.update(tp=self.tp, dp=self.dp, lnc=self.lnc)
         if self.input_values:  # the program depends on them: they are part of the cache key
             flags["input_values"] = {k: np.asarray(v).tolist() for k, v in sorted(self.input_values.items())}
+        if self.model_type is not None:
+            flags["model_type"] = self.model_type
         return flags
 
     def check(self) -> None:
@@ -129,12 +133,13 @@ def compile_graph(graph: Graph, options: Options) -> Bundle:
     cast = DType[options.auto_cast_type] if options.auto_cast != "none" else None
     facts = {"model_flops": model_flops(graph), "copy_bytes": copy_bytes(graph)}  # for the roofline
     ranges = input_ranges(graph)
+    bounds = integer_ranges(graph).bounds
     if options.tp * options.dp == 1:
         one = compile_rank(graph, options, target)
-        inputs = [one.info(name) for name in graph.inputs]
-        outputs = [one.info(name) for name in graph.outputs]
+        inputs = [one.info(name, "inputs") for name in graph.inputs]
+        outputs = [one.info(name, "outputs") for name in graph.outputs]
         with phase("package"):
-            return _logged(_bundle([one], inputs, outputs, [], options, target, cast, facts, ranges,
+            return _logged(_bundle([one], inputs, outputs, [], options, target, cast, facts, ranges, bounds,
                                    graph.model_ops))
     with phase("partitioning"):
         start = time.perf_counter()
@@ -152,7 +157,7 @@ def compile_graph(graph: Graph, options: Options) -> Bundle:
     inputs = [_placed(name, graph, ranks, compiled, "inputs") for name in graph.inputs]
     outputs = [_placed(name, graph, ranks, compiled, "outputs") for name in graph.outputs]
     with phase("package"):
-        return _logged(_bundle(compiled, inputs, outputs, groups, options, target, cast, facts, ranges,
+        return _logged(_bundle(compiled, inputs, outputs, groups, options, target, cast, facts, ranges, bounds,
                                graph.model_ops))
 
 
@@ -165,9 +170,11 @@ class CompiledRank:
     ctx: LowerCtx
     on_chip: Report
 
-    def info(self, name: str, rank: int = 0, piece: tuple[int, int, int] | None = None) -> TensorInfo:
-        """The tensor as the model sees it, placed in this rank's HBM (whole, or the piece (axis, start, stop))."""
-        view = self.ctx.view(name)
+    def info(self, name: str, kind: str, rank: int = 0, piece: tuple[int, int, int] | None = None) -> TensorInfo:
+        """The model input or output (`kind`: "inputs" or "outputs") as the model sees it, placed in this rank's HBM
+        (whole, or the piece (axis, start, stop)). An input that is also an output has a tensor for each: the
+        program copies one into the other."""
+        view = self.ctx.inputs[name] if kind == "inputs" else self.ctx.view(name)
         t = self.graph.tensors[name]
         info = TensorInfo.whole(name, tuple(t.shape), np.dtype(t.dtype).name, view.dtype.name, view.tensor.offset,
                                 rank)
@@ -281,10 +288,10 @@ def shape_of(program: Program) -> tuple[Any, ...]:
 
 def _placed(name: str, graph: Graph, ranks: list[RankGraph], compiled: list[CompiledRank], kind: str) -> TensorInfo:
     """A model input or output with a placement on every rank that holds a piece of it."""
-    pieces = [c.info(name, r.rank, getattr(r, kind)[name]).placements[0]
+    pieces = [c.info(name, kind, r.rank, getattr(r, kind)[name]).placements[0]
               for r, c in zip(ranks, compiled) if name in getattr(r, kind)]
     t = graph.tensors[name]
-    device = compiled[0].ctx.view(name).dtype.name
+    device = (compiled[0].ctx.inputs[name] if kind == "inputs" else compiled[0].ctx.view(name)).dtype.name
     return TensorInfo(name, tuple(t.shape), np.dtype(t.dtype).name, device, tuple(pieces))
 
 
@@ -306,12 +313,15 @@ def _logged(b: Bundle) -> Bundle:
 
 def _bundle(compiled: list[CompiledRank], inputs: list[TensorInfo], outputs: list[TensorInfo],
             groups: list[tuple[int, ...]], options: Options, target: Target, cast: DType | None,
-            facts: dict[str, int], ranges: Any, model_ops: dict[str, str]) -> Bundle:
+            facts: dict[str, int], ranges: Any, bounds: dict[str, tuple[int, int]],
+            model_ops: dict[str, str]) -> Bundle:
     first = compiled[0]
     stats = {**facts, "matmul_dtype": (cast or DType.fp32).name,
              "spill_bytes": first.on_chip.spill_bytes,
              "kept_on_chip": len(first.on_chip.kept), "through_hbm": len(first.on_chip.through_hbm),
              "input_ranges": ranges, "model_nodes": model_nodes(compiled, model_ops)}
+    if bounds:  # the integer inputs the program computes with exactly only inside these (integer_ranges.py)
+        stats["integer_bounds"] = {name: list(bound) for name, bound in sorted(bounds.items())}
     if len(compiled) > 1:
         stats["rank_flops"] = [model_flops(c.graph) for c in compiled]
     return Bundle(

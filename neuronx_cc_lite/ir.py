@@ -7,6 +7,7 @@ Its text form (`print_graph`) is what `--dump-ir-after` shows:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -27,7 +28,7 @@ class Tensor:
 
     @property
     def size(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64))
+        return math.prod(self.shape)  # exact: np.prod wraps past 2^63 (to 0, skipping the HBM check)
 
 
 @dataclass

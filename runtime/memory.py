@@ -33,6 +33,7 @@ class RankMemories:
         self.hbm = [_lazy_bytes(reach) for reach in hbm_reach]
         self._hbm_spans: list[set[tuple[int, int]]] = [set() for _ in hbm_reach]  # [first, end) some view names
         self._hbm_fill: list[list[tuple[int, int]]] | None = None  # the spans merged, until another is added
+        self._kept: list[set[tuple[int, int]]] = [set() for _ in hbm_reach]  # [first, end) clear() leaves
         self.sbuf: list[np.ndarray | None] = [None] * len(hbm_reach)
         self.psum: list[np.ndarray | None] = [None] * len(hbm_reach)
         # (memory, rank) -> how far into a partition row some view reaches: the bytes a run may have touched
@@ -44,10 +45,17 @@ class RankMemories:
             self._hbm_spans[rank].add((first, end))
             self._hbm_fill = None
 
+    def keep(self, rank: int, first: int, end: int) -> None:
+        """Bytes [first, end) of `rank`'s HBM hold what no run writes (the weights, placed once at load): clear()
+        leaves them."""
+        self._kept[rank].add((first, end))
+        self._hbm_fill = None
+
     def clear(self) -> None:
-        """Every byte a run may touch back to UNWRITTEN."""
+        """Every byte a run may touch back to UNWRITTEN, but for those kept."""
         if self._hbm_fill is None:
-            self._hbm_fill = [_merged(spans) for spans in self._hbm_spans]
+            self._hbm_fill = [_without(_merged(spans), _merged(kept))
+                              for spans, kept in zip(self._hbm_spans, self._kept)]
         for hbm, fill in zip(self.hbm, self._hbm_fill):
             for first, end in fill:
                 hbm[first:end].fill(UNWRITTEN)
@@ -116,3 +124,22 @@ def _merged(spans: set[tuple[int, int]]) -> list[tuple[int, int]]:
         else:
             merged.append((first, end))
     return merged
+
+
+def _without(spans: list[tuple[int, int]], holes: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The parts of sorted disjoint `spans` outside sorted disjoint `holes`."""
+    left: list[tuple[int, int]] = []
+    k = 0
+    for first, end in spans:
+        while k < len(holes) and holes[k][1] <= first:
+            k += 1
+        j = k
+        while first < end:
+            if j == len(holes) or holes[j][0] >= end:
+                left.append((first, end))
+                break
+            if holes[j][0] > first:
+                left.append((first, holes[j][0]))
+            first = max(first, holes[j][1])
+            j += 1
+    return left

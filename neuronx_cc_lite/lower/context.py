@@ -66,6 +66,7 @@ class LowerCtx:
             dtype = self.dtype(name)
             tensor = program.hbm_tensor(name, t.size * dtype.size, "input", dtype)
             self.views[name] = HbmView.whole(tensor, dtype, t.shape)
+        self.inputs = dict(self.views)  # where the inputs are written (an input that is an output gets a copy)
 
     def dtype(self, name: str) -> DType:
         t = self.graph.tensors[name]
