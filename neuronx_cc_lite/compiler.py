@@ -26,7 +26,7 @@ from neuronx_cc_lite.codegen.broadcasts import broadcast_on_pe
 from neuronx_cc_lite.codegen.dedupe import dedupe_loads
 from neuronx_cc_lite.codegen.emit import emit
 from neuronx_cc_lite.codegen.on_chip import HOME_FRACTION, Report, keep_on_chip
-from neuronx_cc_lite.codegen.schedule import assign_queues_in_order, schedule
+from neuronx_cc_lite.codegen.schedule import assign_queues_in_order, schedule_within_memory
 from neuronx_cc_lite.codegen.transfers import split_transfers
 from neuronx_cc_lite.codegen.verify import verify_order, verify_program
 from neuronx_cc_lite.errors import CompileError, UnsupportedError
@@ -319,7 +319,8 @@ def _bundle(compiled: list[CompiledRank], inputs: list[TensorInfo], outputs: lis
     stats = {**facts, "matmul_dtype": (cast or DType.fp32).name,
              "spill_bytes": first.on_chip.spill_bytes,
              "kept_on_chip": len(first.on_chip.kept), "through_hbm": len(first.on_chip.through_hbm),
-             "input_ranges": ranges, "model_nodes": model_nodes(compiled, model_ops)}
+             "input_ranges": ranges, "model_nodes": model_nodes(compiled, model_ops),
+             "schedule_tries": first.program.schedule_tries}
     if bounds:  # the integer inputs the program computes with exactly only inside these (integer_ranges.py)
         stats["integer_bounds"] = {name: list(bound) for name, bound in sorted(bounds.items())}
     if len(compiled) > 1:
@@ -342,26 +343,15 @@ def _bundle(compiled: list[CompiledRank], inputs: list[TensorInfo], outputs: lis
 
 
 def schedule_and_allocate(program: Program, optimize: int) -> None:
-    """-O2: list scheduling, which places every tile as it goes; when it runs out of memory (every ready
-    instruction waiting for room that nothing will free) the lowering order is used instead, as at -O1: it always
-    fits, keeping only the tiles of one operator live at a time."""
+    """-O2: list scheduling, which places every tile as it goes (schedule_within_memory); -O1, or when that
+    fails, the lowering order: it always fits, keeping only the tiles of one operator live at a time."""
     start = time.perf_counter()
     split_transfers(program)
     start = stage_done("split-transfers", program, start)
-    lowered = list(program.instrs)
-    engines = [p.engine for p in lowered]
-    if optimize >= 2:
-        try:
-            preds = schedule(program)
-            verify_order(lowered, program.instrs, preds, "schedule")
-            stage_done("schedule", program, start)
-            return
-        except CompileError as e:
-            if e.code not in ("NCC_SBUF_FULL", "NCC_PSUM_FULL"):
-                raise
-        program.instrs = list(lowered)
-        for p, e in zip(lowered, engines):
-            p.engine = e
+    if optimize >= 2 and schedule_within_memory(program):
+        stage_done("schedule", program, start, f"{program.schedule_tries} tries" if program.schedule_tries > 1
+                   else "")
+        return
     assign_queues_in_order(program)
     with phase("allocation"):  # -O2's scheduling places the tiles as it goes
         allocate(program)

@@ -36,6 +36,7 @@ semaphores. Three more choices decide what the hardware does well:
 from __future__ import annotations
 
 import heapq
+import logging
 from dataclasses import dataclass
 
 from isa.costs import Port, dma_cost, duration_ns, ports, table_of
@@ -45,7 +46,11 @@ from isa.target import Target
 from neuronx_cc_lite import progress
 from neuronx_cc_lite.codegen.allocate import OnChipMemory, large_tile_reserve, tile_uses
 from neuronx_cc_lite.codegen.deps import dependencies
+from neuronx_cc_lite.codegen.verify import verify_order
+from neuronx_cc_lite.errors import CompileError
 from neuronx_cc_lite.lower.program import HbmAccess, PendingInstr, Program, Tile, TileAccess
+
+log = logging.getLogger(__name__)
 
 MOVABLE = frozenset({"tensor_copy", "tensor_scalar", "memset"})
 # How far ahead of the first unscheduled instruction (in lowering order) the schedule may reach: far enough to
@@ -140,13 +145,63 @@ def _critical_soon(pool: _Pool, rank: list[float], now: int, before: float, take
     return None
 
 
-def schedule(program: Program) -> list[list[int]]:
+class OutOfMemory(CompileError):
+    """Every ready instruction waits for memory that nothing will free. `ahead`: the instructions that opened
+    live tiles while running ahead of the earliest waiting one, `waiting` (in lowering order); in lowering
+    order none of those tiles would be live yet."""
+
+    def __init__(self, error: CompileError, waiting: int, ahead: list[int]) -> None:
+        super().__init__(error.code, error.message, error.node, error.op)
+        self.waiting, self.ahead = waiting, ahead
+
+
+MAX_TRIES = 8  # schedules tried, each holding back more of what ran ahead, before the lowering order is kept
+
+
+def schedule_within_memory(program: Program) -> bool:
+    """List-schedule the program, placing its tiles; False (the program as lowered) when no schedule fitted.
+
+    Running ahead can deadlock memory: the loads of later layers' weights take the room the current operator
+    needs, and they wait for its results. When every ready instruction waits for memory that nothing will free,
+    the instructions that opened live tiles ahead of the earliest waiting one (in lowering order, none of those
+    tiles would be live yet) are held back, in the next try, until everything up to that one is scheduled; each
+    try learns more, and the lowering order, which always fits, is the end of that road."""
+    lowered = list(program.instrs)
+    engines = [p.engine for p in lowered]
+    preds = dependencies(lowered)
+    hold: dict[int, int] = {}
+    for tries in range(1, MAX_TRIES + 1):
+        try:
+            schedule(program, LOOKAHEAD, preds, hold)
+        except OutOfMemory as e:
+            log.debug("schedule try %d ran out of memory at instruction %d (%d ran ahead): %s", tries, e.waiting,
+                      len(e.ahead), e)
+            program.instrs = list(lowered)
+            for p, engine in zip(lowered, engines):
+                p.engine = engine
+            if not e.ahead:
+                break  # nothing ran ahead: holding back cannot help
+            for i in e.ahead:
+                hold[i] = max(hold.get(i, 0), e.waiting + 1)
+            continue
+        verify_order(lowered, program.instrs, preds, "schedule")
+        program.schedule_tries = tries
+        return True
+    return False
+
+
+def schedule(program: Program, lookahead: int = LOOKAHEAD, preds: list[list[int]] | None = None,
+             hold: dict[int, int] | None = None) -> list[list[int]]:
     """Reorder program.instrs, set every instruction's engine and queue and place every tile (see the module
-    docstring). Returns the dependencies it kept, as positions in the order before scheduling (for the verifier).
-    Raises NCC_SBUF_FULL / NCC_PSUM_FULL when every ready instruction waits for memory that nothing will free."""
+    docstring), reaching at most `lookahead` instructions past the first unscheduled one; an instruction in
+    `hold` waits until everything before position hold[i] (in lowering order) is scheduled. Returns the
+    dependencies it kept (`preds`, computed when not given), as positions in the order before scheduling (for
+    the verifier). Raises OutOfMemory (NCC_SBUF_FULL / NCC_PSUM_FULL) when every ready instruction waits for
+    memory that nothing will free (see schedule_within_memory)."""
     instrs, target = program.instrs, program.target
     n = len(instrs)
-    preds = dependencies(instrs)
+    preds = preds if preds is not None else dependencies(instrs)
+    hold = hold or {}
     succs: list[list[int]] = [[] for _ in range(n)]
     for i, ps in enumerate(preds):
         for j in ps:
@@ -197,6 +252,8 @@ def schedule(program: Program) -> list[list[int]]:
     scheduled = [False] * n
     blocked: list[int] = []  # ready, waiting for memory, in lowering order (a heap)
     deferred: list[int] = []  # ready, but too far ahead of the first unscheduled instruction (a heap)
+    held_back: list[tuple[int, int]] = []  # ready, held until the frontier passes a position: (position, i), a heap
+    opener: dict[Tile, int] = {}  # the instruction that placed each live tile
     frontier = 0  # the first instruction in lowering order not yet scheduled
     order: list[int] = []
     last_on: dict[Engine, int] = {}  # the instruction each compute engine ran last
@@ -209,8 +266,11 @@ def schedule(program: Program) -> list[list[int]]:
         return list(engines[i])
 
     def release(i: int) -> None:
-        if i >= frontier + LOOKAHEAD:
+        if i >= frontier + lookahead:
             heapq.heappush(deferred, i)
+            return
+        if hold.get(i, 0) > frontier:
+            heapq.heappush(held_back, (hold[i], i))
             return
         for key in pools_of(i):
             pools[key].add(ready_at[i], rank[i], i)
@@ -228,6 +288,7 @@ def schedule(program: Program) -> list[list[int]]:
                 return False
             placed.add(t)
             opened.append(t)
+            opener[t] = i
         return True
 
     for i in range(n):
@@ -245,11 +306,14 @@ def schedule(program: Program) -> list[list[int]]:
                     when = max(free_at[k], pool.next_ready_at())
                 else:
                     continue
-                if when < best_time:
+                # of the servers that can start as soon, the one idle longest: queues share the work, rather than
+                # the first taking every transfer it will be free for
+                if when < best_time or (when == best_time and free_at[k] < free_at[best_server]):
                     best_server, best_time = k, when
         if best_server < 0:
             i = blocked[0] if blocked else 0
-            raise memory.full(next(t for t in tiles_of[i] if t not in placed), instrs[i].node)
+            ahead = sorted({opener[t] for t in placed if opener[t] > i and uses[t] > 0})
+            raise OutOfMemory(memory.full(next(t for t in tiles_of[i] if t not in placed), instrs[i].node), i, ahead)
         k = best_server
         engine, queue = servers[k]
         for key in pools_of_server[k]:
@@ -307,7 +371,9 @@ def schedule(program: Program) -> list[list[int]]:
         scheduled[i] = True
         while frontier < n and scheduled[frontier]:
             frontier += 1
-        while deferred and deferred[0] < frontier + LOOKAHEAD:
+        while held_back and held_back[0][0] <= frontier:
+            release(heapq.heappop(held_back)[1])
+        while deferred and deferred[0] < frontier + lookahead:
             release(heapq.heappop(deferred))
         freed = False
         for t in tiles_of[i]:
