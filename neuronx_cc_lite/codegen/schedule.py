@@ -19,10 +19,11 @@ semaphores. Three more choices decide what the hardware does well:
 - DMA queues: transfers into SBUF (loads) and out of it (stores) take separate queues, in proportion to their
   bytes, so that a store waiting for its producer never holds up the loads queued behind it in the same queue;
   a store queue takes loads until the first store, then only short ones while no store is ready.
-- Memory: a tile lives from its first to its last access in the new order, and is placed (allocate.py) when
-  its first access is scheduled. An instruction whose tiles find no room waits until others are freed, the
+- Memory: a tile lives from its first to its last access in the new order. It is placed (allocate.py) when
+  its first access is scheduled; an instruction whose tiles find no room waits until others are freed, the
   earliest in lowering order first, so running ahead (the loads of the next tiles while this one computes:
-  multiple buffering) stops where memory ends.
+  multiple buffering) stops where memory ends. When that deadlocks, schedule_within_memory tries again holding
+  back what ran ahead, then counting bytes and planning the places after.
 - Engines: a copy, a tensor_scalar or a memset on float data may run on any engine whose row allows it and that
   reaches its memories; the first of them to be free for it takes it.
 - Collectives: the CC engine is one more server. Its estimate is a two-rank collective's fixed cost and the
@@ -44,7 +45,8 @@ from isa.instructions import OPS, Instruction
 from isa.operand import READABLE, WRITABLE, Engine, Mem
 from isa.target import Target
 from neuronx_cc_lite import progress
-from neuronx_cc_lite.codegen.allocate import OnChipMemory, large_tile_reserve, tile_uses
+from neuronx_cc_lite.codegen.allocate import (LiveBytes, OnChipMemory, free_positions, large_tile_reserve, plan,
+                                              tile_uses)
 from neuronx_cc_lite.codegen.deps import dependencies
 from neuronx_cc_lite.codegen.verify import verify_order
 from neuronx_cc_lite.errors import CompileError
@@ -155,49 +157,71 @@ class OutOfMemory(CompileError):
         self.waiting, self.ahead = waiting, ahead
 
 
-MAX_TRIES = 8  # schedules tried, each holding back more of what ran ahead, before the lowering order is kept
+PLACING_TRIES = 4  # schedules that place tiles as they go, each holding back more of what ran ahead
+PLANNED_TRIES = 4  # then schedules that count live bytes, planned after, each with fewer bytes live
+BUDGET_STEP = 0.85  # after a plan that found no room, the next schedule keeps this much of the bytes live before
 
 
 def schedule_within_memory(program: Program) -> bool:
-    """List-schedule the program, placing its tiles; False (the program as lowered) when no schedule fitted.
+    """List-schedule the program and place its tiles; False (the program as lowered) when no try fitted.
 
-    Running ahead can deadlock memory: the loads of later layers' weights take the room the current operator
-    needs, and they wait for its results. When every ready instruction waits for memory that nothing will free,
-    the instructions that opened live tiles ahead of the earliest waiting one (in lowering order, none of those
-    tiles would be live yet) are held back, in the next try, until everything up to that one is scheduled; each
-    try learns more, and the lowering order, which always fits, is the end of that road."""
+    The first tries place each tile when the schedule reaches its first use (allocate.OnChipMemory): an
+    instruction whose tiles find no gap waits until memory frees. That can deadlock: the loads of later layers'
+    weights take the room the current operator needs, and they wait for its results. Then the instructions that
+    opened live tiles ahead of the earliest waiting one (in lowering order, none of those tiles would be live yet)
+    are held back, in the next try, until everything up to that one is scheduled. A memory deadlocked by its gaps
+    (a large tile finds none with a third of SBUF free) is left to the next tries: the schedule only counts the
+    bytes live at once, within a budget, and the planner places the tiles knowing every lifetime (allocate.plan);
+    when it finds no room, the next try keeps fewer bytes live. The lowering order, which always fits, is the end
+    of that road."""
     lowered = list(program.instrs)
     engines = [p.engine for p in lowered]
     preds = dependencies(lowered)
+    reserve = large_tile_reserve(program, tile_uses(program))
     hold: dict[int, int] = {}
-    for tries in range(1, MAX_TRIES + 1):
+    budget = 1.0
+    for tries in range(1, PLACING_TRIES + PLANNED_TRIES + 1):
+        placing = tries <= PLACING_TRIES
         try:
-            schedule(program, LOOKAHEAD, preds, hold)
+            memory = OnChipMemory(program.target, reserve) if placing else LiveBytes(program.target, budget)
+            starts, ends = schedule(program, LOOKAHEAD, preds, hold, memory)
+            if not placing:
+                uses = tile_uses(program)
+                try:  # no range reused before the schedule expects its last reader done; else on bare lifetimes
+                    plan(program, uses, free_positions(starts, ends))
+                except CompileError as e:
+                    if e.code not in ("NCC_SBUF_FULL", "NCC_PSUM_FULL"):
+                        raise
+                    plan(program, uses)
         except OutOfMemory as e:
             log.debug("schedule try %d ran out of memory at instruction %d (%d ran ahead): %s", tries, e.waiting,
                       len(e.ahead), e)
-            program.instrs = list(lowered)
-            for p, engine in zip(lowered, engines):
-                p.engine = engine
-            if not e.ahead:
-                break  # nothing ran ahead: holding back cannot help
             for i in e.ahead:
                 hold[i] = max(hold.get(i, 0), e.waiting + 1)
-            continue
-        verify_order(lowered, program.instrs, preds, "schedule")
-        program.schedule_tries = tries
-        return True
+        except CompileError as e:
+            if e.code not in ("NCC_SBUF_FULL", "NCC_PSUM_FULL"):
+                raise
+            log.debug("schedule try %d with %.0f%% of SBUF live found no plan: %s", tries, 100 * budget, e)
+            budget *= BUDGET_STEP
+        else:
+            verify_order(lowered, program.instrs, preds, "schedule")
+            program.schedule_tries = tries
+            return True
+        program.instrs = list(lowered)
+        for p, engine in zip(lowered, engines):
+            p.engine = engine
     return False
 
 
 def schedule(program: Program, lookahead: int = LOOKAHEAD, preds: list[list[int]] | None = None,
-             hold: dict[int, int] | None = None) -> list[list[int]]:
-    """Reorder program.instrs, set every instruction's engine and queue and place every tile (see the module
-    docstring), reaching at most `lookahead` instructions past the first unscheduled one; an instruction in
-    `hold` waits until everything before position hold[i] (in lowering order) is scheduled. Returns the
-    dependencies it kept (`preds`, computed when not given), as positions in the order before scheduling (for
-    the verifier). Raises OutOfMemory (NCC_SBUF_FULL / NCC_PSUM_FULL) when every ready instruction waits for
-    memory that nothing will free (see schedule_within_memory)."""
+             hold: dict[int, int] | None = None, memory: OnChipMemory | LiveBytes | None = None
+             ) -> tuple[list[float], list[float]]:
+    """Reorder program.instrs and set every instruction's engine and queue (see the module docstring), keeping
+    the tiles live at once within `memory` (by default placing each as it goes), reaching at most `lookahead` instructions past the first
+    unscheduled one; an instruction in `hold` waits until everything before position hold[i] (in lowering order)
+    is scheduled. `preds`: the dependencies (computed when not given). Returns the estimated start and end of
+    every instruction, in the new order. Raises OutOfMemory (NCC_SBUF_FULL / NCC_PSUM_FULL) when every ready
+    instruction waits for memory that nothing will free (see schedule_within_memory)."""
     instrs, target = program.instrs, program.target
     n = len(instrs)
     preds = preds if preds is not None else dependencies(instrs)
@@ -244,7 +268,7 @@ def schedule(program: Program, lookahead: int = LOOKAHEAD, preds: list[list[int]
         ["stores", "loads", "short loads"] for e, q in servers]
     loads_left = sum(1 for p in instrs if p.engine is Engine.DMA and not is_store(p))
     port_free = {p: 0.0 for p in Port}
-    memory = OnChipMemory(target, large_tile_reserve(program, tiles_of))
+    memory = memory or OnChipMemory(target, large_tile_reserve(program, tiles_of))
     placed: set[Tile] = set()
     waiting = [len(ps) for ps in preds]
     ready_at = [0.0] * n
@@ -256,6 +280,7 @@ def schedule(program: Program, lookahead: int = LOOKAHEAD, preds: list[list[int]
     opener: dict[Tile, int] = {}  # the instruction that placed each live tile
     frontier = 0  # the first instruction in lowering order not yet scheduled
     order: list[int] = []
+    started, ended = [0.0] * n, [0.0] * n  # estimated
     last_on: dict[Engine, int] = {}  # the instruction each compute engine ran last
     act_table = None  # the function table ScalarE holds
 
@@ -353,6 +378,7 @@ def schedule(program: Program, lookahead: int = LOOKAHEAD, preds: list[list[int]
             last_on[e] = i
             act_table = needs or act_table
         free_at[k] = end
+        started[i], ended[i] = start, end
         if e is Engine.DMA:
             instrs[i].queue = queue
             if is_store(instrs[i]) and loads != stores:  # the stores have begun: store queues keep to them
@@ -392,4 +418,4 @@ def schedule(program: Program, lookahead: int = LOOKAHEAD, preds: list[list[int]
             if waiting[s] == 0:
                 release(s)
     program.instrs = [instrs[i] for i in order]
-    return preds
+    return [started[i] for i in order], [ended[i] for i in order]
