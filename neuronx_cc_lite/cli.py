@@ -718,6 +718,9 @@ def cmd_check(args: argparse.Namespace) -> int:
                                            special_mismatches, within)
 
     options = _options(args)
+    if options.state:  # onnxruntime would need the state as inputs, and give its next value as outputs
+        raise UsageError("check compares one run with onnxruntime, which keeps no device state: compile with "
+                         "--state, and check without it")
     proto = load_model(args.model)
     b = _compile_cached(args, options, proto)
     with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:

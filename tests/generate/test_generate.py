@@ -139,3 +139,16 @@ def test_seeded_sampling_repeats_and_stays_in_its_set(exported):
 def test_torchscript_exports_generate_transformers_tokens(tmp_path, references, name):
     path = decoders.export(name, str(tmp_path), exporter="torchscript")
     assert Generator(path, max_length=32, cache=False).generate(PROMPT, NEW).tokens == references[name]
+
+
+def test_a_decode_step_is_race_free_and_the_same_in_any_engine_order(exported):
+    generator = Generator(exported["llama_tiny"], max_length=32)
+    generator.generate(PROMPT, 3)
+    decode = generator.loaded("decode", 1, True)
+    before = {name: generator.state.read(name) for name in generator.state.names}
+    clocked = decode.run({}, check_races=True)  # the cache written in place, read by attention: ordered
+    for name, value in before.items():
+        generator.state.write(name, value)
+    shuffled = decode.run({}, policy="random", seed=3)
+    np.testing.assert_array_equal(shuffled["logits"], clocked["logits"])
+    assert int(clocked["token"][0, 0]) == decoders.greedy_reference("llama_tiny", PROMPT, 4)[3]

@@ -128,3 +128,21 @@ def test_cli_compiles_and_runs_with_state(tmp, capsys):
     capsys.readouterr()
     assert main(["info", bundle]) == 0
     assert "state         acc: float32[4, 8]" in capsys.readouterr().out
+
+
+def test_state_pieces_live_on_their_ranks():
+    """A state tensor sharded as a --tp bundle would place it: a piece per rank, read back whole."""
+    from isa.bundle import Placement, TensorInfo
+
+    info = TensorInfo("cache", (4, 3), "float32", "fp32",
+                      (Placement(0, 0, 0, 0, 2), Placement(1, 64, 0, 2, 4)))
+    state = runtime.DeviceState()
+    state.declare(info)
+    value = np.arange(12, dtype=np.float32).reshape(4, 3)
+    state.write("cache", value)
+    np.testing.assert_array_equal(state.piece_array("cache", Placement(1, 999, 0, 2, 4)).view(np.float32),
+                                  value[2:].reshape(-1))  # found by its slice and rank, wherever a bundle puts it
+    np.testing.assert_array_equal(state.read("cache"), value)
+    only_rank_0 = runtime.DeviceState(local=lambda rank: rank == 0)  # an MPI process holding rank 0
+    only_rank_0.declare(info)
+    assert only_rank_0.bytes_to_device == 0 and len(only_rank_0._pieces) == 1
