@@ -17,6 +17,10 @@ Archive (stored, fixed timestamps, sorted names, so that equal bundles are equal
   every HBM tensor (of rank 0);
 - core<N>/<STREAM>.bin: the encoded instruction stream of one engine or DMA queue of rank N;
 - weights.bin: the weight segments, back to back, copied into HBM at load;
+- device state (optional, manifest "state"): tensors placed like inputs (name, shape, dtypes, placements) that the
+  program reads and writes in place and that persist in HBM from one run to the next (a KV cache and its write
+  position). The runtime keeps them per rank, zeroed at load and on request, never copied to the host unless
+  asked, and shared between bundles that declare the same ones (a prefill and a decode program);
 - debug.json: for each stream, the ONNX node each instruction came from.
 
 Large bundles: `write` streams the members into the file (the header, with the payload's size and hash, last) and
@@ -174,6 +178,7 @@ class Bundle:
     hbm_tensors: list[HbmTensorInfo] = field(default_factory=list)
     lnc: int = 1  # physical cores per rank
     groups: list[tuple[int, ...]] = field(default_factory=list)  # replica groups of the collectives
+    state: list[TensorInfo] = field(default_factory=list)  # device state: persists in HBM across runs
 
     @property
     def ranks(self) -> int:
@@ -267,6 +272,8 @@ def _write_archive(bundle: Bundle, out: BinaryIO) -> None:
         "stats": bundle.stats,
         "hbm_tensors": [t.to_json() for t in bundle.hbm_tensors],
     }
+    if bundle.state:  # absent when empty: a bundle without state is byte for byte what it was before state existed
+        manifest["state"] = [t.to_json() for t in bundle.state]
     debug = [{name: s.nodes for name, s in streams.items()} for streams in bundle.cores]
     files: dict[str, bytes | None] = {
         "manifest.json": json.dumps(manifest, indent=1, sort_keys=True).encode(),
@@ -491,6 +498,7 @@ def _parse(f: BinaryIO, size: int, whole: Callable[[], memoryview], maps: list[m
                 hbm_tensors=[HbmTensorInfo.from_json(t) for t in manifest.get("hbm_tensors", [])],
                 lnc=manifest["lnc"],
                 groups=[tuple(g) for g in manifest["groups"]],
+                state=[TensorInfo.from_json(t) for t in manifest.get("state", [])],
             )
     except IsaError:
         raise

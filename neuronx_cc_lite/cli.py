@@ -29,6 +29,7 @@ examples:
   neuronx-cc-lite disasm mlp.neff --engine PE | head
   neuronx-cc-lite disasm mlp.neff > mlp.s && neuronx-cc-lite asm mlp.s -o again.neff
   neuronx-cc-lite analyze model.onnx
+  neuronx-cc-lite generate decoder.onnx --prompt-ids 1,2,3 --max-new-tokens 16 --json out.json
 
 Every failure prints one line, "neuronx-cc-lite: error: CODE: cause", and exits with status 1
 (2 for a usage error). Nothing is left half-written.
@@ -99,6 +100,13 @@ def _value_arg(text: str) -> tuple[str, Any]:
                                          f"{text!r}") from None
 
 
+def _state_arg(text: str) -> tuple[str, str]:
+    name, sep, after = text.partition("=")
+    if not sep or not name or not after:
+        raise argparse.ArgumentTypeError(f"expected INPUT=OUTPUT, got {text!r}")
+    return name, after
+
+
 def _size_arg(text: str) -> int:
     from neuronx_cc_lite.cache import parse_size
 
@@ -135,6 +143,9 @@ def _add_compile_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--input-value", type=_value_arg, action="append", default=[], metavar="NAME=VALUE",
                    help="pin an input to a constant (a flag, a sample rate: 1, 16000.0, true, [1,2]), so that the If "
                         "and Loop nodes it decides fold; the bundle no longer takes it (repeatable)")
+    p.add_argument("--state", type=_state_arg, action="append", default=[], metavar="INPUT=OUTPUT",
+                   help="device state: keep INPUT in HBM across runs and write OUTPUT (of the same shape and type) "
+                        "into it, in place where the op allows; neither is copied to or from the host (repeatable)")
     p.add_argument("--dump-ir-after", action="append", default=[], metavar="PASS",
                    help=f"print the graph IR after a pass to stderr: import, {', '.join(PASS_NAMES)} or all")
     p.add_argument("--stop-after", metavar="PASS", help="stop after a pass and print the IR instead of compiling")
@@ -166,7 +177,7 @@ def _options(args: argparse.Namespace) -> Any:
     if args.workdir:
         os.makedirs(args.workdir, exist_ok=True)
     return Options(target=TARGET_ALIASES.get(args.target, args.target), input_shapes=dict(args.input_shape),
-                   input_values=dict(args.input_value),
+                   input_values=dict(args.input_value), state=dict(args.state),
                    dump_ir_after=frozenset(dump), stop_after=args.stop_after, auto_cast=args.auto_cast,
                    auto_cast_type=args.auto_cast_type, tp=args.tp, dp=args.dp, lnc=args.lnc,
                    optimize=min(args.optimize, 2),  # -O3 is -O2 until some pass runs only at 3
@@ -336,6 +347,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         inputs = holder["inputs"]
     if args.profile and args.policy != "clock":
         raise UsageError("--profile needs simulated time: use it with --policy clock")
+    if args.state_in:
+        for name, value in _load_npz(args.state_in, {t.name: t for t in model.bundle.state}).items():
+            model.state.write(name, value)
     with progress.simulating(model):
         outputs = model.run(inputs, policy=args.policy, seed=args.seed, trace=bool(args.profile),
                             check_races=args.check_races)
@@ -350,6 +364,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         trace = chrome_trace(model)
         _write_atomic(args.profile, lambda f: f.write(json.dumps(trace).encode()))
         log.info(utilization_table(stats))
+    if args.state_out:
+        state = {name: model.state.read(name) for name in model.state.names}
+        _write_atomic(args.state_out, lambda f: np.savez(f, **state))
     if args.outputs:
         _write_atomic(args.outputs, lambda f: np.savez(f, **outputs))
     else:
@@ -421,9 +438,9 @@ def _digest(inputs: dict[str, np.ndarray]) -> dict[str, Any]:
 
 
 # The arguments that name files a command reads, and those it writes (the log file included), with their flags
-_READ_ARGS = ("model", "bundle", "inputs", "listing", "weights_from")
+_READ_ARGS = ("model", "bundle", "inputs", "listing", "weights_from", "state_in")
 _WRITE_ARGS = {"output": "-o", "outputs": "--outputs", "profile": "--profile", "json": "--json", "html": "--html",
-               "logfile": "--logfile"}
+               "logfile": "--logfile", "state_out": "--state-out"}
 
 
 def _check_paths(args: argparse.Namespace) -> None:
@@ -499,6 +516,25 @@ def _write_atomic(path: str, write: Callable[[Any], None]) -> None:
 def _remove(path: str) -> None:
     if os.path.exists(path):
         os.unlink(path)
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    import json
+
+    from neuronx_cc_lite.generate.command import generation
+
+    try:
+        result = generation(args)
+    except ValueError as e:  # a request the model cannot meet: a prompt longer than the cache, ids past the vocabulary
+        raise UsageError(str(e)) from None
+    print(" ".join(map(str, result.tokens)))
+    log.info(f"{len(result.tokens)} tokens{' (stop token)' if result.stopped else ''}: TTFT {result.ttft_us:.1f} us, "
+             f"TPOT {result.tpot_us:.1f} us, {result.tokens_per_s:.1f} tokens/s on {args.target} (chip model plus "
+             f"the runtime's overhead); {result.host_device_bytes_per_step} bytes between host and device per step")
+    if args.json:
+        text = json.dumps(result.to_json(), indent=1)
+        _write_atomic(args.json, lambda f: f.write(text.encode()))
+    return 0
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
@@ -618,6 +654,7 @@ def bundle_info(path: str) -> dict[str, Any]:
         "chips": -(-b.ranks // target.ranks_per_chip(b.lnc)),
         "compiler": b.compiler, "flags": b.flags, "stats": b.stats,
         "inputs": [t.to_json() for t in b.inputs], "outputs": [t.to_json() for t in b.outputs],
+        "state": [t.to_json() for t in b.state],
         "weights": {"bytes": sum(len(s.data) for s in b.weights), "segments": len(b.weights)},
         "streams": [{name: len(s.instructions) for name, s in core.items()} for core in b.cores],
         **memories,
@@ -644,8 +681,8 @@ def cmd_info(args: argparse.Namespace) -> int:
         print(f"group {g:<7} ranks {', '.join(map(str, group))}")
     print(f"compiler      {info['compiler']}")
     print(f"flags         {json.dumps(info['flags'], sort_keys=True)}")
-    for kind in ("input", "output"):
-        for t in info[f"{kind}s"]:
+    for kind, key in (("input", "inputs"), ("output", "outputs"), ("state", "state")):
+        for t in info[key]:
             where = ", ".join(f"rank {p['rank']} HBM {p['hbm_offset']}" + (
                 f" [{p['start']}:{p['stop']} of axis {p['axis']}]" if t["shape"] and
                 p["stop"] - p["start"] != t["shape"][p["axis"]] else "") for p in t["placements"])
@@ -681,6 +718,9 @@ def cmd_check(args: argparse.Namespace) -> int:
                                            special_mismatches, within)
 
     options = _options(args)
+    if options.state:  # onnxruntime would need the state as inputs, and give its next value as outputs
+        raise UsageError("check compares one run with onnxruntime, which keeps no device state: compile with "
+                         "--state, and check without it")
     proto = load_model(args.model)
     b = _compile_cached(args, options, proto)
     with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
@@ -822,6 +862,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--input", type=_input_file_arg, action="append", default=[], metavar="NAME=FILE.npy",
                    help="one input from a .npy file (repeatable)")
     p.add_argument("--outputs", metavar="OUT.npz", help="write the outputs here (default: print them)")
+    p.add_argument("--state-in", metavar="STATE.npz",
+                   help="device state to start from, keyed by state name (default: zeros, as at load)")
+    p.add_argument("--state-out", metavar="STATE.npz", help="write the device state after the run here")
     p.add_argument("--policy", choices=("clock", "random"), default="clock",
                    help="how engines interleave: simulated time or seeded random order")
     p.add_argument("--seed", type=int, default=0, help="seed of the random policy")
@@ -896,6 +939,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "larger ones are timed by the cost model alone")
     p.add_argument("--json", metavar="FILE", help="also write the rows as JSON")
     p.set_defaults(run=cmd_bench_collective)
+
+    p = command("generate", "generate tokens with a decoder whose KV cache stays on the device")
+    from neuronx_cc_lite.generate.command import add_arguments
+    add_arguments(p)
+    p.set_defaults(run=cmd_generate)
 
     p = command("list-operators", "list the supported ONNX operators")
     p.add_argument("--framework", type=_framework_arg, default="ONNX", metavar="ONNX",

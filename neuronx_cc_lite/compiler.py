@@ -62,6 +62,8 @@ class Options:
     lnc: int | None = None  # physical cores per rank; None: the target's default
     input_values: dict[str, Any] = field(default_factory=dict)  # inputs pinned to constants (numbers, nested lists)
     model_type: str | None = None  # what neuronx-cc users state (--model-type): recorded, not used yet
+    state: dict[str, str] = field(default_factory=dict)  # device state: input -> the output holding its next value
+    decoder: dict[str, Any] | None = None  # a generate step over a KV cache on the device (generate/kv_cache.py)
 
     def flags(self) -> dict[str, Any]:
         """What the bundle records of how it was made (the ranks only when there are several, so that a one-rank
@@ -76,6 +78,10 @@ class Options:
             flags["input_values"] = {k: np.asarray(v).tolist() for k, v in sorted(self.input_values.items())}
         if self.model_type is not None:
             flags["model_type"] = self.model_type
+        if self.state:
+            flags["state"] = dict(sorted(self.state.items()))
+        if self.decoder is not None:
+            flags["decoder"] = dict(sorted(self.decoder.items()))
         return flags
 
     def check(self) -> None:
@@ -118,8 +124,27 @@ def prepare(model: str | os.PathLike[str] | onnx.ModelProto, options: Options,
             graph = import_file(model, options.input_shapes, options.input_values)
     log.debug(f"import: {len(graph.nodes)} nodes, {len(graph.tensors)} tensors, {len(graph.inputs)} inputs, "
               f"{len(graph.outputs)} outputs")
+    if options.decoder is not None:
+        from neuronx_cc_lite.generate.kv_cache import decoder_step
+        graph = decoder_step(graph, options.decoder)
+    if options.state:
+        declare_state(graph, options.state)
     with phase("passes"):
         return run_pipeline(graph, dump, options.dump_ir_after, options.stop_after)
+
+
+def declare_state(graph: Graph, state: dict[str, str]) -> None:
+    """Graph.state from {input: output}: each input kept on the device across runs, each output written into it
+    (NCC_OPTION naming a pair that is not an input and an output of one shape and type)."""
+    for name, after in state.items():
+        if name not in graph.inputs or after not in graph.outputs:
+            raise CompileError("NCC_OPTION", f"state {name}={after}: {name!r} must be an input of the model and "
+                                             f"{after!r} an output")
+        t, u = graph.tensors[name], graph.tensors[after]
+        if u.shape is not None and (t.shape != u.shape or t.dtype != u.dtype):
+            raise CompileError("NCC_OPTION", f"state {name}={after}: {t.dtype}{list(t.shape)} and "
+                                             f"{u.dtype}{list(u.shape)} differ")
+        graph.state[name] = after
 
 
 def compile_graph(graph: Graph, options: Options) -> Bundle:
@@ -132,15 +157,20 @@ def compile_graph(graph: Graph, options: Options) -> Bundle:
     options.check()
     cast = DType[options.auto_cast_type] if options.auto_cast != "none" else None
     facts = {"model_flops": model_flops(graph), "copy_bytes": copy_bytes(graph)}  # for the roofline
-    ranges = input_ranges(graph)
-    bounds = integer_ranges(graph).bounds
+    ranges = {k: v for k, v in input_ranges(graph).items() if k not in graph.state}
+    bounds = {k: v for k, v in integer_ranges(graph).bounds.items() if k not in graph.state}  # of what the host sends
     if options.tp * options.dp == 1:
         one = compile_rank(graph, options, target)
-        inputs = [one.info(name, "inputs") for name in graph.inputs]
-        outputs = [one.info(name, "outputs") for name in graph.outputs]
+        next_state = set(graph.state.values())
+        inputs = [one.info(name, "inputs") for name in graph.inputs if name not in graph.state]
+        outputs = [one.info(name, "outputs") for name in graph.outputs if name not in next_state]
+        state = [one.info(name, "inputs") for name in graph.state]
         with phase("package"):
             return _logged(_bundle([one], inputs, outputs, [], options, target, cast, facts, ranges, bounds,
-                                   graph.model_ops))
+                                   graph.model_ops, state))
+    if graph.state:  # the partitioner does not place state yet: the bundle format and the runtime do (per rank)
+        raise CompileError("NCC_OPTION", f"device state ({', '.join(graph.state)}) with --tp/--dp is not supported "
+                                         "yet: compile with --tp 1 --dp 1")
     with phase("partitioning"):
         start = time.perf_counter()
         ranks = partition(graph, options.tp, options.dp)
@@ -314,7 +344,7 @@ def _logged(b: Bundle) -> Bundle:
 def _bundle(compiled: list[CompiledRank], inputs: list[TensorInfo], outputs: list[TensorInfo],
             groups: list[tuple[int, ...]], options: Options, target: Target, cast: DType | None,
             facts: dict[str, int], ranges: Any, bounds: dict[str, tuple[int, int]],
-            model_ops: dict[str, str]) -> Bundle:
+            model_ops: dict[str, str], state: list[TensorInfo] | None = None) -> Bundle:
     first = compiled[0]
     stats = {**facts, "matmul_dtype": (cast or DType.fp32).name,
              "spill_bytes": first.on_chip.spill_bytes,
@@ -339,6 +369,7 @@ def _bundle(compiled: list[CompiledRank], inputs: list[TensorInfo], outputs: lis
         hbm_tensors=[HbmTensorInfo(h.name, h.kind, h.offset, h.nbytes) for h in first.program.hbm],
         lnc=options.ranks_lnc(target),
         groups=groups,
+        state=state or [],
     )
 
 

@@ -53,6 +53,9 @@ class Graph:
     # the model's own nodes, name -> op, as imported: the passes name every node they make after the model node it
     # came from (model_node_of), so that what runs can be reported by the model's operators
     model_ops: dict[str, str] = field(default_factory=dict)
+    # device state (a KV cache): input name -> the graph output that holds its value for the next run. The bundle
+    # keeps the input in HBM across runs and writes that output into it (in place where the op allows)
+    state: dict[str, str] = field(default_factory=dict)
 
     def opset_of(self, node: Node) -> int:
         return node.opset if node.opset is not None else self.opset

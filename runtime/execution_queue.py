@@ -23,7 +23,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from runtime.errors import NeuronRuntimeError
-from runtime.model import Model, check_run_options
+from runtime.model import IoBytes, Model, check_run_options
 from runtime.simulator import RunStats
 
 
@@ -40,6 +40,7 @@ class Handle:
         self._outputs: dict[str, np.ndarray] | None = None
         self._error: BaseException | None = None
         self.stats: RunStats | None = None  # the run's simulated time and counts, once it has run
+        self.io: IoBytes | None = None  # the bytes the run copied between host and device, once it has run
 
     def done(self) -> bool:
         return self._finished.is_set()
@@ -55,8 +56,8 @@ class Handle:
         return self._outputs
 
     def _finish(self, outputs: dict[str, np.ndarray] | None, error: BaseException | None,
-                stats: RunStats | None) -> None:
-        self._outputs, self._error, self.stats = outputs, error, stats
+                stats: RunStats | None, io: IoBytes | None = None) -> None:
+        self._outputs, self._error, self.stats, self.io = outputs, error, stats, io
         self._finished.set()
 
 
@@ -117,11 +118,12 @@ class ExecutionQueue:
                 return
             handle, inputs, options = job
             try:
+                io = None
                 if isinstance(self.model, Model):
-                    outputs, stats = self.model.run_with_stats(inputs, **options)
+                    outputs, stats, io = self.model.run_with_io(inputs, **options)
                 else:  # a stand-in with a run() of its own
                     outputs, stats = self.model.run(inputs, **options), self.model.last_run
             except Exception as e:  # delivered to whoever waits on the handle
                 handle._finish(None, e, None)
             else:
-                handle._finish(outputs, None, stats)
+                handle._finish(outputs, None, stats, io)

@@ -8,8 +8,10 @@ Loading verifies the bundle (header, hash, format version, target), checks where
 its program touches, places the weights in each rank's simulated HBM (once: no run reads the file again, and no
 instruction may write over them), and turns every instruction into a ready-to-run closure over numpy views of its
 operands (a collective into what its group needs to run it, with its time from the collective cost model). A run
-clears the memories but the weights, writes each input to every placement of it, runs the engines of every rank and
-assembles each output from its placements; runs of one model take turns.
+clears the memories but the weights and the device state, writes each input to every placement of it, runs the
+engines of every rank and assembles each output from its placements; runs of one model take turns. The device
+state (runtime/state.py: a KV cache) stays in HBM from run to run, shared with the models loaded with the same
+`state=`; `last_io` counts the bytes a run copied between host and device.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import bisect
 import functools
 import os
 import threading
+from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 import numpy as np
@@ -39,14 +42,24 @@ from runtime.races import Access, RaceChecker
 from runtime.ranks import InProcess, MpiRanks
 from runtime.semantics import HANDLERS, convert, snapshot, write_to
 from runtime.simulator import Op, RunStats, Simulator, StreamState
+from runtime.state import DeviceState
 from runtime.threads import one_blas_thread
 
 ALGORITHMS = ("auto", "ring", "rdh", "hierarchical", "mesh")
 
 
+@dataclass(frozen=True)
+class IoBytes:
+    """The bytes one run copied between host and device (as the device holds them): its inputs in, its outputs
+    out. The device state moves only when asked (DeviceState.read/write)."""
+
+    to_device: int = 0
+    to_host: int = 0
+
+
 class Model:
     def __init__(self, b: bundle_format.Bundle, collective_algorithm: str = "auto",
-                 host: InProcess | MpiRanks | None = None) -> None:
+                 host: InProcess | MpiRanks | None = None, state: DeviceState | None = None) -> None:
         if collective_algorithm not in ALGORITHMS:
             raise ValueError(f"collective algorithm {collective_algorithm!r}: one of {', '.join(ALGORITHMS)}")
         self.bundle = b
@@ -60,6 +73,9 @@ class Model:
                    for name in streams}
         self._validate(engines)
         self.memory = RankMemories(self.target, self._hbm_reach())
+        self.state = state if state is not None else DeviceState(self.host.local)
+        self._bind_state()
+        self.last_io = IoBytes()
         for info in self.outputs:  # what the program leaves unwritten of an output reads as UNWRITTEN
             for p in info.placements:
                 if self.host.local(p.rank):
@@ -126,6 +142,21 @@ class Model:
                             raise LoadError(f"invalid instruction at {_where(instr, rank, name, i, node)}: it "
                                             f"writes HBM [{first}, {end}), which holds weights")
 
+    def _bind_state(self) -> None:
+        """Declare the bundle's state tensors to the device state (zeros, or checked against a sharing model's) and
+        bind each local piece where the program addresses it."""
+        if not isinstance(self.state, DeviceState):
+            raise TypeError(f"state must be a runtime.DeviceState (another model's .state), not "
+                            f"{type(self.state).__name__}")
+        for info in self.bundle.state:
+            self.state.declare(info)
+            for p in info.placements:
+                if self.host.local(p.rank):
+                    try:
+                        self.memory.bind(p.rank, p.hbm_offset, self.state.piece_array(info.name, p))
+                    except AccessError as e:
+                        raise LoadError(f"state tensor {info.name!r} on rank {p.rank}: {e.args[0]}") from None
+
     def _hbm_reach(self) -> list[int]:
         """Per rank, where the last HBM byte any operand, weight or placement of it touches ends."""
         reach = [0] * self.ranks
@@ -137,7 +168,7 @@ class Model:
                             reach[rank] = max(reach[rank], o.byte_span()[1])
         for seg in self.bundle.weights:
             reach[seg.rank] = max(reach[seg.rank], seg.hbm_offset + len(seg.data))
-        for info in (*self.inputs, *self.outputs):
+        for info in (*self.inputs, *self.outputs, *self.bundle.state):
             for p in info.placements:
                 reach[p.rank] = max(reach[p.rank], p.hbm_offset + piece_bytes(info, p))
         return [n if self.host.local(rank) else 0 for rank, n in enumerate(reach)]
@@ -214,22 +245,31 @@ class Model:
     def run_with_stats(self, inputs: Mapping[str, np.ndarray], policy: str = "clock", seed: int = 0,
                        trace: bool = False, check_races: bool = False) -> tuple[dict[str, np.ndarray], RunStats]:
         """`run`, and that run's RunStats (last_run may already be another thread's by the time it is read)."""
+        outputs, stats, _ = self.run_with_io(inputs, policy, seed, trace, check_races)
+        return outputs, stats
+
+    def run_with_io(self, inputs: Mapping[str, np.ndarray], policy: str = "clock", seed: int = 0,
+                    trace: bool = False, check_races: bool = False
+                    ) -> tuple[dict[str, np.ndarray], RunStats, IoBytes]:
+        """`run_with_stats`, and the bytes that run copied between host and device."""
         check_run_options(inputs, policy, seed)
         with self._turn:
             outputs = self._run(inputs, policy, seed, trace, check_races)
             assert self.last_run is not None
-            return outputs, self.last_run
+            return outputs, self.last_run, self.last_io
 
     def _run(self, inputs: Mapping[str, np.ndarray], policy: str, seed: int, trace: bool,
              check_races: bool) -> dict[str, np.ndarray]:
         arrays = self.check_inputs(inputs)
         mem = self.memory
-        mem.clear()  # the weights, placed at load, stay
+        mem.clear()  # the weights, placed at load, and the device state stay
+        to_device = 0
         for info, array in zip(self.inputs, arrays):
             for p in info.placements:
                 if self.host.local(p.rank):
                     view = self._piece_view(info, p)
                     view[...] = convert(array[piece(info, p)], view.dtype)
+                    to_device += view.nbytes
         if check_races and self.host.processes > 1:
             raise InputError("--check-races runs every rank in one process: run without mpiexec")
         checker = self._race_checker() if check_races else None
@@ -241,6 +281,8 @@ class Model:
                 raise
         pieces = {(info.name, k): self._piece_view(info, p).astype(np.dtype(info.dtype))
                   for info in self.outputs for k, p in enumerate(info.placements) if self.host.local(p.rank)}
+        self.last_io = IoBytes(to_device, sum(self._piece_view(info, p).nbytes for info in self.outputs
+                                              for p in info.placements if self.host.local(p.rank)))
         gathered = self.host.gather_outputs(pieces)
         if gathered is None:  # a process other than the first of an MPI job: the first has the outputs
             return {}
@@ -390,12 +432,13 @@ def _engine(name: str, target: Target) -> Engine:
 
 
 def load(source: str | os.PathLike[str] | bundle_format.Bundle, collective_algorithm: str = "auto",
-         host: InProcess | MpiRanks | None = None) -> Model:
+         host: InProcess | MpiRanks | None = None, state: DeviceState | None = None) -> Model:
     """Load a bundle file, or a Bundle made in this process (as `neuronx_cc_lite.compile` returns it), which goes
     through the same encoding and checks as a file; a truncated, corrupted, foreign or invalid bundle raises
     LoadError. `collective_algorithm` (auto, ring, rdh, hierarchical) is what the collective cost model times the
     collectives by; `host` is where the ranks run (runtime/ranks.py: in this process by default, or spread over
-    an MPI job's processes)."""
+    an MPI job's processes). `state`: another model's `.state`, to share its device state (a prefill and a decode
+    bundle sharing one KV cache); by default the model gets state of its own, zeroed."""
     try:
         if isinstance(source, bundle_format.Bundle):
             b = bundle_format.from_bytes(bundle_format.to_bytes(source))
@@ -403,4 +446,4 @@ def load(source: str | os.PathLike[str] | bundle_format.Bundle, collective_algor
             b = bundle_format.read(source)
     except IsaError as e:
         raise LoadError(e.args[0] if e.args else type(e).__name__) from None
-    return Model(b, collective_algorithm, host)
+    return Model(b, collective_algorithm, host, state)
