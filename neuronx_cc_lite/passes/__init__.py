@@ -58,6 +58,10 @@ PIPELINE: list[Pass] = [
          "exporters spell one transpose as Reshape, Transpose, Reshape, and scale both operands of a MatMul: one "
          "transpose lowers as a layout, one scale after the MatMul as part of its evacuation; after canonicalize, "
          "whose GELU pattern holds its own 0.5"),
+    Pass("sink-transposes", "sink_transposes",
+         "an export transposes a projection's output to [heads, seq, dim] and then applies RoPE to it: the "
+         "elementwise ops, slices and concatenations read the projection's rows whole before the transpose, and "
+         "the one transpose left is a MatMul's operand"),
     Pass("fold-batchnorm", "fold_batchnorm",
          "an inference BatchNormalization after a Conv or Gemm is a scaling of its weights and bias: no instruction"),
     Pass("fuse-epilogues", "fuse_epilogues",
