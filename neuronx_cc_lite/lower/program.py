@@ -132,6 +132,7 @@ class Program:
         self.hbm: list[HbmTensor] = []
         self.node = ""  # the ONNX node being lowered, recorded on every instruction
         self.schedule_tries = 0  # list schedules tried until one fitted memory (0: the lowering order was kept)
+        self.hbm_size = 0  # bytes, once the HBM layout has placed every tensor
         self._ones: dict[DType, Tile] = {}
 
     def operand_dtype(self, dtype: DType) -> DType:

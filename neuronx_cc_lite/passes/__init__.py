@@ -81,10 +81,12 @@ def run_pipeline(g: Graph, dump_after: Callable[[str, str], None] | None = None,
     from neuronx_cc_lite.ir import print_graph
     from neuronx_cc_lite.passes.verify import verify
 
-    unknown = (set(dump) | ({stop_after} if stop_after else set())) - set(PASS_NAMES) - {"import"}
+    from neuronx_cc_lite.codegen.stages import STAGE_NAMES  # dumped after lowering, by the compiler
+
+    unknown = (set(dump) | ({stop_after} if stop_after else set())) - set(PASS_NAMES) - set(STAGE_NAMES) - {"import"}
     if unknown:
         raise CompileError("NCC_OPTION", f"unknown pass(es) {', '.join(sorted(unknown))}; passes: "
-                           f"{', '.join(PASS_NAMES)}")
+                           f"{', '.join(PASS_NAMES)}; stages after lowering: {', '.join(STAGE_NAMES)}")
     verify(g, "import")
     if dump_after and "import" in dump:
         dump_after("import", print_graph(g))
