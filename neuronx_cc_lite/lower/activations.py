@@ -41,7 +41,7 @@ def lower_leaky_relu(ctx: LowerCtx, node: Node) -> None:
     elementwise(ctx, node, lambda prog, dst, s: _negative_part_scaled(prog, dst, s[0], alpha))
 
 
-@lowering("PRelu", check=floats_only, since=7)
+@lowering("PRelu", check=floats_only, since=7, elementwise=True)
 def lower_prelu(ctx: LowerCtx, node: Node) -> None:
     elementwise(ctx, node, lambda prog, dst, s: _negative_part_scaled(prog, dst, s[0], s[1]))
 
@@ -86,7 +86,7 @@ def _check_clip(node: Node, g: Graph) -> str | None:
     return None
 
 
-@lowering("Clip", check=_check_clip, constant_inputs=(1, 2))
+@lowering("Clip", check=_check_clip, constant_inputs=(1, 2), elementwise=True)
 def lower_clip(ctx: LowerCtx, node: Node) -> None:
     low, high = _clip_bounds(node, ctx.graph)
 
