@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
@@ -17,7 +18,7 @@ from isa.instructions import make
 from isa.operand import Mem, Operand
 from neuronx_cc_lite.compiler import compile_model
 from runtime.profile import small_pieces_by_node
-from tests.conftest import MODELS_DIR, make_model
+from tests.conftest import MODELS_DIR, make_model, run_both
 from tests.runtime.helpers import hbm, sbuf
 
 CLEAN = ["bert_legacy", "bert_modern", "mlp_small", "mlp_odd", "mlp_wide", "refine_loop"]
@@ -47,3 +48,24 @@ def test_a_transpose_output_is_free_of_small_pieces():
     node = helper.make_node("Transpose", ["x"], ["y"], perm=[1, 0])
     model = make_model([node], {"x": ([512, 384], TensorProto.FLOAT)}, {"y": ([384, 512], TensorProto.FLOAT)})
     assert small_pieces_by_node(compile_model(model)) == {}
+
+
+def test_a_repeated_input_is_loaded_once_per_partition(tmp):
+    """x - m with m [256, 1] (a mean, a mask column) repeated along the free axis: loaded as one element per
+    partition and read with stride 0, not one 4-byte piece per element; the answer matches onnxruntime."""
+    node = helper.make_node("Sub", ["x", "m"], ["y"])
+    model = make_model([node], {"x": ([256, 512], TensorProto.FLOAT), "m": ([256, 1], TensorProto.FLOAT)},
+                       {"y": ([256, 512], TensorProto.FLOAT)})
+    assert small_pieces_by_node(compile_model(model)) == {}
+    ours, ref = run_both(model, tmp)
+    np.testing.assert_array_equal(ours["y"], ref["y"])
+
+
+def test_an_outer_product_of_masks_matches(tmp):
+    """And of a [S, 1] column and a [1, S] row, as exported attention masks combine a causal and a padding mask."""
+    node = helper.make_node("And", ["a", "b"], ["y"])
+    model = make_model([node], {"a": ([1, 1, 128, 1], TensorProto.BOOL), "b": ([1, 1, 1, 128], TensorProto.BOOL)},
+                       {"y": ([1, 1, 128, 128], TensorProto.BOOL)})
+    assert small_pieces_by_node(compile_model(model)) == {}
+    ours, ref = run_both(model, tmp)
+    np.testing.assert_array_equal(ours["y"], ref["y"])
