@@ -24,12 +24,16 @@ class Lowering:
     # every output element is a copy of an input element (a view, a transpose, a slice, a gather): such outputs of
     # graph inputs and weights could be made by DMA from HBM to HBM, without passing through SBUF (the roofline)
     moves_data: bool = False
+    # the output has the first input's shape and type: said here for the ops ONNX's shape inference leaves open
+    # (GroupNormalization, a function without an inference of its own)
+    shaped_like_input: bool = False
 
 
 LOWERINGS: dict[str, Lowering] = {}
 # Ops the compiler's own passes create (fused operators), in the compiler's domain.
 INTERNAL_DOMAIN = "ai.neuronx_cc_lite"
-INTERNAL_OPS = {"MatMulEpilogue", "ConvEpilogue", "AllReduce", "AllGather", "ReduceScatter", "SaturatingCast"}
+INTERNAL_OPS = {"MatMulEpilogue", "ConvEpilogue", "GroupNormActivation", "AllReduce", "AllGather", "ReduceScatter",
+                "SaturatingCast"}
 
 
 # Ops without a lowering that a pass removes when it can (an If whose condition folds, a NonZero over constants):
@@ -48,11 +52,11 @@ def kept_by_pass(*ops: str):  # type: ignore[no-untyped-def]
 
 
 def lowering(*ops: str, check: Check | None = None, since: int = 1,  # type: ignore[no-untyped-def]
-             constant_inputs: tuple[int, ...] = (), moves_data: bool = False):
+             constant_inputs: tuple[int, ...] = (), moves_data: bool = False, shaped_like_input: bool = False):
     def register(fn: Lower) -> Lower:
         for op in ops:
             assert op not in LOWERINGS, f"two lowerings for {op}"
-            LOWERINGS[op] = Lowering(op, fn, check, since, constant_inputs, moves_data)
+            LOWERINGS[op] = Lowering(op, fn, check, since, constant_inputs, moves_data, shaped_like_input)
         return fn
 
     return register
