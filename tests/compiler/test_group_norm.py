@@ -16,7 +16,8 @@ from tests.conftest import assert_close, compile_to_model
 F32 = TensorProto.FLOAT
 
 
-def _group_norm(shape: tuple[int, ...], groups: int, constant: bool = True, seed: int = 0):  # type: ignore[no-untyped-def]
+def _group_norm(shape: tuple[int, ...], groups: int, constant: bool = True,  # type: ignore[no-untyped-def]
+                seed: int = 0):
     rng = np.random.default_rng(seed)
     c = shape[1]
     params = {"scale": rng.standard_normal(c).astype(np.float32), "bias": rng.standard_normal(c).astype(np.float32)}
