@@ -324,7 +324,8 @@ def roofline(bundle: Bundle, target: Target) -> Roofline:
 
     The bytes that must cross HBM: every output whole (written), every input and weight up to the bytes the
     program reads of it (read). What no instruction reads no program needs, and of a table read by gathers (an
-    embedding) only the rows gathered are needed, not the whole vocabulary."""
+    embedding) only the rows gathered are needed, not the whole vocabulary; of a weight the compiler laid out
+    with zeros (a depthwise convolution's diagonal blocks), only the model's data (stats "needed_bytes")."""
     recorded = bundle.stats.get("matmul_dtype")
     if recorded in DType.__members__:
         fastest = DType[recorded]
@@ -339,8 +340,9 @@ def roofline(bundle: Bundle, target: Target) -> Roofline:
         if t.src is not None:
             read[t.src.name] = read.get(t.src.name, 0) + t.read_bytes
     written = sum(t.size for t in bundle.hbm_tensors if t.kind == "output")
-    needed = sum(min(t.size, read.get(t.name, 0)) for t in bundle.hbm_tensors  # device state (a KV cache) too
-                 if t.kind in ("input", "weight", "state"))
+    model_bytes = bundle.stats.get("needed_bytes", {})  # weights laid out with zeros: their data alone
+    needed = sum(min(t.size, read.get(t.name, 0), model_bytes.get(t.name, t.size))
+                 for t in bundle.hbm_tensors if t.kind in ("input", "weight", "state"))  # device state too
     copies = min(written, int(bundle.stats.get("copy_bytes", written)))  # unrecorded (a hand-written listing): all
     passes = max(needed, written, needed + written - copies)
     memory_ns = max(passes / target.core_dma_gbps, (needed + written) / target.hbm_gbps)
