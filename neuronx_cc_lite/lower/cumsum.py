@@ -14,6 +14,7 @@ import numpy as np
 from isa.functions import AluOp
 from neuronx_cc_lite.ir import Node
 from neuronx_cc_lite.lower.context import LowerCtx
+from neuronx_cc_lite.lower.cumsum_pe import cumsum_on_pe
 from neuronx_cc_lite.lower.elementwise import small_integers_ok, tile_free_max
 from neuronx_cc_lite.lower.instr import fill, ts, tt
 from neuronx_cc_lite.lower.program import TileAccess
@@ -39,6 +40,8 @@ def lower_cumsum(ctx: LowerCtx, node: Node) -> None:
     rank = len(x.shape)
     axis = int(np.asarray(ctx.graph.tensors[node.inputs[1]].value).reshape(-1)[0]) % max(rank, 1)
     exclusive, reverse = bool(node.attrs.get("exclusive", 0)), bool(node.attrs.get("reverse", 0))
+    if rank > 0 and x.size > 0 and cumsum_on_pe(ctx, node, axis):  # along a sequence of rows: cumsum_pe.py
+        return
     out = ctx.output(node.outputs[0])
     if rank == 0 or x.size == 0:
         return
