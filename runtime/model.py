@@ -62,6 +62,9 @@ class Model:
                  host: InProcess | MpiRanks | None = None, state: DeviceState | None = None) -> None:
         if collective_algorithm not in ALGORITHMS:
             raise ValueError(f"collective algorithm {collective_algorithm!r}: one of {', '.join(ALGORITHMS)}")
+        if b.flags.get("weights") == "declared":  # compiled from shapes alone (neuronx_cc_lite/declared.py)
+            raise LoadError("the bundle was compiled from declared weights (shapes without values): it can be timed "
+                            "(info, profile), not run")
         self.bundle = b
         self.host = host or InProcess()  # where the ranks run (runtime/ranks.py)
         self.target = _target(b)

@@ -64,7 +64,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-new-tokens", type=_positive, required=True, metavar="N", help="tokens to generate at most")
     p.add_argument("--target", default="trn1", choices=sorted(TARGETS), help="chip to compile for and time on")
     p.add_argument("--tp", type=_positive, default=1, metavar="N",
-                   help="tensor-parallel ranks (1 only, for now: the device state is not sharded yet)")
+                   help="tensor-parallel ranks: the weights and the KV cache cut by heads over N ranks")
     p.add_argument("--max-length", type=_positive, metavar="L",
                    help="the KV cache's capacity in tokens, prompt and generated (default: a static cache's "
                         "length, else 128)")
@@ -89,15 +89,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def generation(args: argparse.Namespace) -> Any:
     """The Generation the arguments ask for (generate/generator.py); ValueError for a request that cannot be met."""
-    from neuronx_cc_lite.errors import CompileError
     from neuronx_cc_lite.generate.generator import Generator
 
-    if args.tp != 1:
-        raise CompileError("NCC_OPTION", f"generate --tp {args.tp}: the KV cache is not sharded over ranks yet; "
-                                         "use --tp 1")
     generator = Generator(args.model, max_length=args.max_length, target=args.target, buckets=args.buckets,
                           auto_cast=args.auto_cast, auto_cast_type=args.auto_cast_type, cache=not args.no_cache,
-                          cache_dir=args.cache_dir)
+                          cache_dir=args.cache_dir, tp=args.tp)
     return generator.generate(args.prompt_ids, args.max_new_tokens, sampling=args.sampling, top_k=args.top_k,
                               top_p=args.top_p, temperature=args.temperature, seed=args.seed,
                               stop_tokens=args.stop_token)

@@ -65,10 +65,11 @@ class Generation:
 class Generator:
     def __init__(self, model: str | os.PathLike[str], *, max_length: int | None = None, target: str = "trn1",
                  buckets: Iterable[int] | None = None, auto_cast: str = "none", auto_cast_type: str = "bf16",
-                 cache: bool = True, cache_dir: str | os.PathLike[str] | None = None) -> None:
+                 cache: bool = True, cache_dir: str | os.PathLike[str] | None = None, tp: int = 1,
+                 lnc: int | None = None) -> None:
         from neuronx_cc_lite.compiler import check_options
 
-        check_options(target=target, auto_cast=auto_cast, auto_cast_type=auto_cast_type)
+        check_options(target=target, auto_cast=auto_cast, auto_cast_type=auto_cast_type, tp=tp, lnc=lnc)
         self.model = os.fspath(model)
         self.layout: DecoderLayout = read_layout(model)
         fixed = self.layout.fixed_length
@@ -83,7 +84,8 @@ class Generator:
         self.buckets = sorted(set(buckets)) if buckets is not None else default_buckets(max_length)
         if not self.buckets or any(not isinstance(b, int) or not 1 <= b <= max_length for b in self.buckets):
             raise ValueError(f"buckets must be prompt lengths in [1, {max_length}], not {buckets!r}")
-        self.options = {"target": target, "auto_cast": auto_cast, "auto_cast_type": auto_cast_type}
+        self.options = {"target": target, "auto_cast": auto_cast, "auto_cast_type": auto_cast_type, "tp": tp,
+                        "lnc": lnc}
         self.cache_dir = (os.fspath(cache_dir) if cache_dir is not None else None) if cache else None
         self.use_cache = cache
         self._models: dict[tuple[str, int, bool], Any] = {}

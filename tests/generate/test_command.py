@@ -34,7 +34,7 @@ def test_generate_prints_the_ids_and_writes_the_json(decoder, tmp, capsys):
 
 
 @pytest.mark.parametrize("args, code, status", [
-    (["--tp", "2"], "NCC_OPTION", 1),
+    (["--tp", "100000"], "NCC_OPTION", 1),  # more ranks than the target holds
     (["--max-length", "32"], "NCC_GENERATE", 1),
     (["--prompt-ids", "1,99"], "NCC_USAGE", 2),  # past the vocabulary of 48
     (["--max-new-tokens", "30"], "NCC_USAGE", 2),  # more than the cache holds
