@@ -65,10 +65,14 @@ class Generation:
 class Generator:
     def __init__(self, model: str | os.PathLike[str], *, max_length: int | None = None, target: str = "trn1",
                  buckets: Iterable[int] | None = None, auto_cast: str = "none", auto_cast_type: str = "bf16",
-                 cache: bool = True, cache_dir: str | os.PathLike[str] | None = None, tp: int = 1,
+                 cache: bool = True, cache_dir: str | os.PathLike[str] | None = None, tp: int | str = 1,
                  lnc: int | None = None) -> None:
+        """`tp="auto"`: the degree whose decode step is fastest on the chip model (generate/auto_tp.py;
+        `tp_choice` says why)."""
         from neuronx_cc_lite.compiler import check_options
 
+        auto = tp == "auto"
+        tp = 1 if auto else tp
         check_options(target=target, auto_cast=auto_cast, auto_cast_type=auto_cast_type, tp=tp, lnc=lnc)
         self.model = os.fspath(model)
         self.layout: DecoderLayout = read_layout(model)
@@ -90,17 +94,24 @@ class Generator:
         self.use_cache = cache
         self._models: dict[tuple[str, int, bool], Any] = {}
         self.state: Any = None  # the DeviceState every bundle of this generator shares (the KV cache)
+        self.tp_choice: Any = None
+        if auto:
+            from neuronx_cc_lite.generate.auto_tp import choose_tp
+
+            self.tp_choice = choose_tp(lambda n: self.bundle("decode", 1, True, tp=n), target, lnc)
+            self.options["tp"] = self.tp_choice.tp
 
     # -- bundles ------------------------------------------------------------------------------------------------
 
-    def bundle(self, step: str, tokens: int, greedy: bool) -> Bundle:
-        """The compiled prefill (of a bucket of `tokens`) or decode step (`tokens` 1)."""
+    def bundle(self, step: str, tokens: int, greedy: bool, tp: int | None = None) -> Bundle:
+        """The compiled prefill (of a bucket of `tokens`) or decode step (`tokens` 1), at `tp` ranks if given."""
         from neuronx_cc_lite.cache import cached, default_dir
         from neuronx_cc_lite.compiler import Options, compile_model
 
         fixed = self.layout.fixed_length
         past = fixed if fixed is not None else (0 if step == "prefill" else self.max_length - tokens)
-        options = Options(**self.options, input_shapes=self.layout.step_shapes(tokens, past),
+        chosen = dict(self.options, tp=tp) if tp is not None else self.options
+        options = Options(**chosen, input_shapes=self.layout.step_shapes(tokens, past),
                           decoder={"step": step, "max_length": self.max_length, "tokens": tokens, "greedy": greedy})
         options.check()
         directory = (self.cache_dir or default_dir()) if self.use_cache else None
