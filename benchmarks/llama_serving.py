@@ -77,6 +77,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--prompt", type=int, default=128, help="prefill bucket (input tokens)")
     p.add_argument("--max-length", type=int, default=256, help="the decode step's cache capacity")
     p.add_argument("--transfer-tokens", type=int, default=2048)
+    p.add_argument("--decode-only", action="store_true", help="time the decode step alone (no TTFT)")
     p.add_argument("--json", metavar="OUT.json")
     args = p.parse_args(argv)
     real = CONFIGS[args.config]
@@ -91,7 +92,8 @@ def main(argv: list[str]) -> int:
         onnx.save(build(replace(config, layers=2), declared=True, real=replace(real, layers=2)), path)
         g = Generator(path, max_length=args.max_length, target=args.target, tp=args.tp, lnc=args.lnc,
                       auto_cast="matmult", cache=True, buckets=[args.prompt])
-        for step, tokens in (("decode", 1), ("prefill", args.prompt)):
+        steps = [("decode", 1)] + ([] if args.decode_only else [("prefill", args.prompt)])
+        for step, tokens in steps:
             bundle = g.bundle(step, tokens, False)
             two, span, collective = layer_span_us(bundle, target)
             times[step] = [two, span, collective]
@@ -107,7 +109,7 @@ def main(argv: list[str]) -> int:
                                 info.shape[2] * real.layers
     result = {"config": args.config, "padded": config.name, "target": args.target, "tp": args.tp,
               "lnc": args.lnc, "prompt": args.prompt, "layers": real.layers}
-    for step in ("prefill", "decode"):
+    for step in times:
         two, span, collective = times[step]
         result[step] = {"two_layers_us": two, "per_layer_us": span, "per_layer_all_reduce_us": collective,
                         "overhead_us": overhead[step],
@@ -118,13 +120,13 @@ def main(argv: list[str]) -> int:
     published = PUBLISHED.get((args.config, args.target, args.tp))
     result["aws"] = {"tpot_ms": published[0], "ttft_ms": published[1]} if published else None
     result["seconds"] = time.perf_counter() - start
-    tpot, ttft = result["decode"]["ms"], result["prefill"]["ms"]
+    tpot, ttft = result["decode"]["ms"], result["prefill"]["ms"] if "prefill" in result else float("nan")
     aws_tpot = f"{published[0][0]}-{published[0][1]}" if published else "-"
-    aws_ttft = f"{published[1][0]}-{published[1][1]}" if published and published[1] else "-"
+    aws_ttft = f"{published[1][0]}-{published[1][1]}" if published and published[1] else "none published"
     ratio = f"{tpot / published[0][0]:.2f}x" if published else "-"
     print(f"{args.config} {args.target} TP {args.tp}: TPOT {tpot:.2f} ms (AWS {aws_tpot}; {ratio} of AWS's best), "
           f"TTFT {ttft:.2f} ms (AWS {aws_ttft}); per layer decode {result['decode']['per_layer_us']:.1f} us, "
-          f"prefill {result['prefill']['per_layer_us']:.1f} us; KV transfer of {args.transfer_tokens} tokens "
+          f"prefill {result.get('prefill', {}).get('per_layer_us', float('nan')):.1f} us; KV transfer of {args.transfer_tokens} tokens "
           f"{sent.total_bytes / 1e6:.0f} MB: {sent.ns / 1e6:.2f} ms ({result['seconds']:.0f} s)")
     if args.json:
         with open(args.json, "x") as f:

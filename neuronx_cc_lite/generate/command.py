@@ -39,7 +39,12 @@ def _positive(text: str) -> int:
 
 def _degree(text: str) -> int | str:
     """--tp: a positive integer or auto."""
-    return "auto" if text == "auto" else _positive(text)
+    if text == "auto":
+        return text
+    try:
+        return _positive(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer or auto, got {text!r}") from None
 
 
 def _number(high: float, what: str) -> Callable[[str], float]:

@@ -51,6 +51,14 @@ def test_requests_it_cannot_meet_are_one_coded_line(decoder, tmp, capsys, args, 
     assert not os.path.exists(out)
 
 
+def test_tp_takes_a_degree_or_auto(decoder, capsys):
+    with pytest.raises(SystemExit) as exit:
+        main(["generate", decoder, "--prompt-ids", "1", "--max-new-tokens", "2", "--tp", "two"])
+    assert exit.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "NCC_USAGE" in err[0] and "positive integer or auto" in err[0]
+
+
 def test_a_model_without_a_cache_is_named(tmp, capsys):
     assert main(["generate", os.path.join(MODELS_DIR, "mlp_small.onnx"), "--prompt-ids", "1",
                  "--max-new-tokens", "2"]) == 1
