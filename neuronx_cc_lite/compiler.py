@@ -24,6 +24,7 @@ from neuronx_cc_lite import __version__
 from neuronx_cc_lite.codegen.emit import emit
 from neuronx_cc_lite.codegen.on_chip import HOME_FRACTION, Report, keep_on_chip
 from neuronx_cc_lite.codegen.stages import Stages
+from neuronx_cc_lite.declared import DECLARED_FLAG, Absent
 from neuronx_cc_lite.errors import CompileError, UnsupportedError
 from neuronx_cc_lite.flops import copy_bytes, model_flops
 from neuronx_cc_lite.frontend import import_file, import_model
@@ -164,9 +165,6 @@ def compile_graph(graph: Graph, options: Options, dump: Callable[[str, str], Non
         with phase("package"):
             return _logged(_bundle([one], inputs, outputs, [], options, target, cast, facts, ranges, bounds,
                                    graph.model_ops, state))
-    if graph.state:  # the partitioner does not place state yet: the bundle format and the runtime do (per rank)
-        raise CompileError("NCC_OPTION", f"device state ({', '.join(graph.state)}) with --tp/--dp is not supported "
-                                         "yet: compile with --tp 1 --dp 1")
     with phase("partitioning"):
         start = time.perf_counter()
         ranks = partition(graph, options.tp, options.dp)
@@ -180,11 +178,13 @@ def compile_graph(graph: Graph, options: Options, dump: Callable[[str, str], Non
             raise CompileError("NCC_HBM_FULL", f"rank {r.rank} needs {c.hbm_size} bytes of HBM; a rank's share of a "
                                                f"{target.name} chip is {share}")
     groups = [tuple(range(d * options.tp, (d + 1) * options.tp)) for d in range(options.dp)]
-    inputs = [_placed(name, graph, ranks, compiled, "inputs") for name in graph.inputs]
-    outputs = [_placed(name, graph, ranks, compiled, "outputs") for name in graph.outputs]
+    next_state = set(graph.state.values())
+    inputs = [_placed(name, graph, ranks, compiled, "inputs") for name in graph.inputs if name not in graph.state]
+    outputs = [_placed(name, graph, ranks, compiled, "outputs") for name in graph.outputs if name not in next_state]
+    state = [_placed(name, graph, ranks, compiled, "inputs") for name in graph.state]
     with phase("package"):
         return _logged(_bundle(compiled, inputs, outputs, groups, options, target, cast, facts, ranges, bounds,
-                               graph.model_ops))
+                               graph.model_ops, state))
 
 
 @dataclass
@@ -346,16 +346,22 @@ def _bundle(compiled: list[CompiledRank], inputs: list[TensorInfo], outputs: lis
         stats["integer_bounds"] = {name: list(bound) for name, bound in sorted(bounds.items())}
     if len(compiled) > 1:
         stats["rank_flops"] = [model_flops(c.graph) for c in compiled]
+    weights = [Segment(h.offset, h.data, rank) for rank, c in enumerate(compiled)
+               for h in c.program.hbm if h.kind == "weight"]
+    present = [s for s in weights if not isinstance(s.data, Absent)]
+    flags = options.flags()
+    if len(present) < len(weights):  # declared weights: the bytes are left out, the bundle can be timed, not run
+        flags["weights"] = DECLARED_FLAG
+        stats["declared_weight_bytes"] = sum(len(s.data) for s in weights if isinstance(s.data, Absent))
     return Bundle(
         target=target.name,
         hbm_size=max(c.hbm_size for c in compiled),
         inputs=inputs,
         outputs=outputs,
         cores=[c.streams for c in compiled],
-        weights=[Segment(h.offset, h.data, rank) for rank, c in enumerate(compiled)
-                 for h in c.program.hbm if h.kind == "weight"],
+        weights=present,
         compiler=f"neuronx-cc-lite {__version__}",
-        flags=options.flags(),
+        flags=flags,
         stats=stats,
         hbm_tensors=[HbmTensorInfo(h.name, h.kind, h.offset, h.nbytes) for h in first.program.hbm],
         lnc=options.ranks_lnc(target),

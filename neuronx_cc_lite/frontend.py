@@ -22,6 +22,7 @@ import onnx
 from onnx import external_data_helper, helper, numpy_helper
 
 from isa.files import open_regular
+from neuronx_cc_lite.declared import declared, no_data
 from neuronx_cc_lite.errors import CompileError
 from neuronx_cc_lite.model_files import external_info, external_path, external_tensors, read_model
 from neuronx_cc_lite.ir import Graph, Node, Tensor
@@ -197,7 +198,7 @@ def _weights_apart(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[onnx.T
     """A copy of the model (never change the caller's) with its large initializers, and the large values of its
     Constant nodes (data propagation would hold each element as a Python object: 128 MB of constants took 4 GB
     and 18 s), declared as typed inputs; and those tensors, named as the graph reads them."""
-    large = [i for i in model.graph.initializer if math.prod(i.dims) > ELEMENTS_CHECKED_AS_TYPES]
+    large = [i for i in model.graph.initializer if math.prod(i.dims) > ELEMENTS_CHECKED_AS_TYPES or no_data(i)]
     constants = {n.output[0]: a.t for n in model.graph.node if n.op_type == "Constant" and n.domain in ("", "ai.onnx")
                  for a in n.attribute if a.name == "value" and math.prod(a.t.dims) > ELEMENTS_CHECKED_AS_TYPES}
     for name, value in constants.items():
@@ -298,7 +299,10 @@ def import_model(model: onnx.ModelProto, input_shapes: Mapping[str, tuple[int, .
     tensors: dict[str, Tensor] = {}
     maps: dict[str, mmap.mmap] = {}
     for init in (*g.initializer, *large):
-        value = _mapped(init, base_dir, maps) if base_dir is not None and _mappable(init) else _weight(init)
+        if no_data(init):  # declared, not present: its shape and type (neuronx_cc_lite/declared.py)
+            value = declared(tuple(init.dims), helper.tensor_dtype_to_np_dtype(init.data_type))
+        else:
+            value = _mapped(init, base_dir, maps) if base_dir is not None and _mappable(init) else _weight(init)
         tensors[init.name] = Tensor(init.name, tuple(value.shape), value.dtype, value)
     for vi in (*g.input, *g.value_info, *g.output):
         if vi.name in tensors:

@@ -63,6 +63,9 @@ class Model:
                  on_progress: bundle_format.Progress = bundle_format.no_progress) -> None:
         if collective_algorithm not in ALGORITHMS:
             raise ValueError(f"collective algorithm {collective_algorithm!r}: one of {', '.join(ALGORITHMS)}")
+        if b.flags.get("weights") == "declared":  # compiled from shapes alone (neuronx_cc_lite/declared.py)
+            raise LoadError("the bundle was compiled from declared weights (shapes without values): it can be timed "
+                            "(info, profile), not run")
         self.bundle = b
         self.host = host or InProcess()  # where the ranks run (runtime/ranks.py)
         self.target = _target(b)

@@ -11,6 +11,7 @@ It prints the generated ids on one line (stdout) and the times on stderr; --json
 from __future__ import annotations
 
 import argparse
+import logging
 from typing import Any, Callable
 
 SAMPLING = ("greedy", "top-k", "top-p")
@@ -34,6 +35,16 @@ def _positive(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
     return value
+
+
+def _degree(text: str) -> int | str:
+    """--tp: a positive integer or auto."""
+    if text == "auto":
+        return text
+    try:
+        return _positive(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer or auto, got {text!r}") from None
 
 
 def _number(high: float, what: str) -> Callable[[str], float]:
@@ -63,8 +74,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prompt-ids", type=_ids, required=True, metavar="1,2,3", help="the prompt's token ids")
     p.add_argument("--max-new-tokens", type=_positive, required=True, metavar="N", help="tokens to generate at most")
     p.add_argument("--target", default="trn1", choices=sorted(TARGETS), help="chip to compile for and time on")
-    p.add_argument("--tp", type=_positive, default=1, metavar="N",
-                   help="tensor-parallel ranks (1 only, for now: the device state is not sharded yet)")
+    p.add_argument("--tp", type=_degree, default=1, metavar="N|auto",
+                   help="tensor-parallel ranks: the weights and the KV cache cut by heads over N ranks; auto: the "
+                        "degree whose decode step is fastest on the chip model (says why)")
     p.add_argument("--max-length", type=_positive, metavar="L",
                    help="the KV cache's capacity in tokens, prompt and generated (default: a static cache's "
                         "length, else 128)")
@@ -89,15 +101,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def generation(args: argparse.Namespace) -> Any:
     """The Generation the arguments ask for (generate/generator.py); ValueError for a request that cannot be met."""
-    from neuronx_cc_lite.errors import CompileError
     from neuronx_cc_lite.generate.generator import Generator
 
-    if args.tp != 1:
-        raise CompileError("NCC_OPTION", f"generate --tp {args.tp}: the KV cache is not sharded over ranks yet; "
-                                         "use --tp 1")
     generator = Generator(args.model, max_length=args.max_length, target=args.target, buckets=args.buckets,
                           auto_cast=args.auto_cast, auto_cast_type=args.auto_cast_type, cache=not args.no_cache,
-                          cache_dir=args.cache_dir)
+                          cache_dir=args.cache_dir, tp=args.tp)
+    if generator.tp_choice is not None:  # said as the command's other findings are
+        logging.getLogger("neuronx_cc_lite.cli").info(generator.tp_choice.why())
     return generator.generate(args.prompt_ids, args.max_new_tokens, sampling=args.sampling, top_k=args.top_k,
                               top_p=args.top_p, temperature=args.temperature, seed=args.seed,
                               stop_tokens=args.stop_token)

@@ -65,10 +65,15 @@ class Generation:
 class Generator:
     def __init__(self, model: str | os.PathLike[str], *, max_length: int | None = None, target: str = "trn1",
                  buckets: Iterable[int] | None = None, auto_cast: str = "none", auto_cast_type: str = "bf16",
-                 cache: bool = True, cache_dir: str | os.PathLike[str] | None = None) -> None:
+                 cache: bool = True, cache_dir: str | os.PathLike[str] | None = None, tp: int | str = 1,
+                 lnc: int | None = None) -> None:
+        """`tp="auto"`: the degree whose decode step is fastest on the chip model (generate/auto_tp.py;
+        `tp_choice` says why)."""
         from neuronx_cc_lite.compiler import check_options
 
-        check_options(target=target, auto_cast=auto_cast, auto_cast_type=auto_cast_type)
+        auto = tp == "auto"
+        tp = 1 if auto else tp
+        check_options(target=target, auto_cast=auto_cast, auto_cast_type=auto_cast_type, tp=tp, lnc=lnc)
         self.model = os.fspath(model)
         self.layout: DecoderLayout = read_layout(model)
         fixed = self.layout.fixed_length
@@ -83,22 +88,30 @@ class Generator:
         self.buckets = sorted(set(buckets)) if buckets is not None else default_buckets(max_length)
         if not self.buckets or any(not isinstance(b, int) or not 1 <= b <= max_length for b in self.buckets):
             raise ValueError(f"buckets must be prompt lengths in [1, {max_length}], not {buckets!r}")
-        self.options = {"target": target, "auto_cast": auto_cast, "auto_cast_type": auto_cast_type}
+        self.options = {"target": target, "auto_cast": auto_cast, "auto_cast_type": auto_cast_type, "tp": tp,
+                        "lnc": lnc}
         self.cache_dir = (os.fspath(cache_dir) if cache_dir is not None else None) if cache else None
         self.use_cache = cache
         self._models: dict[tuple[str, int, bool], Any] = {}
         self.state: Any = None  # the DeviceState every bundle of this generator shares (the KV cache)
+        self.tp_choice: Any = None
+        if auto:
+            from neuronx_cc_lite.generate.auto_tp import choose_tp
+
+            self.tp_choice = choose_tp(lambda n: self.bundle("decode", 1, True, tp=n), target, lnc)
+            self.options["tp"] = self.tp_choice.tp
 
     # -- bundles ------------------------------------------------------------------------------------------------
 
-    def bundle(self, step: str, tokens: int, greedy: bool) -> Bundle:
-        """The compiled prefill (of a bucket of `tokens`) or decode step (`tokens` 1)."""
+    def bundle(self, step: str, tokens: int, greedy: bool, tp: int | None = None) -> Bundle:
+        """The compiled prefill (of a bucket of `tokens`) or decode step (`tokens` 1), at `tp` ranks if given."""
         from neuronx_cc_lite.cache import cached, default_dir
         from neuronx_cc_lite.compiler import Options, compile_model
 
         fixed = self.layout.fixed_length
         past = fixed if fixed is not None else (0 if step == "prefill" else self.max_length - tokens)
-        options = Options(**self.options, input_shapes=self.layout.step_shapes(tokens, past),
+        chosen = dict(self.options, tp=tp) if tp is not None else self.options
+        options = Options(**chosen, input_shapes=self.layout.step_shapes(tokens, past),
                           decoder={"step": step, "max_length": self.max_length, "tokens": tokens, "greedy": greedy})
         options.check()
         directory = (self.cache_dir or default_dir()) if self.use_cache else None

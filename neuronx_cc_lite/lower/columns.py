@@ -14,6 +14,7 @@ import numpy as np
 from isa.dtypes import DType
 from isa.operand import Engine
 from neuronx_cc_lite.lower.program import HbmAccess, PendingInstr, Program, Tile, TileAccess
+from neuronx_cc_lite.declared import contiguous
 
 COLUMNS_PER_LOAD = 64  # 256 bytes per partition per transfer: a few transfers for a whole transformer
 
@@ -28,7 +29,7 @@ class ColumnPool:
     def add(self, vector: np.ndarray) -> int:
         """The index of the vector's first column (features 0 .. pmax-1; then the next column, and so on)."""
         pmax = self.program.target.partitions
-        vector = np.ascontiguousarray(vector, dtype=np.float32).reshape(-1)
+        vector = contiguous(vector, dtype=np.float32).reshape(-1)
         key = vector.tobytes()
         if key not in self.known:
             self.known[key] = len(self.columns)

@@ -22,6 +22,7 @@ from neuronx_cc_lite.lower.hbm import HbmTensor, HbmView
 from neuronx_cc_lite.lower.columns import ColumnPool
 from neuronx_cc_lite.lower.layout import FeatureMajor, only_multiplied
 from neuronx_cc_lite.lower.program import Program
+from neuronx_cc_lite.declared import contiguous
 
 # ONNX element types the device holds, and the device type each is held in. The engines have no 64-bit types:
 # float64 is computed in fp32 (as neuronx-cc does) and int64 (indices, shapes) held as int32, the runtime
@@ -97,7 +98,7 @@ class LowerCtx:
             t = self.graph.tensors[name]
             assert t.is_constant, f"{name} read before it was computed"
             dtype = self.dtype(name)
-            data = np.ascontiguousarray(self.narrowed(t.value, dtype)).tobytes()
+            data = contiguous(self.narrowed(t.value, dtype)).tobytes()
             tensor = self.program.hbm_tensor(name, len(data), "weight", dtype, data)
             self.views[name] = HbmView.whole(tensor, dtype, t.shape)
         return self.views[name]
@@ -114,7 +115,7 @@ class LowerCtx:
 
     def constant(self, name: str, value: np.ndarray) -> str:
         """Add a constant the lowering computed (a mask, an index table) to the graph; returns its name."""
-        value = np.asarray(value)
+        value = np.asanyarray(value)  # a declared weight's pieces stay declared
         self.graph.tensors[name] = Tensor(name, tuple(value.shape), value.dtype, value)
         return name
 

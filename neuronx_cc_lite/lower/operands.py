@@ -24,6 +24,7 @@ from neuronx_cc_lite.lower.context import LowerCtx
 from neuronx_cc_lite.lower.hbm import HbmTensor, HbmView
 from neuronx_cc_lite.lower.program import Tile, TileAccess
 from neuronx_cc_lite.lower.transpose import Piece, transpose_pieces
+from neuronx_cc_lite.declared import contiguous, declared, is_declared
 
 # Bytes per partition the operands kept for a whole matmul may take (B's column groups); beyond it they are
 # streamed. The memory planner sees them as ordinary tiles.
@@ -73,7 +74,7 @@ def laid_out(ctx: LowerCtx, key: str, parts: list[np.ndarray], dtype: DType) -> 
     """A weight tensor holding `parts` back to back in `dtype` (cached by key), and each part's element offset."""
     cache = ctx.laid_out
     if key not in cache:
-        data = np.concatenate([np.ascontiguousarray(b).ravel() for b in parts])
+        data = np.concatenate([contiguous(b).ravel() for b in parts])
         data = ctx.narrowed(data, dtype)
         offsets = list(np.cumsum([0] + [b.size for b in parts[:-1]]))
         cache[key] = (ctx.program.hbm_tensor(key, data.nbytes, "weight", dtype, data.tobytes()), [int(o) for o in offsets])
@@ -106,6 +107,9 @@ class BSource:
             kmax = max(kt for _, kt in k_tiles)
             parts = []
             for g0, gn in self.groups:
+                if is_declared(b):  # its shape only: no bytes to lay out
+                    parts.append(declared((kmax, len(k_tiles), gn), b.dtype))
+                    continue
                 part = np.zeros((kmax, len(k_tiles), gn), b.dtype)  # not float64: twice the weight
                 for j, (k0, kt) in enumerate(k_tiles):
                     part[:kt, j] = b[k0:k0 + kt, g0:g0 + gn]

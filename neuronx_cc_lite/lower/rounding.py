@@ -86,7 +86,7 @@ def _divisor_signed_mod(prog: Program, dst: TileAccess, s: list[Operand]) -> Non
     select(prog, dst, shifted, wrong_sign)
 
 
-@lowering("Mod", check=small_integers_ok, since=10)
+@lowering("Mod", check=small_integers_ok, since=10, elementwise=True)
 def lower_mod(ctx: LowerCtx, node: Node) -> None:
     if node.attrs.get("fmod", 0):
         elementwise(ctx, node, lambda prog, dst, s: apply(prog, dst, s[0], s[1], AluOp.mod))

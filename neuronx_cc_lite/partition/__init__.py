@@ -10,6 +10,13 @@
 Rank r = dp_index * T + tp_index; replica group d holds ranks d*T .. d*T + T - 1. Each rank's inputs and outputs
 are slices of the model's: (axis, start, stop) of the whole tensor; an output is delivered by the ranks whose
 blocks together cover it (a replicated one by the first rank of each group).
+
+Device state (Graph.state, a KV cache) is placed as the value written into it is made (`place_state`): the plan is
+made with the state whole, a cache written by TensorScatter takes the placement of its update (a cache's heads cut
+as its key/value projection's columns are, replicated over the ranks that share a head), and the plan is made
+again with each state input so placed and its next value delivered so, so that each rank holds and writes its
+piece in place and nothing moves. A placement no single axis describes (heads and head size both cut) leaves that
+state whole on every rank.
 """
 
 from __future__ import annotations
@@ -78,7 +85,22 @@ def split_tensors(g: Graph, tp: int, sharded_outputs: bool) -> Plan:
     return plan
 
 
+def place_state(g: Graph, tp: int, plan: Plan) -> Plan:
+    """The plan again with each state input placed as its next value is made (when one axis describes it), and that
+    value delivered so."""
+    placed = {}
+    for name, after in g.state.items():
+        p = plan.placement.get(after, REPLICATED)
+        placed[name] = p if not p.partial and len(p.shards) <= 1 else REPLICATED
+    if all(p.replicated for p in placed.values()):
+        return propagate(g, tp, plan.decisions, outputs={after: REPLICATED for after in g.state.values()})
+    return propagate(g, tp, plan.decisions, inputs=placed, outputs={g.state[k]: p for k, p in placed.items()})
+
+
 def partition(g: Graph, tp: int, dp: int) -> list[RankGraph]:
+    if g.state and dp > 1:
+        raise _refuse(f"--dp {dp} with device state ({', '.join(g.state)}): each replica would need its own state; "
+                      "use --tp alone")
     groups = [g]
     dp_plan = None
     if dp > 1:
@@ -90,13 +112,22 @@ def partition(g: Graph, tp: int, dp: int) -> list[RankGraph]:
         if tp > 1:
             local = split_projections.run(local)
             verify(local, "split-projections", require_static=True)
-            tp_plan = tp_plan or split_tensors(local, tp, sharded_outputs=dp == 1)
+            if tp_plan is None:
+                tp_plan = split_tensors(local, tp, sharded_outputs=dp == 1)
+                if local.state:
+                    tp_plan = place_state(local, tp, tp_plan)
         for t in range(tp):
-            graph = rank_graph(local, tp_plan, t, d) if tp_plan is not None else local
+            graph = rank_graph(local, tp_plan, t, d, {n: tp_plan.placement[n] for n in local.state}) \
+                if tp_plan is not None else local
+            graph.state = dict(local.state)
             verify(graph, "partition", require_static=True)
             inputs = {name: _dp_slice(g, name, d, dp, dp_plan) for name in g.inputs}
+            for name in local.state:  # the rank's piece of each state tensor, replicas included
+                inputs[name] = _piece(local, name, t, tp_plan)
             outputs = {}
             for name in g.outputs:
+                if name in local.state.values():
+                    continue  # written into the state, not delivered
                 delivered = _delivered(local, name, t, tp_plan)
                 if delivered is not None:
                     outputs[name] = delivered if dp == 1 else _dp_slice(g, name, d, dp, dp_plan)
@@ -110,6 +141,17 @@ def _dp_slice(g: Graph, name: str, d: int, dp: int, plan: Plan | None) -> Slice:
         return _whole(shape)
     size = shape[0] // dp
     return (0, d * size, (d + 1) * size)
+
+
+def _piece(g: Graph, name: str, t: int, plan: Plan | None) -> Slice:
+    """The block of state tensor `name` rank t holds (every rank holds one; replicas hold the same)."""
+    shape = tuple(g.tensors[name].shape)
+    p = plan.placement[name] if plan is not None else REPLICATED
+    if not p.shards:
+        return _whole(shape)
+    (s,) = p.shards
+    (start, stop) = p.box(shape, t)[s.axis]
+    return (s.axis, start, stop)
 
 
 def _delivered(g: Graph, name: str, t: int, plan: Plan | None) -> Slice | None:

@@ -61,10 +61,11 @@ def move_kind(have: Placement, want: Placement, shape: tuple[int, ...], n: int) 
 
 def propagate(g: Graph, n: int, decisions: dict[str, Shard], inputs: dict[str, Placement] | None = None,
               sharded_outputs: bool = True, base: Plan | None = None, start: int = 0,
-              watch: tuple[str, list[int]] | None = None) -> Plan:
+              watch: tuple[str, list[int]] | None = None, outputs: dict[str, Placement] | None = None) -> Plan:
     """The plan under `decisions`. With `base` (a plan that differs only from node `start` on), its placements
     before `start` are taken as they are. With `watch` (a cut, the index of each tensor's last reader), it stops
-    once every tensor that cut shaped has been read for the last time: enough to judge the cut."""
+    once every tensor that cut shaped has been read for the last time: enough to judge the cut. `outputs`: graph
+    outputs delivered as given (device state's next values, placed as the state is)."""
     plan = Plan(n, dict(decisions))
     if base is not None:
         plan.placement, plan.origins, plan.reads = dict(base.placement), dict(base.origins), dict(base.reads)
@@ -101,6 +102,7 @@ def propagate(g: Graph, n: int, decisions: dict[str, Shard], inputs: dict[str, P
     for name in g.outputs:
         p = plan.placement.get(name, REPLICATED)
         final = p if (sharded_outputs and not p.partial and len(p.shards) <= 1) else REPLICATED
+        final = (outputs or {}).get(name, final)
         plan.outputs[name] = final
         kind = move_kind(p, final, tuple(g.tensors[name].shape), n)
         if kind is not None:

@@ -24,6 +24,7 @@ from neuronx_cc_lite.ir import Graph, Node, Tensor
 from neuronx_cc_lite.lower.registry import INTERNAL_DOMAIN
 from neuronx_cc_lite.partition.placement import REPLICATED, Placement, digits, is_block_order, refines
 from neuronx_cc_lite.partition.plan import Plan
+from neuronx_cc_lite.declared import contiguous
 
 COLLECTIVES = ("AllReduce", "AllGather", "ReduceScatter")
 
@@ -43,7 +44,7 @@ class _Builder:
         return name
 
     def const(self, name: str, value: np.ndarray) -> str:
-        value = np.ascontiguousarray(value)
+        value = contiguous(value)
         self.tensors[name] = Tensor(name, tuple(value.shape), value.dtype, value)
         return name
 

@@ -285,6 +285,19 @@ def expand(node: Node, g: Graph, ins: list[Placement], n: int, decision: Shard |
     return [p, REPLICATED], [p.remap(m)]
 
 
+def scatter_rows(node: Node, g: Graph, ins: list[Placement], n: int, decision: Shard | None):
+    """TensorScatter (a KV cache written at its positions): the cache and its update cut alike on any axis but
+    the one written along, so that each rank writes its heads of the cache in place; the positions whole."""
+    rank = len(_shape(g, node.inputs[0]))
+    axis = int(node.attrs.get("axis", -2)) % rank
+    if _shape(g, node.inputs[0])[:axis] + _shape(g, node.inputs[0])[axis + 1:] != \
+            _shape(g, node.inputs[1])[:axis] + _shape(g, node.inputs[1])[axis + 1:]:
+        return default(node, g, ins, n, decision)
+    p = max((_whole(q).without({axis}) for q in ins[:2]), key=lambda q: len(q.shards))
+    p = _fit(p, _shape(g, node.outputs[0]), n)
+    return [p, p] + [REPLICATED] * (len(node.inputs) - 2), [p]
+
+
 def default(node: Node, g: Graph, ins: list[Placement], n: int, decision: Shard | None):
     return [REPLICATED] * len(ins), [REPLICATED] * len(node.outputs)
 
@@ -301,7 +314,7 @@ def rule_for(op: str) -> Rule:
         return reduction
     return {"Transpose": transpose, "LayerNormalization": normalize, "RMSNormalization": normalize,
             "Softmax": normalize, "LogSoftmax": normalize, "Split": along_axis, "Concat": along_axis,
-            "Slice": along_axis, "Gather": gather, "Expand": expand}.get(op, default)
+            "Slice": along_axis, "Gather": gather, "Expand": expand, "TensorScatter": scatter_rows}.get(op, default)
 
 
 # An embedding table this large is cut by rows (vocabulary-parallel): each rank looks up the ids in its rows and

@@ -3,6 +3,7 @@ one matmul for Q, K and V) becomes one matmul per piece.
 
     y = MatMulEpilogue(x, W, b)  [-> Reshape that keeps the last axis]  -> Split(y, last axis, sizes)
     =>  y_i = MatMulEpilogue(x, W[:, cols_i], b[cols_i])  [-> Reshape to [..., size_i]]
+(or a Gemm, its C a constant row of biases, as TorchScript and dynamo exports of GPT-2 make it)
 
 The same products, so the same numbers; but now each piece can be cut by columns on its own (Q, K and V by head),
 where a cut of the fused columns into rank blocks would straddle the pieces. Run only for tensor parallelism.
@@ -13,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from neuronx_cc_lite.ir import Graph, Node, Tensor
+from neuronx_cc_lite.declared import contiguous
 
 
 def _sizes(g: Graph, split: Node, n: int) -> list[int] | None:
@@ -29,14 +31,31 @@ def _piece(g: Graph, head: Node, start: int, stop: int, out: str, i: int) -> Nod
     w = g.tensors[head.inputs[1]]
     cols = w.value[start:stop] if int(head.attrs.get("transB", 0)) else w.value[:, start:stop]
     name = f"{head.inputs[1]}/cols{start}"
-    g.tensors[name] = Tensor(name, tuple(cols.shape), w.dtype, np.ascontiguousarray(cols))
-    inputs = [head.inputs[0], name, "", ""]
-    if head.inputs[2]:
+    g.tensors[name] = Tensor(name, tuple(cols.shape), w.dtype, contiguous(cols))
+    inputs = [head.inputs[0], name, "", ""] if head.op == "MatMulEpilogue" else [head.inputs[0], name]
+    if len(head.inputs) > 2 and head.inputs[2]:
         b = g.tensors[head.inputs[2]]
         bias = f"{head.inputs[2]}/cols{start}"
-        g.tensors[bias] = Tensor(bias, (stop - start,), b.dtype, np.ascontiguousarray(b.value[start:stop]))
-        inputs[2] = bias
+        cut = contiguous(b.value[..., start:stop])
+        g.tensors[bias] = Tensor(bias, tuple(cut.shape), b.dtype, cut)
+        inputs[2:3] = [bias]
     return Node(head.op, f"{head.name}/part{i}", inputs, [out], dict(head.attrs), head.domain, head.opset)
+
+
+def _fused(g: Graph, head: Node) -> bool:
+    """Whether `head` is a matmul by a constant 2-D weight whose columns may be cut into pieces: a MatMulEpilogue
+    with no residual, or a Gemm whose C is a constant row (one bias per column) and whose A is not transposed."""
+    if len(head.inputs) < 2 or not g.tensors[head.inputs[1]].is_constant or \
+            len(g.tensors[head.inputs[1]].shape) != 2:
+        return False
+    if head.op == "MatMulEpilogue":
+        return len(head.inputs) >= 4 and not head.inputs[3]
+    if head.op == "Gemm" and not int(head.attrs.get("transA", 0)):
+        if len(head.inputs) < 3 or not head.inputs[2]:
+            return True
+        c = g.tensors[head.inputs[2]]
+        return c.is_constant and (len(c.shape) == 1 or (len(c.shape) == 2 and c.shape[0] == 1))
+    return False
 
 
 def run(g: Graph) -> Graph:
@@ -57,8 +76,7 @@ def run(g: Graph) -> Graph:
         if head is not None and head.op == "Reshape" and len(users.get(head.inputs[0], [])) == 1 and \
                 g.tensors[head.inputs[0]].shape[-1] == shape[-1] and head.inputs[0] not in g.outputs:
             reshape, head = head, producers.get(head.inputs[0])
-        if head is None or head.op != "MatMulEpilogue" or len(head.inputs) < 4 or head.inputs[3] or \
-                not g.tensors[head.inputs[1]].is_constant or len(g.tensors[head.inputs[1]].shape) != 2:
+        if head is None or not _fused(g, head):
             continue
         sizes = _sizes(g, split, shape[-1])
         if sizes is None or sum(sizes) != shape[-1]:

@@ -20,6 +20,7 @@ import onnx
 from onnx import helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
+from neuronx_cc_lite.declared import declared, is_declared
 from neuronx_cc_lite.errors import CompileError
 from neuronx_cc_lite.ir import Graph, Node, Tensor, outer_reads, subgraphs
 from neuronx_cc_lite.lower.registry import LOWERINGS, kept_by_pass
@@ -103,7 +104,7 @@ def infer_node(node: Node, g: Graph) -> None:
                            node.op) from None
     types = {i: _value_info(g.tensors[i]).type for i in node.inputs if i}
     data = {i: numpy_helper.from_array(g.tensors[i].value, i) for i in node.inputs
-            if i and g.tensors[i].is_constant}
+            if i and g.tensors[i].is_constant and not is_declared(g.tensors[i].value)}
     try:
         inferred = onnx.shape_inference.infer_node_outputs(schema, to_onnx_node(node), types, data)
     except Exception as e:  # onnx raises its own InferenceError and ValueErrors
@@ -151,6 +152,11 @@ def _fold(node: Node, g: Graph) -> list[np.ndarray] | None:
             pass  # the evaluation may still succeed; the size check then falls to its result
     if any(_too_large(g.tensors[o].shape) for o in node.outputs if o):
         return None
+    if any(is_declared(g.tensors[i].value) for i in node.inputs if i):  # a declared result of the inferred type
+        outs = [g.tensors[o] for o in node.outputs if o]
+        if any(t.shape is None or t.dtype is None for t in outs):
+            return None
+        return [declared(t.shape, t.dtype) for t in outs]
     values = evaluate(node, g)
     if values is None or any(_too_large(v.shape) for v in values):
         return None

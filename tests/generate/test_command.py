@@ -34,7 +34,7 @@ def test_generate_prints_the_ids_and_writes_the_json(decoder, tmp, capsys):
 
 
 @pytest.mark.parametrize("args, code, status", [
-    (["--tp", "2"], "NCC_OPTION", 1),
+    (["--tp", "100000"], "NCC_OPTION", 1),  # more ranks than the target holds
     (["--max-length", "32"], "NCC_GENERATE", 1),
     (["--prompt-ids", "1,99"], "NCC_USAGE", 2),  # past the vocabulary of 48
     (["--max-new-tokens", "30"], "NCC_USAGE", 2),  # more than the cache holds
@@ -49,6 +49,14 @@ def test_requests_it_cannot_meet_are_one_coded_line(decoder, tmp, capsys, args, 
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and f"error: {code}:" in err[0]
     assert not os.path.exists(out)
+
+
+def test_tp_takes_a_degree_or_auto(decoder, capsys):
+    with pytest.raises(SystemExit) as exit:
+        main(["generate", decoder, "--prompt-ids", "1", "--max-new-tokens", "2", "--tp", "two"])
+    assert exit.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "NCC_USAGE" in err[0] and "positive integer or auto" in err[0]
 
 
 def test_a_model_without_a_cache_is_named(tmp, capsys):

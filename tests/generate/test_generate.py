@@ -152,3 +152,28 @@ def test_a_decode_step_is_race_free_and_the_same_in_any_engine_order(exported):
     shuffled = decode.run({}, policy="random", seed=3)
     np.testing.assert_array_equal(shuffled["logits"], clocked["logits"])
     assert int(clocked["token"][0, 0]) == decoders.greedy_reference("llama_tiny", PROMPT, 4)[3]
+
+
+@pytest.mark.parametrize("name, tp, pieces", [("llama_tiny", 2, 1), ("llama_tiny", 4, 1), ("gpt2_tiny", 2, 2)])
+def test_sharded_generation_gives_the_same_tokens_with_the_cache_cut_by_heads(exported, references, name, tp,
+                                                                               pieces):
+    """--tp N: each rank holds its key/value heads of the cache (the tiny Llama's 2 KV heads over 4 ranks: each head
+    on 2 ranks) and writes them in place; the tokens are transformers' greedy ones, the logits those of one rank."""
+    one = Generator(exported[name], max_length=32).generate(PROMPT, 6)
+    generator = Generator(exported[name], max_length=32, tp=tp)
+    out = generator.generate(PROMPT, 6)
+    assert out.tokens == references[name][:6] == one.tokens
+    for mine, theirs in zip(out.logits, one.logits):
+        np.testing.assert_allclose(mine, theirs, rtol=1e-5, atol=1e-5)
+    for info in generator.state.tensors.values():
+        if not info.name.startswith("past_key_values"):
+            continue
+        heads = info.shape[1]
+        assert len(info.placements) == tp and {p.axis for p in info.placements} == {1}
+        assert all(p.stop - p.start == pieces for p in info.placements)  # heads per rank
+        assert sorted({(p.start, p.stop) for p in info.placements}) == [(h, h + pieces) for h in range(0, heads,
+                                                                                                      pieces)]
+    assert generator.past_length() == len(PROMPT) + 5
+    decode = generator.bundle("decode", 1, True)
+    collectives = [i.op for i in decode.cores[0]["CC"].instructions] if "CC" in decode.cores[0] else []
+    assert collectives.count("all_reduce") == 4  # two a layer: after attention and after the MLP
