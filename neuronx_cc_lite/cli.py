@@ -383,11 +383,12 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _mpi_job() -> Any:
     """MPI's COMM_WORLD when mpiexec started this process among others (runtime/ranks.py), else None."""
-    from runtime.ranks import launched_by_mpi
+    from runtime.ranks import launched_by_mpi, rank_timeout
 
     try:
         if not launched_by_mpi():
             return None
+        rank_timeout()  # a bad $NEURONX_CC_LITE_RANK_TIMEOUT is said before any process waits on another
     except ValueError as e:
         raise UsageError(str(e)) from None
     try:
