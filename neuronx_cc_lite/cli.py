@@ -118,6 +118,7 @@ def _size_arg(text: str) -> int:
 
 def _add_compile_options(p: argparse.ArgumentParser) -> None:
     from isa.target import TARGETS
+    from neuronx_cc_lite.codegen.stages import STAGE_NAMES  # the names only: the stages load when they run
     from neuronx_cc_lite.passes import PASS_NAMES  # the names only: the passes load when they run
     from neuronx_cc_lite.precision import MODES, TYPES
 
@@ -147,8 +148,10 @@ def _add_compile_options(p: argparse.ArgumentParser) -> None:
                    help="device state: keep INPUT in HBM across runs and write OUTPUT (of the same shape and type) "
                         "into it, in place where the op allows; neither is copied to or from the host (repeatable)")
     p.add_argument("--dump-ir-after", action="append", default=[], metavar="PASS",
-                   help=f"print the graph IR after a pass to stderr: import, {', '.join(PASS_NAMES)} or all")
-    p.add_argument("--stop-after", metavar="PASS", help="stop after a pass and print the IR instead of compiling")
+                   help=f"print the IR after a pass to stderr: the graph after import, {', '.join(PASS_NAMES)}; "
+                        f"the tile program after {', '.join(STAGE_NAMES)}; or all")
+    p.add_argument("--stop-after", metavar="PASS", help="stop after a pass or stage and print its IR instead of "
+                                                        "compiling")
     p.add_argument("--tp", type=int, default=1, metavar="N",
                    help="tensor parallelism: shard the model over N ranks, Megatron-style (linear pairs by columns "
                         "then rows, attention by heads, embeddings by vocabulary), with the collectives between them")
@@ -168,12 +171,13 @@ def _add_compile_options(p: argparse.ArgumentParser) -> None:
 
 
 def _options(args: argparse.Namespace) -> Any:
+    from neuronx_cc_lite.codegen.stages import STAGE_NAMES
     from neuronx_cc_lite.compiler import Options
     from neuronx_cc_lite.passes import PASS_NAMES
 
     dump = set(args.dump_ir_after)
     if "all" in dump:
-        dump = {"import", *PASS_NAMES}
+        dump = {"import", *PASS_NAMES, *STAGE_NAMES}
     if args.workdir:
         os.makedirs(args.workdir, exist_ok=True)
     return Options(target=TARGET_ALIASES.get(args.target, args.target), input_shapes=dict(args.input_shape),
@@ -195,7 +199,7 @@ def _compile_cached(args: argparse.Namespace, options: Any, model: Any, output: 
         from neuronx_cc_lite.compiler import compile_graph, prepare
 
         with progress.timed() as seconds:
-            b = compile_graph(prepare(model, options, _dump), options)
+            b = compile_graph(prepare(model, options, _dump), options, _dump)
         for name, took in seconds.items():
             log.info(f"{name + ':':<14}{took:7.3f} s")
         built.append(b)
@@ -225,10 +229,18 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
     options = _options(args)
     if options.stop_after:
-        from neuronx_cc_lite.compiler import prepare
+        from neuronx_cc_lite.codegen.stages import STAGE_NAMES, StopAfter
+        from neuronx_cc_lite.compiler import compile_graph, prepare
         from neuronx_cc_lite.ir import print_graph
 
-        sys.stdout.write(print_graph(prepare(args.model, options, _dump)))
+        graph = prepare(args.model, options, _dump)
+        if options.stop_after not in STAGE_NAMES:
+            sys.stdout.write(print_graph(graph))
+            return 0
+        try:
+            compile_graph(graph, options, _dump)
+        except StopAfter as stop:  # the tile program after the stage (rank 0's)
+            sys.stdout.write(stop.text)
         return 0
     if args.output is None:
         args.output = _default_output(args.model)

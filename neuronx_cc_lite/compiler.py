@@ -21,14 +21,9 @@ from isa.dtypes import DType
 from isa.operand import stream_engine
 from isa.target import Target, get_target
 from neuronx_cc_lite import __version__
-from neuronx_cc_lite.codegen.allocate import allocate, layout_hbm
-from neuronx_cc_lite.codegen.broadcasts import broadcast_on_pe
-from neuronx_cc_lite.codegen.dedupe import dedupe_loads
 from neuronx_cc_lite.codegen.emit import emit
 from neuronx_cc_lite.codegen.on_chip import HOME_FRACTION, Report, keep_on_chip
-from neuronx_cc_lite.codegen.schedule import assign_queues_in_order, schedule_within_memory
-from neuronx_cc_lite.codegen.transfers import split_transfers
-from neuronx_cc_lite.codegen.verify import verify_order, verify_program
+from neuronx_cc_lite.codegen.stages import Stages
 from neuronx_cc_lite.errors import CompileError, UnsupportedError
 from neuronx_cc_lite.flops import copy_bytes, model_flops
 from neuronx_cc_lite.frontend import import_file, import_model
@@ -147,8 +142,9 @@ def declare_state(graph: Graph, state: dict[str, str]) -> None:
         graph.state[name] = after
 
 
-def compile_graph(graph: Graph, options: Options) -> Bundle:
-    """The bundle of a graph after the passes: one rank's program, or (--tp, --dp) every rank's."""
+def compile_graph(graph: Graph, options: Options, dump: Callable[[str, str], None] | None = None) -> Bundle:
+    """The bundle of a graph after the passes: one rank's program, or (--tp, --dp) every rank's. `dump` receives
+    the tile program after the stages options.dump_ir_after names (rank 0's)."""
     target = _target(options.target)
     verify(graph, "the pass pipeline", require_static=True)
     unsupported = unsupported_nodes(graph)
@@ -160,7 +156,7 @@ def compile_graph(graph: Graph, options: Options) -> Bundle:
     ranges = {k: v for k, v in input_ranges(graph).items() if k not in graph.state}
     bounds = {k: v for k, v in integer_ranges(graph).bounds.items() if k not in graph.state}  # of what the host sends
     if options.tp * options.dp == 1:
-        one = compile_rank(graph, options, target)
+        one = compile_rank(graph, options, target, dump=dump)
         next_state = set(graph.state.values())
         inputs = [one.info(name, "inputs") for name in graph.inputs if name not in graph.state]
         outputs = [one.info(name, "outputs") for name in graph.outputs if name not in next_state]
@@ -177,7 +173,7 @@ def compile_graph(graph: Graph, options: Options) -> Bundle:
         log.debug(f"stage partition: {time.perf_counter() - start:.3f} s, {len(ranks)} ranks of "
                   f"{', '.join(str(len(r.graph.nodes)) for r in ranks)} nodes")
     done: dict[tuple[Any, ...], CompiledRank] = {}
-    compiled = [compile_rank(r.graph, options, target, done) for r in ranks]
+    compiled = [compile_rank(r.graph, options, target, done, dump if r.rank == 0 else None) for r in ranks]
     share = target.hbm_bytes // target.ranks_per_chip(options.ranks_lnc(target))
     for r, c in zip(ranks, compiled):
         if c.hbm_size > share:  # the ranks of a chip divide its HBM
@@ -215,43 +211,23 @@ class CompiledRank:
 
 
 def compile_rank(graph: Graph, options: Options, target: Target,
-                 done: dict[tuple[Any, ...], CompiledRank] | None = None) -> CompiledRank:
-    """Lower, keep on chip, schedule, allocate and emit one rank's graph. With `done` (the ranks compiled so far,
-    by the shape of their tile program): a rank whose tile program differs from an earlier one's only in its
-    weights' bytes takes that rank's schedule, HBM layout and streams (nothing after lowering reads weight
-    bytes), and only its weights are its own."""
+                 done: dict[tuple[Any, ...], CompiledRank] | None = None,
+                 dump: Callable[[str, str], None] | None = None) -> CompiledRank:
+    """Lower one rank's graph and run the stages after lowering (codegen/stages.py), then emit its streams. With
+    `done` (the ranks compiled so far, by the shape of their tile program): a rank whose tile program differs
+    from an earlier one's only in its weights' bytes takes that rank's schedule, HBM layout and streams (nothing
+    after lowering reads weight bytes), and only its weights are its own."""
     check_fits_hbm(graph, target)
+    stages = Stages(options.optimize, options.dump_ir_after, options.stop_after, dump)
     if options.optimize >= 2:
         # a quarter of the SBUF the homes may take: the scores, the probabilities and what lives beside them
         start, nodes = time.perf_counter(), len(graph.nodes)
         graph = split_attention.run(graph, int(target.partitions * target.sbuf_partition_bytes * HOME_FRACTION / 4))
         verify(graph, "split-attention")
         log.debug(f"pass split-attention: {time.perf_counter() - start:.3f} s, {nodes} -> {len(graph.nodes)} nodes")
-    cast = DType[options.auto_cast_type] if options.auto_cast != "none" else None
-    by_rows: frozenset[str] | None = frozenset() if options.optimize >= 2 else None
     with phase("lowering"):  # the tile program, kept on chip (which may lower again)
-        while True:
-            start = time.perf_counter()
-            program, ctx = lower_graph(graph, target, matmul_dtype=cast, by_rows=by_rows,
-                                       internal_dtype=cast if options.auto_cast == "all" else None)
-            start = stage_done("lowering", program, start)
-            on_chip = Report()
-            if options.optimize < 2:
-                break
-            on_chip = keep_on_chip(program)
-            start = stage_done("keep-on-chip", program, start, f"{len(on_chip.kept)} tensors kept on chip, "
-                                                               f"{on_chip.spill_bytes} bytes spilled")
-            # lay the stranded tensors out by rows, those the feature-major policy chose (each try adds one at
-            # least, so this ends; a by-rows tensor with one element per row, a global pool's, looks stranded too)
-            retry = frozenset(n for n in on_chip.stranded if n in graph.tensors and ctx.feature_major(n))
-            if not retry:
-                break
-            by_rows = by_rows | retry  # type: ignore[operator]
-        if options.optimize >= 2:
-            broadcast_on_pe(program)
-            start = stage_done("broadcast-on-pe", program, start)
-            dedupe_loads(program)
-            stage_done("dedupe-loads", program, start)
+        program, ctx, on_chip = lower_program(graph, options, target, stages)
+        stages.run(program, "broadcast-on-pe", "dedupe-loads")
     key = shape_of(program) if done is not None else ()
     if done is not None and key in done:
         twin = done[key]
@@ -259,29 +235,41 @@ def compile_rank(graph: Graph, options: Options, target: Target,
             mine.offset = theirs.offset
         return CompiledRank(graph, twin.streams, twin.hbm_size, program, ctx, on_chip)
     with phase("scheduling"):
-        schedule_and_allocate(program, options.optimize)
+        stages.run(program, "split-transfers", "schedule")
     with phase("allocation"):  # of HBM
-        start = time.perf_counter()
-        hbm_size = layout_hbm(program)
-        _log_stage("hbm-layout", start, f"{hbm_size} bytes of HBM, {len(program.hbm)} tensors")
+        stages.run(program, "hbm-layout")
     with phase("emit"):
         start = time.perf_counter()
-        streams = emit(program, hbm_size)
+        streams = emit(program, program.hbm_size)
         _log_stage("emit", start, f"{instruction_counts(streams)} instructions")
-    compiled = CompiledRank(graph, streams, hbm_size, program, ctx, on_chip)
+    compiled = CompiledRank(graph, streams, program.hbm_size, program, ctx, on_chip)
     if done is not None:
         done[key] = compiled
     return compiled
 
 
-def stage_done(name: str, program: Program, start: float, detail: str = "") -> float:
-    """After a stage that changes the tile program: verify it (a failure names the stage) and, at debug level, log
-    the stage's time and the program's size. Returns the time the next stage starts from."""
-    verify_program(program, name)
-    if log.isEnabledFor(logging.DEBUG):
-        sizes = f"{len(program.instrs)} instructions, {len(program.tiles)} tiles"
-        _log_stage(name, start, f"{sizes}, {detail}" if detail else sizes)
-    return time.perf_counter()
+def lower_program(graph: Graph, options: Options, target: Target, stages: Stages) -> tuple[Program, LowerCtx, Report]:
+    """The stages "lowering" and "keep-on-chip": lower the graph, keep what can stay on chip, and lower again with
+    the tensors keep-on-chip found stranded between two layouts laid out by rows (each try adds one at least, so
+    this ends; a by-rows tensor with one element per row, a global pool's, looks stranded too). A dump after
+    lowering shows each try."""
+    cast = DType[options.auto_cast_type] if options.auto_cast != "none" else None
+    by_rows: frozenset[str] | None = frozenset() if options.optimize >= 2 else None
+    while True:
+        start = time.perf_counter()
+        program, ctx = lower_graph(graph, target, matmul_dtype=cast, by_rows=by_rows,
+                                   internal_dtype=cast if options.auto_cast == "all" else None)
+        start = stages.done("lowering", program, start)
+        if options.optimize < 2:
+            return program, ctx, Report()
+        on_chip = keep_on_chip(program)
+        retry = frozenset(n for n in on_chip.stranded if n in graph.tensors and ctx.feature_major(n))
+        if not retry:
+            break
+        by_rows = by_rows | retry  # type: ignore[operator]
+    stages.done("keep-on-chip", program, start, f"{len(on_chip.kept)} tensors kept on chip, "
+                                                f"{on_chip.spill_bytes} bytes spilled")
+    return program, ctx, on_chip
 
 
 def instruction_counts(streams: dict[str, Stream]) -> str:
@@ -373,29 +361,12 @@ def _bundle(compiled: list[CompiledRank], inputs: list[TensorInfo], outputs: lis
     )
 
 
-def schedule_and_allocate(program: Program, optimize: int) -> None:
-    """-O2: list scheduling, which places every tile as it goes (schedule_within_memory); -O1, or when that
-    fails, the lowering order: it always fits, keeping only the tiles of one operator live at a time."""
-    start = time.perf_counter()
-    split_transfers(program)
-    start = stage_done("split-transfers", program, start)
-    if optimize >= 2 and schedule_within_memory(program):
-        stage_done("schedule", program, start, f"{program.schedule_tries} tries" if program.schedule_tries > 1
-                   else "")
-        return
-    assign_queues_in_order(program)
-    with phase("allocation"):  # -O2's scheduling places the tiles as it goes
-        allocate(program)
-        _log_stage("allocate (lowering order)", start, f"{len(program.instrs)} instructions, "
-                                                       f"{len(program.tiles)} tiles")
-
-
 def compile_model(model: str | os.PathLike[str] | onnx.ModelProto, options: Options | None = None,
                   dump: Callable[[str, str], None] | None = None) -> Bundle:
     options = options or Options()
     _target(options.target)
     options.check()
-    return compile_graph(prepare(model, options, dump), options)
+    return compile_graph(prepare(model, options, dump), options, dump)
 
 
 def check_options(**options: Any) -> None:

@@ -180,15 +180,16 @@ def test_the_status_line_shows_at_once_while_the_command_loads(monkeypatch, tmp)
 
 
 def test_verbose_debug_logs_every_pass_and_stage_with_time_and_sizes(tmp, capsys):
+    from neuronx_cc_lite.codegen.stages import STAGE_NAMES
     from neuronx_cc_lite.passes import PASS_NAMES
 
     assert main(["--verbose", "debug", "compile", MLP, "-o", f"{tmp}/m.neff", "--no-cache"]) == 0
     err = capsys.readouterr().err
     for name in PASS_NAMES:
         assert re.search(rf"^pass {name}: \d+\.\d{{3}} s, \d+ -> \d+ nodes, \d+ tensors$", err, re.M), name
-    for stage in ("lowering", "keep-on-chip", "broadcast-on-pe", "dedupe-loads", "split-transfers", "schedule"):
+    for stage in STAGE_NAMES:
         assert re.search(rf"^stage {stage}: \d+\.\d{{3}} s, \d+ instructions, \d+ tiles", err, re.M), stage
-    assert re.search(r"^stage hbm-layout: \d+\.\d{3} s, \d+ bytes of HBM", err, re.M)
+    assert re.search(r"^stage hbm-layout: .*, \d+ bytes of HBM", err, re.M)
     assert re.search(r"^stage emit: \d+\.\d{3} s, PE \d+, .*DMA \d+ instructions$", err, re.M)
     assert re.search(r"^import: \d+ nodes", err, re.M) and re.search(r"^package: 1 rank\(s\)", err, re.M)
     assert re.search(rf"^wrote {tmp}/m.neff: \d+ bytes", err, re.M)

@@ -336,7 +336,8 @@ def allocate(program: Program) -> None:
 
 
 def layout_hbm(program: Program) -> int:
-    """Give every HBM tensor its offset: inputs, device state, outputs, weights, then scratch. Returns the bytes used."""
+    """Give every HBM tensor its offset: inputs, device state, outputs, weights, then scratch. Returns the bytes
+    used."""
     order = {"input": 0, "state": 1, "output": 2, "weight": 3, "scratch": 4}
     at = 0
     for tensor in sorted(program.hbm, key=lambda h: order[h.kind]):

@@ -147,7 +147,7 @@ VARIADIC = {"Sum": fold(AluOp.add), "Max": fold(AluOp.maximum), "Min": fold(AluO
             "Mean": fold(AluOp.add, then=_mean)}
 
 
-@lowering(*UNARY, check=floats_only)
+@lowering(*UNARY, check=floats_only, elementwise=True)
 def lower_unary(ctx: LowerCtx, node: Node) -> None:
     elementwise(ctx, node, unary(UNARY[node.op]))
 
@@ -171,7 +171,7 @@ def wrapping(ctx: LowerCtx, node: Node, compute: Compute) -> Compute:
     return wrapped
 
 
-@lowering("Neg", check=small_integers_ok)
+@lowering("Neg", check=small_integers_ok, elementwise=True)
 def lower_neg(ctx: LowerCtx, node: Node) -> None:
     elementwise(ctx, node, wrapping(ctx, node, lambda prog, dst, s: ts(prog, dst, s[0], AluOp.multiply, -1.0)))
 
@@ -185,7 +185,7 @@ def truncating_divide(prog: Program, dst: TileAccess, srcs: list[Operand]) -> No
     apply(prog, dst, dst, b, AluOp.divide)
 
 
-@lowering(*ARITHMETIC, check=small_integers_ok, since=7)
+@lowering(*ARITHMETIC, check=small_integers_ok, since=7, elementwise=True)
 def lower_arithmetic(ctx: LowerCtx, node: Node) -> None:
     integer_div = node.op == "Div" and not is_float(ctx.graph, node.outputs[0])
     elementwise(ctx, node, wrapping(ctx, node, truncating_divide if integer_div else fold(ARITHMETIC[node.op])))
@@ -197,7 +197,7 @@ def _check_variadic(node: Node, g: Graph) -> str | None:
     return small_integers_ok(node, g)
 
 
-@lowering(*VARIADIC, check=_check_variadic, since=8)
+@lowering(*VARIADIC, check=_check_variadic, since=8, elementwise=True)
 def lower_variadic(ctx: LowerCtx, node: Node) -> None:
     elementwise(ctx, node, wrapping(ctx, node, VARIADIC[node.op]))
 
@@ -214,7 +214,7 @@ def _pow(prog: Program, dst: TileAccess, srcs: list[Operand]) -> None:
         apply(prog, dst, base, exponent, AluOp.power, Engine.POOL)
 
 
-@lowering("Pow", check=floats_only, since=7)
+@lowering("Pow", check=floats_only, since=7, elementwise=True)
 def lower_pow(ctx: LowerCtx, node: Node) -> None:
     elementwise(ctx, node, _pow)
 
@@ -225,7 +225,7 @@ def _check_gelu(node: Node, g: Graph) -> str | None:
     return floats_only(node, g)
 
 
-@lowering("Gelu", check=_check_gelu)
+@lowering("Gelu", check=_check_gelu, elementwise=True)
 def lower_gelu(ctx: LowerCtx, node: Node) -> None:
     tanh = node.attrs.get("approximate", "none") == "tanh"
     elementwise(ctx, node, unary(ActFunc.gelu_apprx_tanh if tanh else ActFunc.gelu))

@@ -149,7 +149,7 @@ def _check_dropout(node: Node, g: Graph) -> str | None:
     return None
 
 
-@lowering("Dropout", check=_check_dropout, constant_inputs=(1, 2))
+@lowering("Dropout", check=_check_dropout, constant_inputs=(1, 2), elementwise=True)
 def lower_dropout(ctx: LowerCtx, node: Node) -> None:
     """Inference: the identity, and a mask of ones when asked for."""
     ctx.alias(node.outputs[0], ctx.view(node.inputs[0]))
