@@ -1029,7 +1029,9 @@ def main(argv: list[str] | None = None) -> int:
     with interrupts.handled():  # from the first line: a signal while parsing or loading gives the coded line too
         try:
             return _main(argv)
-        except (KeyboardInterrupt, interrupts.Interrupted) as e:
+        except BaseException as e:
+            if interrupts.interrupted_by(e) is None:
+                raise
             print(f"{PROG}: error: {interrupts.message(e)}", file=sys.stderr)
             return interrupts.status(e)
 
@@ -1085,6 +1087,9 @@ def _run(args: argparse.Namespace) -> int:
         message = ("NCC_HOST_MEMORY: this machine ran out of memory for the command (the model's tensors, or the "
                    "simulated chip's memories, are larger than it can hold)")
     except Exception as e:  # a bug of ours: say so on one line, keep the traceback for those who ask
+        if interrupts.interrupted_by(e) is not None:  # a signal's exception that an import turned into its own
+            log.error(interrupts.message(e))
+            return interrupts.status(e)
         if os.environ.get("NCC_TRACEBACK"):
             raise
         message = (f"NCC_INTERNAL: internal error: {type(e).__name__}: {e} (set NCC_TRACEBACK=1 for the "
