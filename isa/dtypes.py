@@ -62,3 +62,26 @@ _NUMPY: dict[DType, np.dtype] = {
     DType.uint32: np.dtype(np.uint32),
 }
 _FLOATS = frozenset({DType.fp32, DType.bf16, DType.fp16, DType.fp8_e4m3, DType.fp8_e5m2})
+
+
+def not_held(values: np.ndarray, held: DType) -> np.ndarray | None:
+    """Where a host array's values would not survive being held in `held` (None: everywhere they would). An integer
+    outside the held type's range would wrap (an int64 held as int32); a float64 held as fp32 is refused where it is
+    finite and nonzero but outside fp32's normal range: past its largest value it would become inf, below its
+    smallest normal it would lose its precision (subnormals) or become zero. Other narrowings round, as the device
+    computes (float64 values in fp32)."""
+    values = np.asarray(values)
+    if values.size == 0:
+        return None
+    if values.dtype.kind in "iu" and held.np.kind in "iu":
+        info = np.iinfo(held.np)
+        if np.iinfo(values.dtype).min >= info.min and np.iinfo(values.dtype).max <= info.max:
+            return None
+        outside = (values < info.min) | (values > info.max)
+    elif values.dtype == np.float64 and held is DType.fp32:
+        magnitude = np.abs(values)
+        normal = np.finfo(np.float32)
+        outside = ((magnitude > normal.max) & (magnitude < np.inf)) | ((magnitude > 0) & (magnitude < normal.tiny))
+    else:
+        return None
+    return outside if outside.any() else None

@@ -395,11 +395,12 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _mpi_job() -> Any:
     """MPI's COMM_WORLD when mpiexec started this process among others (runtime/ranks.py), else None."""
-    from runtime.ranks import launched_by_mpi
+    from runtime.ranks import launched_by_mpi, rank_timeout
 
     try:
         if not launched_by_mpi():
             return None
+        rank_timeout()  # a bad $NEURONX_CC_LITE_RANK_TIMEOUT is said before any process waits on another
     except ValueError as e:
         raise UsageError(str(e)) from None
     try:
@@ -1035,7 +1036,9 @@ def main(argv: list[str] | None = None) -> int:
     with interrupts.handled():  # from the first line: a signal while parsing or loading gives the coded line too
         try:
             return _main(argv)
-        except (KeyboardInterrupt, interrupts.Interrupted) as e:
+        except BaseException as e:
+            if interrupts.interrupted_by(e) is None:
+                raise
             print(f"{PROG}: error: {interrupts.message(e)}", file=sys.stderr)
             return interrupts.status(e)
 
@@ -1097,6 +1100,9 @@ def _run(args: argparse.Namespace) -> int:
         message = ("NCC_HOST_MEMORY: this machine ran out of memory for the command (the model's tensors, or the "
                    "simulated chip's memories, are larger than it can hold)")
     except Exception as e:  # a bug of ours: say so on one line, keep the traceback for those who ask
+        if interrupts.interrupted_by(e) is not None:  # a signal's exception that an import turned into its own
+            log.error(interrupts.message(e))
+            return interrupts.status(e)
         if os.environ.get("NCC_TRACEBACK"):
             raise
         message = (f"NCC_INTERNAL: internal error: {type(e).__name__}: {e} (set NCC_TRACEBACK=1 for the "

@@ -18,7 +18,14 @@ not bound).
                                     outside it (NRT_INPUT) instead of computing a wrong answer
         operators that move values  the union of what they move (reshapes, slices, gathers, concatenations, ...)
         arithmetic                  interval arithmetic on the exact values (Add, Sub, Mul, Neg, Abs, Sum, Div, ...)
+        casts                       the input's range where ONNX's cast keeps every value (uint32 to int64), else
+                                    the output type's
+        fills                       the constant they fill with (ConstantOfShape's value, OneHot's values)
         anything else               the output type's range
+
+The device holds an int64 as int32 (as neuronx-cc does, whose NCC_ESFH002 refuses a 64-bit constant past 32
+bits), so a node whose int64 result may leave int32 (a Concat or Pad with such a constant, a Cast from uint32) is
+refused too, and so is a fill whose integer value is past 2^24 (it is written as an fp32 immediate): `why_unheld`.
 """
 
 from __future__ import annotations
@@ -48,7 +55,10 @@ _MORE_MOVES: dict[str, tuple[int, ...] | None] = {
     "GatherElements": (0,), "GatherND": (0,), "ScatterND": (0, 2), "ScatterElements": (0, 2), "Scatter": (0, 2),
     "Pad": (0, 2), "ReduceMax": (0,), "ReduceMin": (0,), "Max": None, "Min": None, "TopK": (0,), "DepthToSpace": (0,),
     "SpaceToDepth": (0,), "Compress": (0,), "Trilu": (0,), "Where": (1, 2), "Clip": None, "Relu": (0,),
+    "TensorScatter": (0, 1),
 }
+# Operators that write a constant of the graph through an fp32 immediate: exact to 2^24 (lower/movement.py, onehot.py)
+FILLS = frozenset({"ConstantOfShape", "OneHot"})
 
 
 def type_range(dtype: np.dtype) -> Range:
@@ -60,6 +70,15 @@ def type_range(dtype: np.dtype) -> Range:
         dtype = np.dtype(np.int32)
     if dtype == np.uint64:
         dtype = np.dtype(np.uint32)
+    info = np.iinfo(dtype)
+    return int(info.min), int(info.max)
+
+
+def value_range(dtype: np.dtype) -> Range:
+    """The values ONNX lets a tensor of `dtype` hold (int64 in full; bool as 0 and 1)."""
+    dtype = np.dtype(dtype)
+    if dtype == np.bool_:
+        return 0, 1
     info = np.iinfo(dtype)
     return int(info.min), int(info.max)
 
@@ -117,12 +136,25 @@ _RESULTS: dict[str, Callable[[list[Range], Node, Graph], Range]] = {
 }
 
 
+def _fill_range(node: Node, g: Graph) -> Range:
+    """The values a fill writes: ConstantOfShape's `value` (0 when absent), OneHot's off and on values."""
+    if node.op == "OneHot":
+        values = np.asarray(g.tensors[node.inputs[2]].value).reshape(-1)[:2]
+    else:
+        values = np.asarray(node.attrs.get("value", 0)).reshape(-1)[:1]
+    return int(values.min()), int(values.max())
+
+
 class IntegerRanges:
     """The ranges of a graph's integer tensors, the integer inputs bounded for exactness, and the reason each
     computing node cannot be lowered exactly (if any)."""
 
     def why_inexact(self, node: Node) -> str | None:
         return self.refused.get(id(node))
+
+    def why_unheld(self, node: Node) -> str | None:
+        """Why the node's integer result cannot be held or written exactly (an int64 past int32, a fill past 2^24)."""
+        return self.unheld.get(id(node))
 
     def wraps(self, node: Node) -> bool:
         """Whether the node's exact result (within 2^24) may leave its type, to be wrapped as onnxruntime does."""
@@ -133,6 +165,7 @@ class IntegerRanges:
         self.bounds: dict[str, Range] = {}  # graph input -> the bound the runtime enforces
         self.refused: dict[int, str] = {}  # id(node) -> why
         self.wrapping: set[int] = set()  # id(node) of WRAPPED nodes whose result may leave its type
+        self.unheld: dict[int, str] = {}  # id(node) -> why its result is not held exactly
         recorded = input_ranges(g)
         computed = _inputs_computed_with(g)
         for name in g.inputs:
@@ -172,14 +205,32 @@ class IntegerRanges:
             elif held and node.op != "Cast":
                 self.ranges[out] = _union([self.range(g, name) for name in held])
             elif node.op == "Cast" and held:
-                inside, limit = self.range(g, held[0]), type_range(g.tensors[out].dtype)
+                inside, limit = self.range(g, held[0]), value_range(g.tensors[out].dtype)
                 self.ranges[out] = inside if limit[0] <= inside[0] and inside[1] <= limit[1] else limit
+            elif node.op in FILLS:
+                self.ranges[out] = _fill_range(node, g)
             else:
                 self.ranges[out] = type_range(g.tensors[out].dtype)
+            why = self._unheld(node, g, out)
+            if why:
+                self.unheld.setdefault(id(node), why)
         if node.op in COMPUTING and ints:
             why = self._inexact(node, g)
             if why:
                 self.refused[id(node)] = why
+
+    def _unheld(self, node: Node, g: Graph, out: str) -> str | None:
+        low, high = self.ranges[out]
+        dtype = np.dtype(g.tensors[out].dtype)
+        held = type_range(dtype)
+        # a narrower type holds its own range, where a computing node's exact result is wrapped or refused (_inexact)
+        if (low < held[0] or high > held[1]) and held != value_range(dtype) and node.op not in COMPUTING:
+            return (f"its {dtype} result {out!r} may hold values in [{low}, {high}], outside [{held[0]}, {held[1]}]: "
+                    f"the device holds {dtype} in 32 bits")
+        if node.op in FILLS and _magnitude((low, high)) > EXACT:
+            return (f"it fills {out!r} with {high if abs(high) >= abs(low) else low}, which the engines write as an "
+                    "fp32 value, exact to 2^24")
+        return None
 
     def _inexact(self, node: Node, g: Graph) -> str | None:
         for name in node.inputs:

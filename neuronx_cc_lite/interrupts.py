@@ -5,7 +5,8 @@ during the work or while it cleans up.
 The signal is raised as an exception where the program is (KeyboardInterrupt for SIGINT, Interrupted for the
 others), so every `finally` runs and every atomic write removes its temporary file (isa/files.py `replacing`).
 Only the first signal does so: the handlers then ignore the signals until the command has ended, so a second
-Ctrl-C cannot cut the cleanup short. This module imports nothing heavy: the entry point (`main`) sets the handlers
+Ctrl-C cannot cut the cleanup short. The signal is also remembered (`interrupted_by`): an exception raised inside
+an import of a compiled module comes out as that module's ImportError, which is still the signal's doing. This module imports nothing heavy: the entry point (`main`) sets the handlers
 before the command line's modules load.
 """
 
@@ -30,17 +31,30 @@ class Interrupted(BaseException):
         self.signum = signum
 
 
+_received: list[int] = []  # the signal the handlers raised since they were set, if any
+
+
+def interrupted_by(error: BaseException) -> int | None:
+    """The signal that `error` comes from: its own, or the one the handlers raised while it was on its way (numpy's
+    import turns the KeyboardInterrupt raised inside it into an ImportError); None for any other error."""
+    if isinstance(error, Interrupted):
+        return error.signum
+    if isinstance(error, KeyboardInterrupt):
+        return signal.SIGINT
+    return _received[0] if _received else None
+
+
 def status(error: BaseException) -> int:
     """The exit status for an interruption: 128 + the signal's number."""
-    return 128 + (error.signum if isinstance(error, Interrupted) else signal.SIGINT)
+    return 128 + (interrupted_by(error) or signal.SIGINT)
 
 
 def message(error: BaseException) -> str:
-    signum = error.signum if isinstance(error, Interrupted) else signal.SIGINT
-    return f"NCC_INTERRUPTED: {WHY[signum]}; no output was written"
+    return f"NCC_INTERRUPTED: {WHY[signal.Signals(interrupted_by(error) or signal.SIGINT)]}; no output was written"
 
 
 def _raise(signum: int, frame: object) -> None:
+    _received.append(signum)
     for s in WHY:  # the first signal only: the cleanup it starts must not be cut short by a second
         signal.signal(s, signal.SIG_IGN)
     if signum == signal.SIGINT:
@@ -58,6 +72,8 @@ def handled() -> Iterator[None]:
         return
     # a signal the parent set to be ignored stays ignored (nohup's SIGHUP, a shell's background jobs' SIGINT)
     previous = {s: signal.signal(s, _raise) for s in WHY if signal.getsignal(s) is not signal.SIG_IGN}
+    if previous:  # a new command: a signal an earlier one took is not this one's
+        _received.clear()
     try:
         yield
     finally:
@@ -72,7 +88,9 @@ def main(argv: list[str] | None = None) -> int:
             from neuronx_cc_lite.cli import main as run
 
             return run(argv)
-    except (KeyboardInterrupt, Interrupted) as e:  # before the command line had its own handling in place
+    except BaseException as e:  # before the command line had its own handling in place
+        if interrupted_by(e) is None:
+            raise
         print(f"{PROG}: error: {message(e)}", file=sys.stderr)
         return status(e)
 

@@ -28,7 +28,7 @@ import numpy as np
 from isa import bundle as bundle_format
 from isa.collectives import Topology, collective_cost
 from isa.costs import dma_cost, ports, stream_durations
-from isa.dtypes import DType
+from isa.dtypes import DType, not_held
 from isa.errors import IsaError
 from isa.instructions import Instruction
 from isa.operand import Engine, Mem, Operand, stream_engine
@@ -328,24 +328,28 @@ class Model:
         return arrays
 
     def _check_values(self, info: bundle_format.TensorInfo, array: np.ndarray) -> None:
-        """An integer input outside what the bundle holds or computes with exactly is refused, not computed with:
-        an int64 the device holds as int32 would saturate, and the compiler recorded the bound within which it
-        computes with an input exactly (stats["integer_bounds"]: integers go through the engines' fp32)."""
-        if array.dtype.kind not in "iu" or array.size == 0:
+        """An input value the bundle would not compute with as given is refused, not computed with: an int64 the
+        device holds as int32 would wrap, a float64 past or below fp32's normal range (held as fp32) would become
+        inf or lose its precision or become zero, and the compiler recorded the bound within which it computes
+        with an integer input exactly (stats["integer_bounds"]: integers go through the engines' fp32)."""
+        if array.dtype.kind not in "iuf" or array.size == 0:
             return
-        held = DType[info.device_dtype].np
-        low, high = (int(np.iinfo(held).min), int(np.iinfo(held).max)) if held.kind in "iu" else (None, None)
         bound = self._bounds.get(info.name)
         if bound is not None:
-            low, high = bound
-        if low is None:
-            return
-        outside = (array < low) | (array > high)
-        if outside.any():
+            outside = (array < bound[0]) | (array > bound[1])
+            why = f"outside [{bound[0]}, {bound[1]}]: the bundle computes with it exactly only there (integers go " \
+                  "through the engines' fp32)"
+        else:
+            held = DType[info.device_dtype]
+            outside = not_held(array, held)
+            if held.np.kind in "iu":
+                limits = np.iinfo(held.np)
+                why = f"outside [{limits.min}, {limits.max}]: the device holds it as {held.name}"
+            else:
+                why = "outside fp32's normal range (1.2e-38 to 3.4e38 in magnitude), which the device holds it in"
+        if outside is not None and outside.any():
             at = tuple(int(i) for i in np.argwhere(outside)[0])
-            why = ("the bundle computes with it exactly only there (integers go through the engines' fp32)"
-                   if bound is not None else f"the device holds it as {info.device_dtype}")
-            raise InputError(f"input {info.name!r} holds {array[at]} at {list(at)}, outside [{low}, {high}]: {why}")
+            raise InputError(f"input {info.name!r} holds {array[at]} at {list(at)}, {why}")
 
 
 POLICIES = ("clock", "random")

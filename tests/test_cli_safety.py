@@ -316,6 +316,42 @@ def test_a_signal_at_any_point_of_a_command_is_one_coded_line(tmp, signum, delay
     assert os.listdir(out) == []
 
 
+def _signalled_inside_an_import(*args: object) -> int:
+    """As numpy's import does with the exception a signal raises inside it: its own ImportError instead."""
+    import time
+
+    from neuronx_cc_lite import interrupts
+
+    try:
+        os.kill(os.getpid(), signal.SIGHUP)
+        time.sleep(5)
+    except interrupts.Interrupted:
+        raise ImportError("numpy._core.multiarray failed to import") from None
+    raise AssertionError("the signal never came")
+
+
+@pytest.mark.parametrize("where", ["starting", "loading", "entry point"])
+def test_a_signal_an_import_turned_into_an_import_error_is_still_the_coded_line(tmp, capsys, monkeypatch, where):
+    """SIGHUP while numpy loaded (a loaded machine, 0.3 s into a compile) came out as numpy's ImportError traceback
+    with status 1."""
+    import neuronx_cc_lite.cli as cli
+    from neuronx_cc_lite import interrupts
+
+    if where == "starting":
+        monkeypatch.setattr(cli, "_main", _signalled_inside_an_import)
+        status = cli.main(["info", MODEL])
+    elif where == "loading":  # inside a command, where other exceptions are NCC_INTERNAL
+        monkeypatch.setattr(cli, "cmd_info", _signalled_inside_an_import)
+        status = cli.main(["info", MODEL])
+    else:
+        monkeypatch.setattr(cli, "main", _signalled_inside_an_import)
+        status = interrupts.main(["info", MODEL])
+    said = capsys.readouterr().err.strip().splitlines()
+    assert status == 129 and said[-1] == "neuronx-cc-lite: error: NCC_INTERRUPTED: hung up (SIGHUP); no output was " \
+        "written", said
+    assert signal.getsignal(signal.SIGHUP) is signal.SIG_DFL  # the handlers before are back
+
+
 def test_a_full_disk_is_one_coded_line_with_nothing_left(tmp, capsys, monkeypatch):
     """No space left on device while the cache entry and the bundle are written."""
     from isa import files

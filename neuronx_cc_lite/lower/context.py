@@ -15,14 +15,14 @@ from typing import Callable
 import ml_dtypes
 import numpy as np
 
-from isa.dtypes import DType
+from isa.dtypes import DType, not_held
 from neuronx_cc_lite.errors import CompileError
 from neuronx_cc_lite.ir import Graph, Node, Tensor
 from neuronx_cc_lite.lower.hbm import HbmTensor, HbmView
 from neuronx_cc_lite.lower.columns import ColumnPool
 from neuronx_cc_lite.lower.layout import FeatureMajor, only_multiplied
 from neuronx_cc_lite.lower.program import Program
-from neuronx_cc_lite.declared import contiguous
+from neuronx_cc_lite.declared import contiguous, is_declared
 
 # ONNX element types the device holds, and the device type each is held in. The engines have no 64-bit types:
 # float64 is computed in fp32 (as neuronx-cc does) and int64 (indices, shapes) held as int32, the runtime
@@ -98,10 +98,22 @@ class LowerCtx:
             t = self.graph.tensors[name]
             assert t.is_constant, f"{name} read before it was computed"
             dtype = self.dtype(name)
+            if not is_declared(t.value):  # a declared weight has no values to check
+                self._check_held(name, t.value, dtype)
             data = contiguous(self.narrowed(t.value, dtype)).tobytes()
             tensor = self.program.hbm_tensor(name, len(data), "weight", dtype, data)
             self.views[name] = HbmView.whole(tensor, dtype, t.shape)
         return self.views[name]
+
+    def _check_held(self, name: str, value: np.ndarray, dtype: DType) -> None:
+        """A constant the device would not hold as it is (an int64 past int32, a float64 outside fp32's normal
+        range) is refused rather than wrapped, rounded to inf or flushed (neuronx-cc's NCC_ESFH002 refuses such
+        64-bit constants too)."""
+        outside = not_held(value, dtype)
+        if outside is not None:
+            at = tuple(int(i) for i in np.argwhere(outside)[0])
+            raise CompileError("NCC_UNSUPPORTED", f"constant {name!r} (read by {self.program.node!r}) holds "
+                               f"{value[at]} at {list(at)}, which the device cannot hold in {dtype.name}")
 
     @staticmethod
     def narrowed(value: np.ndarray, dtype: DType) -> np.ndarray:
@@ -213,6 +225,7 @@ class LowerCtx:
         """Every graph output must own a contiguous HBM tensor: copy those that are views of something else. The next
         value of a state tensor goes into the state tensor, unless it was computed there."""
         for name in self.graph.outputs:
+            self.program.node = f"output {name}"
             view = self.view(name)
             if name in self.next_state:
                 state = self.views[self.next_state[name]]

@@ -21,6 +21,7 @@ from neuronx_cc_lite.ir import Graph, Node
 from neuronx_cc_lite.lower.context import LowerCtx
 from neuronx_cc_lite.lower.elementwise import tile_free_max
 from neuronx_cc_lite.lower.hbm import HbmView
+from neuronx_cc_lite.lower.instr import fill, select, tt
 from neuronx_cc_lite.lower.program import Program, Tile
 from neuronx_cc_lite.lower.registry import lowering
 from neuronx_cc_lite.lower.rows import free_chunks, move_to_end, normalize_axes, row_boxes
@@ -139,11 +140,40 @@ def _check_arg(node: Node, g: Graph) -> str | None:
     return integer_ranges(g).why_inexact(node)
 
 
+def _extreme_of_numbers(prog: Program, row: HbmView, p: int, op: AluOp, name: str, budget: int) -> Tile:
+    """Each row's largest (op maximum) or smallest number, NaNs left out (the engines' max and min propagate a
+    NaN): every piece is copied over a tile of -inf (+inf) where it equals itself, then reduced. A row of NaNs
+    gives -inf (+inf), which no element equals."""
+    acc = None
+    for _, piece in free_chunks(row, budget):
+        f = piece.shape[1]
+        x = prog.sbuf(p, f, piece.dtype, f"{name}/x")
+        prog.dma(x.ap(), piece)
+        number = prog.sbuf(p, f, DType.fp32, f"{name}/number")
+        tt(prog, number.ap(), x.ap(), x.ap(), AluOp.equal)
+        clean = prog.sbuf(p, f, DType.fp32, f"{name}/numbers")
+        fill(prog, clean.ap(), -math.inf if op is AluOp.maximum else math.inf)
+        select(prog, clean.ap(), x.ap(), number.ap())
+        part = prog.sbuf(p, 1, DType.fp32, f"{name}/part")
+        prog.emit("tensor_reduce", Engine.DVE, dst=part.ap(), src=clean.ap(), op=op, axes=1)
+        if acc is None:
+            acc = part
+        else:
+            prog.emit("tensor_tensor", Engine.DVE, dst=acc.ap(), a=acc.ap(), b=part.ap(), op=op)
+    assert acc is not None
+    return acc
+
+
 @lowering("ArgMax", "ArgMin", check=_check_arg)
 def lower_arg(ctx: LowerCtx, node: Node) -> None:
     """The index of the first (or, with select_last_index, the last) extreme element along an axis: find the
     row's extreme, then in each piece of the row keep the index (from iota) where an element equals it and a
-    sentinel elsewhere, and reduce those candidates with min (first) or max (last)."""
+    sentinel elsewhere, and reduce those candidates with min (first) or max (last).
+
+    A NaN is treated as onnxruntime's loop over the row treats it (`if x[i] > best`: a NaN is never greater and
+    nothing is greater than a NaN): a row that starts with a NaN gives 0, any other gives the extreme of its
+    numbers, NaNs left out. So the extreme of a float row leaves NaNs out, and the index found is multiplied by
+    (x[0] == x[0]): 0 where the row starts with a NaN (and where it holds nothing but NaNs)."""
     prog = ctx.program
     x = ctx.view(node.inputs[0])
     axis = normalize_axes((node.attrs.get("axis", 0),), len(x.shape))[0]
@@ -152,18 +182,26 @@ def lower_arg(ctx: LowerCtx, node: Node) -> None:
     kept = tuple(n for a, n in enumerate(x.shape) if a != axis)
     rows_out = out.reshape((*kept, 1))
     assert rows_out is not None
-    extreme = Reduction(AluOp.maximum if node.op == "ArgMax" else AluOp.minimum)
+    extreme = AluOp.maximum if node.op == "ArgMax" else AluOp.minimum
     last = bool(node.attrs.get("select_last_index", 0))
     pick = AluOp.maximum if last else AluOp.minimum
     budget = tile_free_max(ctx)
+    floats = x.dtype.is_float
     for row, dst in row_boxes([move_to_end(x, (axis,)), rows_out], len(kept), prog.target.partitions):
         p = row.shape[0]
-        peak = reduce_rows(prog, row, p, length, extreme, node.name, budget)
-        acc = None
+        if floats:
+            peak = _extreme_of_numbers(prog, row, p, extreme, node.name, budget)
+        else:
+            peak = reduce_rows(prog, row, p, length, Reduction(extreme), node.name, budget)
+        acc = starts_with_number = None
         for start, piece in free_chunks(row, budget):
             f = piece.shape[1]
             t = prog.sbuf(p, f, piece.dtype, f"{node.name}/x")
             prog.dma(t.ap(), piece)
+            if floats and start == 0:
+                starts_with_number = prog.sbuf(p, 1, DType.fp32, f"{node.name}/first")
+                first = t.region(0, 1)
+                tt(prog, starts_with_number.ap(), first, first, AluOp.equal)
             hit = prog.sbuf(p, f, DType.fp32, f"{node.name}/hit")
             prog.emit("tensor_scalar", Engine.DVE, dst=hit.ap(), src=t.ap(), op0=AluOp.equal, scalar0=peak.ap(),
                       reverse0=False, reverse1=False)
@@ -185,6 +223,9 @@ def lower_arg(ctx: LowerCtx, node: Node) -> None:
             else:
                 prog.emit("tensor_tensor", Engine.DVE, dst=acc.ap(), a=acc.ap(), b=part.ap(), op=pick)
         assert acc is not None
+        if starts_with_number is not None:  # 0 where the row starts with a NaN
+            prog.emit("tensor_tensor", Engine.DVE, dst=acc.ap(), a=acc.ap(), b=starts_with_number.ap(),
+                      op=AluOp.multiply)
         result = prog.sbuf(p, 1, dst.dtype, f"{node.name}/arg")
         prog.emit("tensor_copy", Engine.DVE, dst=result.ap(), src=acc.ap())
         prog.dma(dst, result.ap())

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from neuronx_cc_lite.integer_ranges import integer_ranges
 from neuronx_cc_lite.ir import Graph, Node
 from neuronx_cc_lite.lower.context import Check, Lower, device_dtype
 
@@ -85,7 +86,8 @@ def why_unsupported(node: Node, g: Graph) -> str | None:
     for i in entry.constant_inputs:
         if len(node.inputs) > i and node.inputs[i] and not g.tensors[node.inputs[i]].is_constant:
             return f"input {i} ({node.inputs[i]!r}) must be a compile-time constant"
-    return entry.check(node, g) if entry.check else None
+    unheld = integer_ranges(g).why_unheld(node)  # an int64 result past int32, which the device holds it in
+    return unheld or (entry.check(node, g) if entry.check else None)
 
 
 def parameter_inputs(nodes: list[tuple[str, list[str]]], graph_inputs: set[str]) -> set[str]:

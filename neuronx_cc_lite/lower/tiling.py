@@ -3,7 +3,8 @@
 `boxes` takes views of one shape (an op's output and its inputs broadcast to it), merges the axes all of them
 walk alike, and cuts the result into boxes of shape (partitions, *free) that fit a tile: axis 0 across at most
 pmax partitions, the other axes within a per-partition element budget. A one-axis space is first folded into
-(rows, columns) so that it spreads over the partitions instead of filling one.
+(rows, columns) so that it spreads over the partitions instead of filling one; one larger than a tile into
+contiguous blocks of a tile each first.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from neuronx_cc_lite.lower.hbm import HbmView, coalesce
 ROW_ELEMENTS = 512
 
 
-def _spaces(views: list[HbmView], pmax: int) -> list[tuple[tuple[int, ...], list[tuple[int, ...]], list[int]]]:
+def _spaces(views: list[HbmView], pmax: int, free_max: int
+            ) -> list[tuple[tuple[int, ...], list[tuple[int, ...]], list[int]]]:
     """(shape, strides per view, offset per view) of each index space to tile, axis 0 to go on partitions."""
     shape, strides = coalesce(views)
     offsets = [v.offset for v in views]
@@ -27,11 +29,23 @@ def _spaces(views: list[HbmView], pmax: int) -> list[tuple[tuple[int, ...], list
     if len(shape) > 1:
         return [(shape, strides, offsets)]
     total = shape[0]
+    spaces = []
+    block = pmax * free_max
+    if total > block:
+        # more than one tile: each a contiguous block of pmax rows of free_max, so that no two boxes' byte ranges
+        # interleave (rows a whole partition apart would make every box span the tensor, and finding the accesses
+        # a new one meets would grow with the number of boxes: quadratic over a Relu of [1, 2^31])
+        whole = total // block
+        spaces.append(((pmax, whole, free_max), [(s[0] * free_max, s[0] * block, s[0]) for s in strides], offsets))
+        offsets = [o + whole * block * s[0] for o, s in zip(offsets, strides)]
+        total -= whole * block
+        if not total:
+            return spaces
     # spread over the partitions, but no narrower than ROW_ELEMENTS per partition while the tensor allows: a DMA
     # pays for every partition row it touches, so a small tensor is better on few partitions than on 128
     cols = max(-(-total // pmax), min(total, ROW_ELEMENTS))
     rows = total // cols
-    spaces = [((rows, cols), [(s[0] * cols, s[0]) for s in strides], offsets)]
+    spaces.append(((rows, cols), [(s[0] * cols, s[0]) for s in strides], offsets))
     tail = total - rows * cols
     if tail:
         spaces.append(((1, tail), [(0, s[0]) for s in strides], [o + rows * cols * s[0] for o, s in
@@ -54,7 +68,7 @@ def boxes(views: list[HbmView], pmax: int, free_max: int) -> Iterator[list[HbmVi
     assert all(v.shape == views[0].shape for v in views), [v.shape for v in views]
     if views[0].size == 0:
         return
-    for shape, strides, offsets in _spaces(views, pmax):
+    for shape, strides, offsets in _spaces(views, pmax, free_max):
         chunks = [min(shape[0], pmax), *chunk_sizes(shape[1:], free_max)]
         for starts in itertools.product(*(range(0, n, c) for n, c in zip(shape, chunks))):
             sizes = tuple(min(c, n - s) for n, c, s in zip(shape, chunks, starts))

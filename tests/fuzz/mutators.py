@@ -13,6 +13,8 @@ is returned as the failure text.
               made a FIFO, a device or a directory (in place, its mtime put back): the next compile is the model's
     files     a FIFO, /dev/zero, /dev/full, a directory, an empty or missing file or a NUL byte in a path, given to
               a command where it reads or writes a file
+    integers  one integer operator (arithmetic, extremes, division, casts, sums) on one integer type, given values
+              near 2^24, 2^31 and the type's wrap-around: onnxruntime's bits, or a coded refusal (compile or run)
 """
 
 from __future__ import annotations
@@ -415,8 +417,92 @@ def files_case(base: Base, rng: random.Random) -> str | None:
     return said.split(": ")[2]
 
 
+_INTEGER_TYPES = ("int8", "uint8", "int16", "uint16", "int32", "uint32", "int64")
+_INTEGER_OPS = ("Add", "Sub", "Mul", "Div", "Max", "Min", "Neg", "Abs", "Cast", "ReduceSum", "Identity")
+_integer_models: dict[tuple, tuple] = {}  # (op, dtype, to, shape) -> (model, loaded model or CompileError)
+
+
+def _integer_model(op: str, dtype: str, to: str, shape: tuple[int, ...]) -> tuple:
+    """The one-operator model and its loaded bundle (or the compile's CompileError), compiled once per worker."""
+    from onnx import helper
+
+    import runtime
+    from neuronx_cc_lite.compiler import Options, compile_model
+    from neuronx_cc_lite.errors import CompileError
+
+    key = (op, dtype, to, shape)
+    if key not in _integer_models:
+        elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+        unary = op in ("Neg", "Abs", "Cast", "ReduceSum", "Identity")
+        inputs = ["a"] if unary else ["a", "b"]
+        attrs: dict[str, Any] = {"to": helper.np_dtype_to_tensor_dtype(np.dtype(to))} if op == "Cast" else {}
+        out_type = helper.np_dtype_to_tensor_dtype(np.dtype(to)) if op == "Cast" else elem
+        out_shape = list(shape)
+        if op == "ReduceSum":
+            attrs, out_shape = {"keepdims": 0}, list(shape[:-1])
+            inputs.append("axes")
+        node = helper.make_node(op, inputs, ["y"], name="the_op", **attrs)
+        inits = [helper.make_tensor("axes", 7, [1], [-1])] if op == "ReduceSum" else []
+        graph = helper.make_graph([node], "ints", [helper.make_tensor_value_info(n, elem, list(shape))
+                                                   for n in inputs if n != "axes"],
+                                  [helper.make_tensor_value_info("y", out_type, out_shape)], inits)
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+        model.ir_version = 8
+        try:
+            loaded: Any = runtime.Model(compile_model(model, Options()))
+        except CompileError as e:
+            loaded = e
+        _integer_models[key] = (model, loaded)
+    return _integer_models[key]
+
+
+def _integer_values(rng: random.Random, dtype: str, shape: tuple[int, ...], nonzero: bool) -> np.ndarray:
+    info = np.iinfo(dtype)
+    edges = {int(info.min), int(info.min) + 1, int(info.max) - 1, int(info.max), -1, 0, 1, 2}
+    for p in (2**7, 2**8, 2**15, 2**16, 2**23, 2**24, 2**31, 2**32):
+        edges |= {p - 1, p, p + 1, -p - 1, -p, -p + 1}
+    edges = sorted(v for v in edges if info.min <= v <= info.max)
+    small = rng.random() < 0.3  # within 2^11 (where products of two stay within 2^24)
+    values = [rng.randint(max(int(info.min), -2**11), min(int(info.max), 2**11)) if small
+              else rng.choice(edges) if rng.random() < 0.6 else rng.randint(int(info.min), int(info.max))
+              for _ in range(int(np.prod(shape)))]
+    if nonzero:
+        values = [v or 1 for v in values]
+    return np.array(values, dtype).reshape(shape)
+
+
+def integers_case(base: Base, rng: random.Random) -> str | None:
+    """One integer operator on values near 2^24, 2^31 and the type's wrap-around: exactly onnxruntime's bits, or
+    a coded refusal at compile (naming the node) or at run (naming the input)."""
+    from neuronx_cc_lite.errors import CompileError
+    from neuronx_cc_lite.reference import onnxruntime_outputs
+
+    op, dtype = rng.choice(_INTEGER_OPS), rng.choice(_INTEGER_TYPES)
+    to = rng.choice(_INTEGER_TYPES) if op == "Cast" else dtype
+    shape = rng.choice([(7,), (3, 5), (2, 130)])
+    model, loaded = _integer_model(op, dtype, to, shape)
+    if isinstance(loaded, CompileError):
+        if "the_op" not in str(loaded):
+            raise AssertionError(f"the refusal does not name the node: {loaded}")
+        raise loaded
+    inputs = {i.name: _integer_values(rng, dtype, shape, op == "Div" and i.name == "b") for i in model.graph.input}
+    try:
+        expected = onnxruntime_outputs(model, inputs)["y"]
+    except CompileError:
+        return "no-reference"  # onnxruntime has no kernel for this operator on this type: nothing to compare
+    got = loaded.run(inputs)["y"]
+    if got.dtype != expected.dtype or got.shape != expected.shape or not np.array_equal(got, expected):
+        wrong = np.flatnonzero(got.reshape(-1) != expected.reshape(-1)) if got.shape == expected.shape else [0]
+        at = int(wrong[0]) if len(wrong) else 0
+        raise AssertionError(f"{op} {dtype}->{to}: {got.dtype} {got.reshape(-1)[at]} where onnxruntime gives "
+                             f"{expected.dtype} {expected.reshape(-1)[at]} (inputs "
+                             f"{[v.reshape(-1)[at] for v in inputs.values()]})")
+    return None
+
+
 # Each case returns None when it ran, or the code of the error a command line reported for it.
 CASES: dict[str, Callable[[Base, random.Random], str | None]] = {
     "bundle": bundle_case, "manifest": manifest_case, "stream": stream_case, "listing": listing_case,
     "npz": npz_case, "onnx": onnx_case, "cache": cache_case, "files": files_case,
+    "integers": integers_case,
 }

@@ -151,3 +151,53 @@ def test_a_launcher_variable_that_is_not_a_count_is_a_usage_error(tmp, capsys, m
     monkeypatch.setenv("PMI_SIZE", "two")
     assert main(["run", f"{tmp}/m.neff"]) == 2
     assert "NCC_USAGE: $PMI_SIZE is 'two', not a number of processes" in capsys.readouterr().err
+
+
+PARTNER = """
+import os, signal, sys, time
+from mpi4py import MPI
+from runtime.errors import RanksError
+from runtime.ranks import allgather
+comm = MPI.COMM_WORLD
+if comm.Get_rank() == 1:
+    comm.send(os.getpid(), dest=0, tag=1)
+    if sys.argv[1] == "stopped":
+        os.kill(os.getpid(), signal.SIGSTOP)
+    os._exit(3)
+partner = comm.recv(source=1, tag=1)
+start = time.monotonic()
+try:
+    allgather(comm, {"x": 1}, "a collective")
+    print("no error", flush=True)
+except RanksError as e:
+    print(f"after {time.monotonic() - start:.1f} s: {e}", flush=True)
+if sys.argv[1] == "stopped":
+    os.kill(partner, signal.SIGKILL)  # mpiexec waits for every process, the stopped one too
+os._exit(1)
+"""
+
+
+@pytest.mark.parametrize("partner", ["stopped", "killed"])
+def test_a_partner_stopped_or_killed_mid_run_is_a_coded_error_within_the_rank_timeout(tmp, partner):
+    """A partner that stopped or died after the job started left the others waiting in their exchange for ever
+    (mpiexec's own cleanup, which ends the whole job when a process dies, is off here, as -disable-auto-cleanup
+    sets it)."""
+    with open(f"{tmp}/partner.py", "w") as f:
+        f.write(PARTNER)
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "NEURONX_CC_LITE_RANK_TIMEOUT": "2", "PYTHONPATH": root}
+    result = subprocess.run([MPIEXEC, "-disable-auto-cleanup", "-n", "2", sys.executable, f"{tmp}/partner.py",
+                             partner], capture_output=True, text=True, timeout=TIMEOUT, env=env)
+    said = [line for line in result.stdout.splitlines() if line.startswith(("after", "no error"))][0]
+    assert said.endswith("process 0 of the MPI job waited 2 s for process 1 at a collective: killed, stopped or "
+                         "stuck ($NEURONX_CC_LITE_RANK_TIMEOUT sets the wait)"), result.stdout + result.stderr
+    assert float(said.split()[1]) < 10
+
+
+def test_a_rank_timeout_that_is_not_a_number_is_a_usage_error(tmp, capsys, monkeypatch):
+    from neuronx_cc_lite.cli import main
+
+    monkeypatch.setenv("PMI_SIZE", "2")
+    monkeypatch.setenv("NEURONX_CC_LITE_RANK_TIMEOUT", "soon")
+    assert main(["run", f"{tmp}/m.neff"]) == 2
+    assert "NCC_USAGE: $NEURONX_CC_LITE_RANK_TIMEOUT is 'soon', not a number of seconds" in capsys.readouterr().err
