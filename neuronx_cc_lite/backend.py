@@ -46,6 +46,7 @@ from isa.target import get_target
 from neuronx_cc_lite.compiler import Options, compile_model
 from neuronx_cc_lite.compiler import prepare as prepare_graph
 from neuronx_cc_lite.errors import CompileError, UnsupportedError
+from neuronx_cc_lite.ir import upstream
 from neuronx_cc_lite.lower import unsupported_nodes
 from neuronx_cc_lite.lower.registry import parameter_inputs
 from neuronx_cc_lite.passes.verify import verify
@@ -185,18 +186,7 @@ def _parameters(model: onnx.ModelProto) -> list[str]:
 
 def _inputs_behind(names: list[str], graph: onnx.GraphProto, inputs: set[str]) -> set[str]:
     """The graph inputs the values `names` are computed from."""
-    producers = {o: n for n in graph.node for o in n.output}
-    found, seen, stack = set(), set(), list(names)
-    while stack:
-        name = stack.pop()
-        if name in seen:
-            continue
-        seen.add(name)
-        if name in inputs:
-            found.add(name)
-        elif name in producers:
-            stack.extend(i for i in producers[name].input if i)
-    return found
+    return upstream(graph, names) & inputs
 
 
 def _freeze(model: onnx.ModelProto, values: Mapping[str, np.ndarray]) -> onnx.ModelProto:

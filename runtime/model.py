@@ -206,25 +206,31 @@ class Model:
         return {info.name: _assemble(info, gathered) for info in self.outputs}
 
     def _check_inputs(self, inputs: Mapping[str, np.ndarray]) -> list[np.ndarray]:
-        expected = {info.name for info in self.inputs}
-        missing = [name for name in expected if name not in inputs]
-        unknown = [name for name in inputs if name not in expected]
-        if missing or unknown:
-            parts = []
-            if missing:
-                parts.append(f"missing input(s) {', '.join(sorted(missing))}")
-            if unknown:
-                parts.append(f"unknown input(s) {', '.join(sorted(unknown))}")
-            raise InputError("; ".join(parts) + f" (the model takes {', '.join(i.name for i in self.inputs)})")
-        arrays = []
-        for info in self.inputs:
-            array = np.asarray(inputs[info.name])
-            if array.shape != info.shape:
-                raise InputError(f"input {info.name!r}: shape {list(array.shape)}, expected {list(info.shape)}")
-            if array.dtype != np.dtype(info.dtype):
-                raise InputError(f"input {info.name!r}: dtype {array.dtype}, expected {info.dtype}")
-            arrays.append(array)
-        return arrays
+        return check_inputs(self.inputs, inputs)
+
+
+def check_inputs(infos: list[bundle_format.TensorInfo], inputs: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+    """The inputs as arrays in the model's order, each of its name, shape and type, or InputError saying what is
+    wrong."""
+    expected = {info.name for info in infos}
+    missing = [name for name in expected if name not in inputs]
+    unknown = [name for name in inputs if name not in expected]
+    if missing or unknown:
+        parts = []
+        if missing:
+            parts.append(f"missing input(s) {', '.join(sorted(missing))}")
+        if unknown:
+            parts.append(f"unknown input(s) {', '.join(sorted(unknown))}")
+        raise InputError("; ".join(parts) + f" (the model takes {', '.join(i.name for i in infos)})")
+    arrays = []
+    for info in infos:
+        array = np.asarray(inputs[info.name])
+        if array.shape != info.shape:
+            raise InputError(f"input {info.name!r}: shape {list(array.shape)}, expected {list(info.shape)}")
+        if array.dtype != np.dtype(info.dtype):
+            raise InputError(f"input {info.name!r}: dtype {array.dtype}, expected {info.dtype}")
+        arrays.append(array)
+    return arrays
 
 
 def _assemble(info: bundle_format.TensorInfo, pieces: dict[tuple[str, int], np.ndarray]) -> np.ndarray:
@@ -315,4 +321,10 @@ def load(source: str | os.PathLike[str] | bundle_format.Bundle, collective_algor
             b = bundle_format.read(source)
     except IsaError as e:
         raise LoadError(e.args[0] if e.args else type(e).__name__) from None
+    if b.parts:  # compiled with --fallback host: chip and host parts (runtime/host.py)
+        if host is not None and host.processes > 1:
+            raise LoadError("a bundle with host parts runs in one process: run it without mpiexec")
+        from runtime.host import PartitionedModel
+
+        return PartitionedModel(b, collective_algorithm)  # type: ignore[return-value]
     return Model(b, collective_algorithm, host)

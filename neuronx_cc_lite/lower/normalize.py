@@ -117,17 +117,10 @@ def lower_softmax(ctx: LowerCtx, node: Node) -> None:
         neg_max, total = _column(prog, p, "-max"), _column(prog, p, "sum")
         _reduce(prog, neg_max, x, AluOp.maximum)
         ts(prog, neg_max, neg_max, AluOp.multiply, -1.0)
-        # the exponentials in fp32 unless the op computes in a narrower type (its input's); a result stored
-        # narrower (read only by a matmul under auto-cast) is rounded once, by the division
-        e = _row_tile(prog, p, n, "exp") if log or y.tile.dtype is not x.tile.dtype else y
-        if x.tile.dtype is DType.fp32:
-            act(prog, e, x, ActFunc.exp, bias=neg_max, reduce=total)  # exp(x - max) and its row sums at once
-        else:  # a narrower type: x - max, its exp and their sum each rounded to it, as the op computes in its type
-            shifted = prog.sbuf(p, n, e.tile.dtype, "shifted").ap()
-            ts(prog, shifted, x, AluOp.add, neg_max)
-            act(prog, e, shifted, ActFunc.exp)
-            total = prog.sbuf(p, 1, e.tile.dtype, "sum").ap()
-            _reduce(prog, total, e, AluOp.add)
+        # the exponentials and their sum in fp32 whatever x's type, the result rounded once, as onnxruntime
+        # computes an fp16 Softmax (rounding each step to fp16 put 2 of 3 elements a step or more from it)
+        e = _row_tile(prog, p, n, "exp") if log or y.tile.dtype is not DType.fp32 else y
+        act(prog, e, x, ActFunc.exp, bias=neg_max, reduce=total)  # exp(x - max) and its row sums at once
         if log:  # x - max - log(sum)
             act(prog, total, total, ActFunc.log)
             tt(prog, total, total, neg_max, AluOp.subtract)
@@ -279,8 +272,12 @@ def lower_layer_norm(ctx: LowerCtx, node: Node) -> None:
             prog.dma(view, neg_mean if i == 1 else rstd)
 
     def body(prog: Program, p: int, n: int, x: TileAccess, y: TileAccess, extra: list[HbmView]) -> None:
-        neg_mean, rstd = normalize_rows(prog, p, n, x, y, eps, subtract_mean=not rms)
-        _apply_affine(prog, p, n, y, extra[:len(affine)], [AluOp.multiply, AluOp.add])
+        # normalised and scaled in fp32, rounded once to a narrower output's type, as the op computes
+        work = y if y.tile.dtype is DType.fp32 or not affine else _row_tile(prog, p, n, "normalized")
+        neg_mean, rstd = normalize_rows(prog, p, n, x, work, eps, subtract_mean=not rms)
+        _apply_affine(prog, p, n, work, extra[:len(affine)], [AluOp.multiply, AluOp.add])
+        if work is not y:
+            copy(prog, y, work)
         store_stats(prog, neg_mean, rstd, extra[len(affine):])
 
     def streamed(prog: Program, p: int, n: int, row: HbmView, dst: HbmView, extra: list[HbmView],

@@ -19,7 +19,7 @@ from onnx import helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 from neuronx_cc_lite.errors import CompileError
-from neuronx_cc_lite.ir import Graph, Node, Tensor, outer_reads, subgraphs
+from neuronx_cc_lite.ir import Graph, Node, Tensor, drop_unused_constants, subgraphs
 from neuronx_cc_lite.lower.registry import kept_by_pass
 from neuronx_cc_lite.reference import onnxruntime_session
 
@@ -36,8 +36,10 @@ def _attribute(name: str, value: Any) -> onnx.AttributeProto:
 
 
 def to_onnx_node(node: Node) -> onnx.NodeProto:
+    """The node as ONNX has it. An empty list attribute is left out: its type is lost on import (frontend.attr_value
+    makes lists tuples), and ONNX cannot write an untyped one."""
     proto = helper.make_node(node.op, node.inputs, node.outputs, name=node.name, domain=node.domain or None)
-    proto.attribute.extend(_attribute(k, v) for k, v in node.attrs.items())
+    proto.attribute.extend(_attribute(k, v) for k, v in node.attrs.items() if not (isinstance(v, tuple) and not v))
     return proto
 
 
@@ -94,6 +96,10 @@ def why_kept(node: Node, g: Graph) -> str:
 
 
 def infer_node(node: Node, g: Graph) -> None:
+    """The node's output types and static shapes, from ONNX's shape inference; a node of another domain than ONNX's
+    (onnxruntime's com.microsoft) has no schema here and keeps untyped outputs, for lowering to refuse by domain."""
+    if node.domain not in ("", "ai.onnx"):
+        return
     try:
         schema = onnx.defs.get_schema(node.op, g.opset_of(node), node.domain or "")
     except onnx.defs.SchemaError:
@@ -174,8 +180,5 @@ def fold_nodes(nodes: list[Node], g: Graph) -> list[Node]:
 
 def run(g: Graph) -> Graph:
     g.nodes = fold_nodes(g.nodes, g)
-    # a constant an If branch or a Loop body reads from outside stays: inlining them makes it an input again
-    used = {i for n in g.nodes for i in n.inputs} | set(g.outputs) | set(g.inputs) | {
-        name for n in g.nodes for sub in subgraphs(n) for name in outer_reads(sub)}
-    g.tensors = {name: t for name, t in g.tensors.items() if name in used or not t.is_constant}
+    drop_unused_constants(g)
     return g
