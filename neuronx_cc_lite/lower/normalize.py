@@ -117,10 +117,17 @@ def lower_softmax(ctx: LowerCtx, node: Node) -> None:
         neg_max, total = _column(prog, p, "-max"), _column(prog, p, "sum")
         _reduce(prog, neg_max, x, AluOp.maximum)
         ts(prog, neg_max, neg_max, AluOp.multiply, -1.0)
-        # the exponentials and their sum in fp32 whatever x's type, the result rounded once, as onnxruntime
-        # computes an fp16 Softmax (rounding each step to fp16 put 2 of 3 elements a step or more from it)
-        e = _row_tile(prog, p, n, "exp") if log or y.tile.dtype is not DType.fp32 else y
-        act(prog, e, x, ActFunc.exp, bias=neg_max, reduce=total)  # exp(x - max) and its row sums at once
+        # the exponentials in fp32 unless the op computes in a narrower type (its input's); a result stored
+        # narrower (read only by a matmul under auto-cast) is rounded once, by the division
+        e = _row_tile(prog, p, n, "exp") if log or y.tile.dtype is not x.tile.dtype else y
+        if x.tile.dtype is DType.fp32:
+            act(prog, e, x, ActFunc.exp, bias=neg_max, reduce=total)  # exp(x - max) and its row sums at once
+        else:  # a narrower type: x - max, its exp and their sum each rounded to it, as the op computes in its type
+            shifted = prog.sbuf(p, n, e.tile.dtype, "shifted").ap()
+            ts(prog, shifted, x, AluOp.add, neg_max)
+            act(prog, e, shifted, ActFunc.exp)
+            total = prog.sbuf(p, 1, e.tile.dtype, "sum").ap()
+            _reduce(prog, total, e, AluOp.add)
         if log:  # x - max - log(sum)
             act(prog, total, total, ActFunc.log)
             tt(prog, total, total, neg_max, AluOp.subtract)

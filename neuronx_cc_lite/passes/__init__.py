@@ -52,6 +52,9 @@ PIPELINE: list[Pass] = [
          "the bodies just expanded hold shape arithmetic of their own (Attention's Shape, Gather and Range)"),
     Pass("expand-einsum", "expand_einsum",
          "an Einsum of one or two operands is a ReduceSum, Transposes and a MatMul, which lower already"),
+    Pass("expand-math", "expand_math",
+         "the inverse trigonometric and hyperbolic functions are a few of the functions ScalarE has (atan, sqrt, "
+         "log, exp)"),
     Pass("expand-roi-align", "expand_roi_align",
          "RoiAlign's bilinear sampling separates by axis: two batched matmuls by interpolation matrices computed "
          "from the regions, which PE runs"),

@@ -47,11 +47,21 @@ def _value_info(t: Tensor) -> onnx.ValueInfoProto:
     return helper.make_tensor_value_info(t.name, helper.np_dtype_to_tensor_dtype(t.dtype), t.shape)
 
 
+def known_value(t: Tensor) -> np.ndarray | None:
+    """The tensor's value when compile time knows it: a constant's, or an empty tensor's (a static shape with a
+    zero dimension holds no element to wait for, whoever makes it)."""
+    if t.is_constant:
+        return t.value
+    if t.shape is not None and t.dtype is not None and 0 in t.shape:
+        return np.zeros(t.shape, t.dtype)
+    return None
+
+
 def _one_node_model(node: Node, g: Graph) -> onnx.ModelProto:
-    consts = {i: g.tensors[i] for i in node.inputs if i}  # a node may read one constant twice
+    consts = {i: known_value(g.tensors[i]) for i in node.inputs if i}  # a node may read one constant twice
     outputs = [onnx.ValueInfoProto(name=o) for o in node.outputs if o]  # typed by the evaluator
     graph = helper.make_graph([to_onnx_node(node)], "fold", [], outputs,
-                              [numpy_helper.from_array(t.value, t.name) for t in consts.values()])
+                              [numpy_helper.from_array(v, name) for name, v in consts.items()])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid(node.domain or "", g.opset_of(node))])
 
 
@@ -128,7 +138,7 @@ def _foldable(node: Node, g: Graph) -> bool:
     if node.op in ("Shape", "Size"):
         t = g.tensors[node.inputs[0]]
         return t.shape is not None
-    return all(g.tensors[i].is_constant for i in node.inputs if i)
+    return all(known_value(g.tensors[i]) is not None for i in node.inputs if i)
 
 
 def _fold_shape(node: Node, g: Graph) -> list[np.ndarray]:
