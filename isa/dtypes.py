@@ -62,3 +62,12 @@ _NUMPY: dict[DType, np.dtype] = {
     DType.uint32: np.dtype(np.uint32),
 }
 _FLOATS = frozenset({DType.fp32, DType.bf16, DType.fp16, DType.fp8_e4m3, DType.fp8_e5m2})
+
+
+def numpy_type(name: str | np.dtype) -> np.dtype:
+    """The numpy type a tensor's type name (a bundle's `dtype`) names. ml_dtypes' names come first: to numpy alone
+    "int4", "uint4", "int2" and "uint2" are the 4- and 2-byte integers."""
+    if not isinstance(name, str):
+        return np.dtype(name)
+    found = getattr(ml_dtypes, name, None)
+    return np.dtype(found) if isinstance(found, type) else np.dtype(name)

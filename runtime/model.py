@@ -22,7 +22,7 @@ import numpy as np
 from isa import bundle as bundle_format
 from isa.collectives import Topology, collective_cost
 from isa.costs import dma_cost, ports, stream_durations
-from isa.dtypes import DType
+from isa.dtypes import DType, numpy_type
 from isa.errors import IsaError
 from isa.instructions import Instruction
 from isa.operand import Engine, Mem, Operand, stream_engine
@@ -198,7 +198,7 @@ class Model:
             except NeuronRuntimeError as e:
                 self.host.abort(e)  # under MPI the other processes would wait for this one forever
                 raise
-        pieces = {(info.name, k): self._piece_view(info, p).astype(np.dtype(info.dtype))
+        pieces = {(info.name, k): self._piece_view(info, p).astype(numpy_type(info.dtype))
                   for info in self.outputs for k, p in enumerate(info.placements) if self.host.local(p.rank)}
         gathered = self.host.gather_outputs(pieces)
         if gathered is None:  # a process other than the first of an MPI job: the first has the outputs
@@ -227,7 +227,7 @@ def check_inputs(infos: list[bundle_format.TensorInfo], inputs: Mapping[str, np.
         array = np.asarray(inputs[info.name])
         if array.shape != info.shape:
             raise InputError(f"input {info.name!r}: shape {list(array.shape)}, expected {list(info.shape)}")
-        if array.dtype != np.dtype(info.dtype):
+        if array.dtype != numpy_type(info.dtype):
             raise InputError(f"input {info.name!r}: dtype {array.dtype}, expected {info.dtype}")
         arrays.append(array)
     return arrays
@@ -238,7 +238,7 @@ def _assemble(info: bundle_format.TensorInfo, pieces: dict[tuple[str, int], np.n
     first = pieces[info.name, 0]
     if first.shape == info.shape:
         return first
-    out = np.empty(info.shape, np.dtype(info.dtype))
+    out = np.empty(info.shape, numpy_type(info.dtype))
     for k in reversed(range(len(info.placements))):
         out[piece(info, info.placements[k])] = pieces[info.name, k]
     return out

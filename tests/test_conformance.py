@@ -43,6 +43,9 @@ UNSUPPORTED = r"^test_(ai_onnx_ml_\w+|strnormalizer_\w+|hardmax_\w+)_cpu$"
 # Observed: all 50 node tests the selection holds pass (11 Gemm, 10 Reshape, 9 Flatten, 3 each Sub/Mul/Div,
 # 2 each Add/Sigmoid/Tanh/Exp, 1 each MatMul/Relu/Identity).
 MIN_PASSED = 50
+# The whole node suite: 1,622 passed, 0 failed, 252 skipped, 10 excluded (onnx 1.23's 1,884 node tests); at least
+# 1,600, more than onnxruntime's 1,588 on the same tests.
+MIN_WHOLE_PASSED = 1600
 
 
 @pytest.fixture(scope="module")
@@ -167,7 +170,7 @@ def test_whole_node_suite():
     assert len(report.records) > 1500
     bad = [f"{r.name}: {r.reason}" for r in report.records if r.outcome in ("failed", "errored")]
     assert not bad, f"{len(bad)} compatible node test(s) fail:\n" + "\n".join(bad)
-    assert report.count("passed") >= MIN_PASSED
+    assert report.count("passed") >= MIN_WHOLE_PASSED
 
 
 def test_compile_time_inputs_specialise_per_value():

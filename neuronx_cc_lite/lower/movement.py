@@ -221,6 +221,35 @@ def lower_constant_of_shape(ctx: LowerCtx, node: Node) -> None:
     _fill_output(ctx, node.outputs[0], float(np.asarray(value).reshape(-1)[0]) if value is not None else 0.0)
 
 
+def _range_values(node: Node, g: Graph) -> tuple[float, float, int]:
+    start, limit, delta = (float(np.asarray(g.tensors[i].value).reshape(-1)[0]) for i in node.inputs[:3])
+    return start, delta, max(int(np.ceil((limit - start) / delta)), 0)
+
+
+def _check_range(node: Node, g: Graph) -> str | None:
+    start, delta, n = _range_values(node, g)
+    if n == 0:
+        return "an empty Range"
+    if g.tensors[node.outputs[0]].dtype.kind in "iu" and max(abs(start), abs(start + delta * (n - 1))) >= 2**24:
+        return "an integer Range past 2**24 (computed in fp32)"
+    return None
+
+
+@lowering("Range", check=_check_range, since=11, constant_inputs=(0, 1, 2))
+def lower_range(ctx: LowerCtx, node: Node) -> None:
+    """start + i * delta, i from GpSimdE's iota, on one partition a tile at a time. (Reached only when the result
+    is too large to fold into the bundle: its inputs are constants.)"""
+    prog = ctx.program
+    start, delta, n = _range_values(node, ctx.graph)
+    out = ctx.output(node.outputs[0])
+    for c0, w in blocks(n, tile_free_max(ctx)):
+        t = prog.sbuf(1, w, DType.fp32, f"{node.name}/i")
+        prog.emit("iota", Engine.POOL, dst=t.ap(), base=c0, channel_multiplier=0, steps=(1,))
+        values = prog.sbuf(1, w, out.dtype, node.outputs[0])
+        ts(prog, values.ap(), t.ap(), AluOp.multiply, delta, AluOp.add, start)
+        prog.dma(out.box((c0,), (w,)).split_axis(0, (1, w)), values.ap())
+
+
 @lowering("Trilu", since=14, constant_inputs=(1,))
 def lower_trilu(ctx: LowerCtx, node: Node) -> None:
     """Keep the upper (or lower) triangle. Matrices of at least 32 rows go rows on partitions, and GpSimdE's

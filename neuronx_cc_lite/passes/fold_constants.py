@@ -49,16 +49,23 @@ def _value_info(t: Tensor) -> onnx.ValueInfoProto:
 
 def known_value(t: Tensor) -> np.ndarray | None:
     """The tensor's value when compile time knows it: a constant's, or an empty tensor's (a static shape with a
-    zero dimension holds no element to wait for, whoever makes it)."""
+    zero dimension holds no element to wait for, whoever makes it). Not an empty string tensor: a graph input the
+    device cannot hold would stay behind its folded reader."""
     if t.is_constant:
         return t.value
-    if t.shape is not None and t.dtype is not None and 0 in t.shape:
+    if t.shape is not None and t.dtype is not None and 0 in t.shape and np.dtype(t.dtype) != np.object_:
         return np.zeros(t.shape, t.dtype)
     return None
 
 
+# ops whose outputs depend on their input's shape and type only: they fold once the shape is static
+_SHAPE_ONLY = {"EyeLike"}
+
+
 def _one_node_model(node: Node, g: Graph) -> onnx.ModelProto:
     consts = {i: known_value(g.tensors[i]) for i in node.inputs if i}  # a node may read one constant twice
+    if node.op in _SHAPE_ONLY:  # any values of the input's shape and type will do
+        consts = {i: np.zeros(g.tensors[i].shape, g.tensors[i].dtype) if v is None else v for i, v in consts.items()}
     outputs = [onnx.ValueInfoProto(name=o) for o in node.outputs if o]  # typed by the evaluator
     graph = helper.make_graph([to_onnx_node(node)], "fold", [], outputs,
                               [numpy_helper.from_array(v, name) for name, v in consts.items()])
@@ -138,6 +145,9 @@ def _foldable(node: Node, g: Graph) -> bool:
     if node.op in ("Shape", "Size"):
         t = g.tensors[node.inputs[0]]
         return t.shape is not None
+    if node.op in _SHAPE_ONLY:
+        t = g.tensors[node.inputs[0]]
+        return t.shape is not None and t.dtype is not None
     return all(known_value(g.tensors[i]) is not None for i in node.inputs if i)
 
 
