@@ -10,7 +10,11 @@ Families (each a function returning the module and its example inputs, batch 1):
 - resnet18, resnet50: ResNet at 224x224. torchvision cannot be imported beside the project's pinned CPU torch
   (its compiled operators do not load), so the module is built here layer for layer as torchvision defines
   resnet18 and resnet50 (v1.5: the stride on the bottleneck's 3x3 convolution; downsampling by a 1x1 convolution
-  and batch norm), which exports the same ONNX operators.
+  and batch norm), which exports the same ONNX operators; mobilenet_v3 likewise (MobileNetV3-Small).
+- gpt2 (transformers' GPT2Model, 124M), llama_layer (one LlamaModel layer at TinyLlama's width: GQA, RoPE,
+  RMSNorm, SwiGLU), vit (ViTModel base, 224x224): transformers, seq 128 for the text models.
+- unet_block (a diffusion UNet's GroupNorm/SiLU ResNet block, 128 channels at 64x64) and scan (a gated running
+  sum with torch.cumsum over 1,024 steps): small torch modules.
 
 The exporter: "dynamo" is torch.onnx.export's default in torch 2.13 (opset 18, weights as external data);
 "torchscript" its legacy path (dynamo=False, opset 17). Needs the [torch] extra (torch 2.13 CPU, transformers).
@@ -101,14 +105,143 @@ def _resnet(blocks: tuple[int, ...], bottleneck: bool) -> Callable[[], tuple[Any
                 return self.fc(torch.flatten(nn.functional.adaptive_avg_pool2d(self.layers(self.stem(x)), 1), 1))
 
         torch.manual_seed(0)
-        model = ResNet().eval()
-        with torch.no_grad():  # trained-looking batch norm statistics, so activations stay in range
-            for m in model.modules():
-                if isinstance(m, nn.BatchNorm2d):
-                    m.running_mean.uniform_(-0.1, 0.1)
-                    m.running_var.uniform_(0.5, 1.5)
+        model = _trained_batch_norm(ResNet().eval())
         return model, {"x": torch.randn(1, 3, 224, 224, generator=torch.Generator().manual_seed(0))}
     return build
+
+
+def _gpt2() -> tuple[Any, dict[str, Any]]:
+    import torch
+    from transformers import GPT2Config, GPT2Model
+
+    config = GPT2Config(n_embd=768, n_layer=12, n_head=12, n_positions=1024, vocab_size=50257,
+                        use_cache=False)  # a prefill without a cache object in its outputs
+    model = GPT2Model(config).eval()
+    ids = torch.randint(0, config.vocab_size, (1, SEQ), generator=torch.Generator().manual_seed(0))
+    return model, {"input_ids": ids, "attention_mask": torch.ones(1, SEQ, dtype=torch.int64)}
+
+
+def _llama_layer() -> tuple[Any, dict[str, Any]]:
+    """One Llama-style decoder layer at TinyLlama's width (GQA 32 heads / 4 KV heads, RoPE, RMSNorm, SwiGLU),
+    prefill of SEQ tokens."""
+    import torch
+    from transformers import LlamaConfig, LlamaModel
+
+    config = LlamaConfig(hidden_size=2048, intermediate_size=5632, num_hidden_layers=1, num_attention_heads=32,
+                         num_key_value_heads=4, vocab_size=32000, max_position_embeddings=2048, use_cache=False)
+    model = LlamaModel(config).eval()
+    ids = torch.randint(0, config.vocab_size, (1, SEQ), generator=torch.Generator().manual_seed(0))
+    return model, {"input_ids": ids, "attention_mask": torch.ones(1, SEQ, dtype=torch.int64)}
+
+
+def _vit() -> tuple[Any, dict[str, Any]]:
+    import torch
+    from transformers import ViTConfig, ViTModel
+
+    model = ViTModel(ViTConfig(image_size=224, patch_size=16, hidden_size=768, num_hidden_layers=12,
+                               num_attention_heads=12, intermediate_size=3072)).eval()
+    return model, {"pixel_values": torch.randn(1, 3, 224, 224, generator=torch.Generator().manual_seed(0))}
+
+
+def _mobilenet_v3() -> tuple[Any, dict[str, Any]]:
+    """MobileNetV3-Small at 224x224, built block for block as its paper's table (and torchvision) gives it:
+    inverted residuals with depthwise convolutions, squeeze-and-excitation, hardswish."""
+    import torch
+    from torch import nn
+
+    def divisible(v: float) -> int:
+        return max(8, int(v + 4) // 8 * 8)
+
+    def conv_bn(cin: int, cout: int, k: int, s: int, groups: int, act: Any) -> nn.Sequential:
+        return nn.Sequential(nn.Conv2d(cin, cout, k, s, k // 2, groups=groups, bias=False), nn.BatchNorm2d(cout),
+                             *([act()] if act else []))
+
+    class Block(nn.Module):
+        def __init__(self, cin: int, k: int, exp: int, cout: int, se: bool, act: Any, s: int) -> None:
+            super().__init__()
+            layers = [] if exp == cin else [conv_bn(cin, exp, 1, 1, 1, act)]
+            layers.append(conv_bn(exp, exp, k, s, exp, act))
+            self.body = nn.Sequential(*layers)
+            squeeze = divisible(exp / 4)
+            self.se = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Conv2d(exp, squeeze, 1), nn.ReLU(),
+                                    nn.Conv2d(squeeze, exp, 1), nn.Hardsigmoid()) if se else None
+            self.project = conv_bn(exp, cout, 1, 1, 1, None)
+            self.residual = s == 1 and cin == cout
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            y = self.body(x)
+            if self.se is not None:
+                y = y * self.se(y)
+            y = self.project(y)
+            return x + y if self.residual else y
+
+    settings = [(3, 16, 16, True, nn.ReLU, 2), (3, 72, 24, False, nn.ReLU, 2), (3, 88, 24, False, nn.ReLU, 1),
+                (5, 96, 40, True, nn.Hardswish, 2), (5, 240, 40, True, nn.Hardswish, 1),
+                (5, 240, 40, True, nn.Hardswish, 1), (5, 120, 48, True, nn.Hardswish, 1),
+                (5, 144, 48, True, nn.Hardswish, 1), (5, 288, 96, True, nn.Hardswish, 2),
+                (5, 576, 96, True, nn.Hardswish, 1), (5, 576, 96, True, nn.Hardswish, 1)]
+    blocks, cin = [conv_bn(3, 16, 3, 2, 1, nn.Hardswish)], 16
+    for k, exp, cout, se, act, s in settings:
+        blocks.append(Block(cin, k, exp, cout, se, act, s))
+        cin = cout
+    blocks.append(conv_bn(cin, 576, 1, 1, 1, nn.Hardswish))
+    model = nn.Sequential(*blocks, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(576, 1024), nn.Hardswish(),
+                          nn.Linear(1024, 1000))
+    torch.manual_seed(0)
+    model = _trained_batch_norm(model.eval())
+    return model, {"x": torch.randn(1, 3, 224, 224, generator=torch.Generator().manual_seed(0))}
+
+
+def _unet_block() -> tuple[Any, dict[str, Any]]:
+    """A diffusion UNet's ResNet block: GroupNorm(32) and SiLU before each 3x3 convolution, a skip connection;
+    128 channels at 64x64 (torch exports GroupNorm as GroupNormalization)."""
+    import torch
+    from torch import nn
+
+    class ResBlock(nn.Module):
+        def __init__(self, channels: int) -> None:
+            super().__init__()
+            self.norm1, self.norm2 = nn.GroupNorm(32, channels), nn.GroupNorm(32, channels)
+            self.conv1, self.conv2 = nn.Conv2d(channels, channels, 3, 1, 1), nn.Conv2d(channels, channels, 3, 1, 1)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            h = self.conv1(nn.functional.silu(self.norm1(x)))
+            return x + self.conv2(nn.functional.silu(self.norm2(h)))
+
+    torch.manual_seed(0)
+    return ResBlock(128).eval(), {"x": torch.randn(1, 128, 64, 64, generator=torch.Generator().manual_seed(0))}
+
+
+def _scan() -> tuple[Any, dict[str, Any]]:
+    """A selective-scan-like layer written as people write it without a kernel: a gated projection and a running
+    sum over the sequence (torch.cumsum), 1,024 steps of 256 channels."""
+    import torch
+    from torch import nn
+
+    class Scan(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.gate, self.proj, self.out = nn.Linear(256, 256), nn.Linear(256, 256), nn.Linear(256, 256)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            h = torch.sigmoid(self.gate(x)) * self.proj(x)
+            return self.out(torch.cumsum(h, dim=1))
+
+    torch.manual_seed(0)
+    return Scan().eval(), {"x": torch.randn(1, 1024, 256, generator=torch.Generator().manual_seed(0))}
+
+
+def _trained_batch_norm(model: Any) -> Any:
+    """Batch norm statistics that look trained, so that activations stay in range."""
+    import torch
+    from torch import nn
+
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, nn.BatchNorm2d):
+                m.running_mean.uniform_(-0.1, 0.1)
+                m.running_var.uniform_(0.5, 1.5)
+    return model
 
 
 FAMILIES: dict[str, Callable[[], tuple[Any, dict[str, Any]]]] = {
@@ -117,6 +250,12 @@ FAMILIES: dict[str, Callable[[], tuple[Any, dict[str, Any]]]] = {
     "distilbert": _distilbert,
     "resnet18": _resnet((2, 2, 2, 2), bottleneck=False),
     "resnet50": _resnet((3, 4, 6, 3), bottleneck=True),
+    "gpt2": _gpt2,
+    "llama_layer": _llama_layer,
+    "vit": _vit,
+    "mobilenet_v3": _mobilenet_v3,
+    "unet_block": _unet_block,
+    "scan": _scan,
 }
 
 

@@ -7,6 +7,7 @@
     .input {"device_dtype": "fp32", "dtype": "float32", "name": "x", "placements": [{"axis": 0,
             "hbm_offset": 0, "rank": 0, "start": 0, "stop": 1}], "shape": [1, 784]}
     .output {...}
+    .state {...}                                  (device state, as .input: a KV cache, its write position)
     .tensor {"hbm_offset": 4096, "kind": "weight", "name": "fc1.weight", "size": 16384}
     .core 0
     .stream PE
@@ -48,6 +49,7 @@ def disassemble(bundle: Bundle, data: bool = True, cores: set[int] | None = None
     lines.append(".bundle " + json.dumps(header, sort_keys=True))
     lines += [".input " + json.dumps(t.to_json(), sort_keys=True) for t in bundle.inputs]
     lines += [".output " + json.dumps(t.to_json(), sort_keys=True) for t in bundle.outputs]
+    lines += [".state " + json.dumps(t.to_json(), sort_keys=True) for t in bundle.state]
     lines += [".tensor " + json.dumps(t.to_json(), sort_keys=True) for t in bundle.hbm_tensors]
     for c, core in enumerate(bundle.cores):
         if cores is not None and c not in cores:
@@ -103,6 +105,7 @@ def assemble(text: str, weights_from: Bundle | None = None) -> Bundle:
     header: dict | None = None
     inputs: list[TensorInfo] = []
     outputs: list[TensorInfo] = []
+    state: list[TensorInfo] = []
     tensors: list[HbmTensorInfo] = []
     cores: list[dict[str, Stream]] = []
     weights: list[Segment] = []
@@ -159,12 +162,12 @@ def assemble(text: str, weights_from: Bundle | None = None) -> Bundle:
             close_data(lineno)
         if word == ".bundle":
             header = _json(rest, lineno)
-        elif word in (".input", ".output"):
+        elif word in (".input", ".output", ".state"):
             try:
                 info = TensorInfo.from_json(_json(rest, lineno))
             except (KeyError, TypeError, ValueError) as e:
                 raise ParseError(f"line {lineno}: bad tensor description: {e}") from None
-            (inputs if word == ".input" else outputs).append(info)
+            {".input": inputs, ".output": outputs, ".state": state}[word].append(info)
         elif word == ".tensor":
             try:
                 tensors.append(HbmTensorInfo.from_json(_json(rest, lineno)))
@@ -204,6 +207,6 @@ def assemble(text: str, weights_from: Bundle | None = None) -> Bundle:
     try:
         return Bundle(str(header["target"]), int(header["hbm_size"]), inputs, outputs, cores, weights,
                       str(header.get("compiler", "")), dict(header.get("flags", {})), dict(header.get("stats", {})),
-                      tensors, int(header["lnc"]), [tuple(int(r) for r in g) for g in header["groups"]])
+                      tensors, int(header["lnc"]), [tuple(int(r) for r in g) for g in header["groups"]], state)
     except (KeyError, TypeError, ValueError) as e:
         raise ParseError(f".bundle directive: {e}") from None

@@ -17,6 +17,10 @@ Archive (stored, fixed timestamps, sorted names, so that equal bundles are equal
   every HBM tensor (of rank 0);
 - core<N>/<STREAM>.bin: the encoded instruction stream of one engine or DMA queue of rank N;
 - weights.bin: the weight segments, back to back, copied into HBM at load;
+- device state (optional, manifest "state"): tensors placed like inputs (name, shape, dtypes, placements) that the
+  program reads and writes in place and that persist in HBM from one run to the next (a KV cache and its write
+  position). The runtime keeps them per rank, zeroed at load and on request, never copied to the host unless
+  asked, and shared between bundles that declare the same ones (a prefill and a decode program);
 - debug.json: for each stream, the ONNX node each instruction came from.
 
 A partitioned bundle (compiled with `--fallback host`) has no cores of its own: its manifest lists the model's
@@ -31,13 +35,13 @@ are never held twice in memory.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import io
 import json
 import mmap
 import os
 import struct
-import tempfile
 import zipfile
 import zlib
 from dataclasses import dataclass, field
@@ -47,6 +51,7 @@ import numpy as np
 
 from isa.codec import decode_stream, encode_stream
 from isa.errors import BundleError, IsaError
+from isa.files import open_regular, replacing
 from isa.instructions import Instruction
 from isa.limits import MAX_INSTRUCTIONS, MAX_INSTRUCTIONS_PER_STREAM, MAX_MANIFEST_BYTES
 from isa.manifest import check_manifest, check_parts_manifest, parse_json
@@ -198,6 +203,7 @@ class Bundle:
     hbm_tensors: list[HbmTensorInfo] = field(default_factory=list)
     lnc: int = 1  # physical cores per rank
     groups: list[tuple[int, ...]] = field(default_factory=list)  # replica groups of the collectives
+    state: list[TensorInfo] = field(default_factory=list)  # device state: persists in HBM across runs
     # A partitioned bundle: its parts, in the order they run (no cores of its own; inputs and outputs are the
     # model's, without placements, a dimension known only at run time given as -1, a shape not known at all as None)
     parts: list[Part] = field(default_factory=list)
@@ -345,6 +351,8 @@ def _write_archive(bundle: Bundle, out: BinaryIO) -> None:
         "stats": bundle.stats,
         "hbm_tensors": [t.to_json() for t in bundle.hbm_tensors],
     }
+    if bundle.state:  # absent when empty: a bundle without state is byte for byte what it was before state existed
+        manifest["state"] = [t.to_json() for t in bundle.state]
     debug = [{name: s.nodes for name, s in streams.items()} for streams in bundle.cores]
     files: dict[str, bytes | None] = {
         "manifest.json": json.dumps(manifest, indent=1, sort_keys=True).encode(),
@@ -389,35 +397,30 @@ def to_bytes(bundle: Bundle) -> bytes:
 
 
 def write(bundle: Bundle, path: str | os.PathLike[str]) -> None:
-    """Write atomically (the file appears complete or not at all) and streaming: the members go into the file as
-    they are made, the header last, so that a bundle's weights are never copied in memory; the bytes are those
-    of `to_bytes`."""
+    """Write atomically (the file appears complete or not at all: isa/files.py `replacing`) and streaming: the
+    members go into the file as they are made, the header last, so that a bundle's weights are never copied in
+    memory; the bytes are those of `to_bytes`. An existing file at `path` is replaced only if it is a bundle
+    (`check_output`)."""
     _target_name(bundle)
-    directory = os.path.dirname(os.path.abspath(path))
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=".neff-", dir=directory)
-    except OSError as e:  # named by the bundle asked for, not by the temporary name tried
-        raise OSError(e.errno, e.strerror, os.fspath(path)) from None
-    try:
-        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes the file private; a bundle is made as any file is
-        with os.fdopen(fd, "wb") as f:
-            window = _Window(f, HEADER_SIZE)
-            _write_archive(bundle, window)
-            f.seek(0)
-            f.write(_header(bundle, window.end, window.sha256()))
-        os.replace(tmp, path)
-    except BaseException as e:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        if isinstance(e, OSError) and e.filename in (None, tmp):  # a full disk, a directory of the bundle's name
-            raise OSError(e.errno, e.strerror, os.fspath(path)) from None
-        raise
+    check_output(path)
+    with replacing(path) as f:
+        window = _Window(f, HEADER_SIZE)
+        _write_archive(bundle, window)
+        f.seek(0)
+        f.write(_header(bundle, window.end, window.sha256()))
 
 
-def _umask() -> int:
-    mask = os.umask(0o022)  # the only way to read it is to set it; put it back at once
-    os.umask(mask)
-    return mask
+def check_output(path: str | os.PathLike[str]) -> None:
+    """A bundle replaces an empty file or a bundle, nothing else: `-o` naming the model, its weights or any other
+    file by mistake must not destroy it (FileExistsError). Devices and FIFOs are refused by `replacing`."""
+    try:
+        with open_regular(path) as f:
+            start = f.read(len(MAGIC))
+    except OSError:  # absent, or not a regular file (which `replacing` refuses with its reason)
+        return
+    if start and start != MAGIC:
+        raise FileExistsError(errno.EEXIST, "exists and is not a bundle: refusing to replace it (remove it first if "
+                              "that is what you want)", os.fspath(path))
 
 
 @dataclass(frozen=True)
@@ -486,30 +489,43 @@ def read(path: str | os.PathLike[str]) -> Bundle:
     """A bundle from its file, read a member at a time: the hash is checked streaming, and the weights are a
     memory map of the file, whose pages cost memory only as they are read (the runtime gives them back once it has
     copied them into HBM). The file must not change while the bundle is in use: bundles are replaced, never
-    rewritten in place (`write`)."""
+    rewritten in place (`write`). A path that is not a regular file is refused unread."""
     try:
-        with open(path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            maps: list[mmap.mmap] = []
-
-            def whole() -> memoryview:
-                maps.append(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
-                return memoryview(maps[0])
-
-            return _parse(f, size, whole, maps)
+        with open_regular(path) as f:
+            return read_from(f)
     except OSError as e:
         raise BundleError(f"cannot read {path}: {e.strerror}") from None
 
 
-def _parse(f: BinaryIO, size: int, whole: Callable[[], memoryview], maps: list[mmap.mmap] | None) -> Bundle:
+def read_from(f: BinaryIO, expected_sha256: bytes | None = None, unchanged: bool = False) -> Bundle:
+    """A bundle from an open regular file. `expected_sha256`: the payload hash its header must name (a compile
+    cache entry's); `unchanged`: the file is known not to have changed since its payload was checked against that
+    hash, which is then not taken again."""
+    maps: list[mmap.mmap] = []
+
+    def whole() -> memoryview:
+        maps.append(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
+        return memoryview(maps[0])
+
+    expected = None if expected_sha256 is None else (expected_sha256, unchanged)
+    return _parse(f, os.fstat(f.fileno()).st_size, whole, maps, expected)
+
+
+def _parse(f: BinaryIO, size: int, whole: Callable[[], memoryview], maps: list[mmap.mmap] | None,
+           expected: tuple[bytes, bool] | None = None) -> Bundle:
     """The checks of a bundle, on the file `f` of `size` bytes: `whole()` views all of it, for the weights
-    (`maps` holds the memory map it makes, if any)."""
+    (`maps` holds the memory map it makes, if any). `expected`: the payload hash the header must name, and whether
+    the file is known unchanged since its payload was checked against it (then the payload's hash and the weights'
+    CRC are not taken again)."""
     f.seek(0)
     header = read_header(f.read(HEADER_SIZE))
     if size - HEADER_SIZE != header.payload_size:
         raise BundleError(f"payload is {size - HEADER_SIZE} bytes, the header says {header.payload_size} "
                           f"(truncated or padded file)")
-    if _digest(f, HEADER_SIZE, header.payload_size, hashlib.sha256()).digest() != header.sha256:
+    if expected is not None and header.sha256 != expected[0]:
+        raise BundleError("the header's hash is not the one expected: another bundle took this file's place")
+    verify = expected is None or not expected[1]
+    if verify and _digest(f, HEADER_SIZE, header.payload_size, hashlib.sha256()).digest() != header.sha256:
         raise BundleError("sha256 hash mismatch: the bundle is corrupted")
     try:
         with zipfile.ZipFile(_Window(f, HEADER_SIZE, header.payload_size)) as z:
@@ -538,7 +554,7 @@ def _parse(f: BinaryIO, size: int, whole: Callable[[], memoryview], maps: list[m
                     core[name] = Stream(instrs, [str(n) for n in nodes])
                 cores.append(core)
             first, length = _stored_span(z, members, "weights.bin", header.payload_size)
-            if _digest(f, HEADER_SIZE + first, length, zlib.crc32) != members["weights.bin"].CRC:
+            if verify and _digest(f, HEADER_SIZE + first, length, zlib.crc32) != members["weights.bin"].CRC:
                 raise BundleError("weights.bin fails its CRC-32 check")
             weights_blob = whole()[HEADER_SIZE + first:HEADER_SIZE + first + length] if length else memoryview(b"")
             segments, at = [], 0
@@ -562,6 +578,7 @@ def _parse(f: BinaryIO, size: int, whole: Callable[[], memoryview], maps: list[m
                 hbm_tensors=[HbmTensorInfo.from_json(t) for t in manifest.get("hbm_tensors", [])],
                 lnc=manifest["lnc"],
                 groups=[tuple(g) for g in manifest["groups"]],
+                state=[TensorInfo.from_json(t) for t in manifest.get("state", [])],
             )
     except IsaError:
         raise

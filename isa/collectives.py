@@ -398,6 +398,8 @@ def collective_cost(op: str, nbytes: int, dtype_size: int, group: tuple[int, ...
                               ("ring" if algorithm == "auto" else algorithm), frozenset())
     if op == "permute":
         step = Step(tuple((group[i], group[(i + shift) % n], nbytes) for i in range(n) if (i + shift) % n != i))
+        if not step.transfers:  # every rank its own partner: nothing crosses between ranks
+            return CollectiveCost(0.0, "direct", frozenset())
         ns, links = _price([step], topo, sbuf, dtype_size)
         return CollectiveCost(fixed_ns(group, nbytes, topo) + ns, "direct", links)
     candidates = ALGORITHMS if algorithm == "auto" else (algorithm,)

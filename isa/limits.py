@@ -13,3 +13,6 @@ MAX_MANIFEST_BYTES = 64 << 20  # manifest.json and debug.json, each
 MAX_JSON_DEPTH = 32  # nesting of the manifest's JSON values (the flags and stats of today nest 3 deep)
 MAX_TENSOR_DIMS = 32
 MAX_TENSOR_ELEMENTS = 1 << 40  # of a model input or output: the product of its dims, computed without overflow
+# a listing file read by `asm`: a bundle's streams as text and its weights in base64 (4/3 of their bytes), so a
+# model of 4.5 GB of weights; a larger file is refused before it is read
+MAX_LISTING_BYTES = 6 << 30

@@ -121,9 +121,12 @@ def check_manifest(m: Any) -> None:
         members = [_int(r, f"groups[{g}]", 0, ranks - 1) for r in _list(group, f"groups[{g}]")]
         if not members or len(set(members)) != len(members):
             raise BundleError(f"manifest groups[{g}]: a replica group lists distinct ranks, at least one")
-    for kind in ("inputs", "outputs"):
-        for k, t in enumerate(_list(m[kind], kind)):
+    for kind in ("inputs", "outputs", "state"):
+        for k, t in enumerate(_list(m.get(kind, []), kind)):
             _tensor(t, f"{kind}[{k}]", ranks)
+    names = [_str(t["name"], "state") for t in m.get("state", [])]
+    if len(set(names)) != len(names):
+        raise BundleError("manifest state: a state tensor is declared twice")
     for k, w in enumerate(_list(m["weights"], "weights")):
         w = _object(w, f"weights[{k}]", ("rank", "hbm_offset", "size"))
         _int(w["rank"], f"weights[{k}].rank", 0, ranks - 1)

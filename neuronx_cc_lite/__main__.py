@@ -1,5 +1,5 @@
 import sys
 
-from neuronx_cc_lite.cli import main
+from neuronx_cc_lite.interrupts import main
 
 sys.exit(main())

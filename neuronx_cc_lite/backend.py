@@ -46,6 +46,7 @@ from isa.target import get_target
 from neuronx_cc_lite.compiler import Options, compile_model
 from neuronx_cc_lite.compiler import prepare as prepare_graph
 from neuronx_cc_lite.errors import CompileError, UnsupportedError
+from neuronx_cc_lite.frontend import load_model
 from neuronx_cc_lite.ir import upstream
 from neuronx_cc_lite.lower import unsupported_nodes
 from neuronx_cc_lite.lower.registry import parameter_inputs
@@ -245,7 +246,7 @@ class NeuronBackend(Backend):
         if not cls.supports_device(device):
             raise ValueError(f"device {device!r} is not supported (only CPU, the simulated chip)")
         if isinstance(model, (str, bytes, os.PathLike)):
-            model = onnx.load(model) if not isinstance(model, bytes) else onnx.load_from_string(model)
+            model = load_model(model) if not isinstance(model, bytes) else onnx.load_from_string(model)
         options = _options(kwargs)
         parameters = _parameters(model)
         if parameters and not analyze(model, options).compatible:

@@ -1,29 +1,58 @@
 """A persistent compile cache: bundles keyed by the model's bytes, the options and the compiler's own source.
 
 The directory is `--cache-dir`, else $NEURONX_CC_LITE_CACHE, else $XDG_CACHE_HOME/neuronx-cc-lite (by default
-~/.cache/neuronx-cc-lite). An entry is a bundle file, written atomically (bundle.write: a temporary file renamed
-into place), so concurrent writers of one key leave one whole entry and a reader never sees half of one. An entry
-is read with the same checks as any bundle (its digest covers every member), and one that fails them is removed
-and rebuilt. The key includes a digest of the compiler's sources, not only its version: a changed compiler never
-returns an old bundle.
+~/.cache/neuronx-cc-lite); it keeps to `--cache-size` bytes, else $NEURONX_CC_LITE_CACHE_SIZE, else 4 GiB.
+
+The key is the sha256 of the compiler's sources (not only its version: a changed compiler never returns an old
+bundle), the options, and the model's digest: the sha256 of the model file and of each external data file it names
+(read a piece at a time), or of a ModelProto's serialisation. Hashing BERT-base's 438 MB takes a second, so a
+file's digest is remembered (files/<hash of its path>.json) with the file's identity (isa/files.py: device, inode,
+size, mtime, ctime): while a file keeps its identity its digest is taken from the record. Any write, truncation,
+rename or replacement changes the ctime or the inode (and nothing sets a ctime back), so a changed model or weights
+file is hashed again. A record is only made of files whose last change is TRUST_AFTER seconds old when hashing
+starts: a change within the same tick of the file system's clock would keep the identity (git's "racily clean").
+
+An entry is two files: <k>.neff, the bundle, and <k>.key, which binds it to its key: the key, the sha256 of the
+bundle's payload (its header's), and the bundle file's identity. A read checks that the .key names this key and the
+bundle's header that hash; while the bundle keeps the identity recorded, its payload is not hashed again (a hit is a
+decode of the manifest and streams, and for `-o` a kernel copy), and otherwise it is checked in full. So an entry
+replaced by another bundle, valid or not, or edited in place, is never returned for this key: it is removed and the
+model compiled again. An entry or record that is not a regular file (a FIFO, a device, a link) is refused unread.
+
+Each file is written atomically (isa/files.py `replacing`: a temporary renamed into place), so concurrent writers of
+one key leave one whole entry. A hit touches the .key; after each store the least recently used entries are removed
+until the cache holds at most its size limit (an entry larger than the limit is not stored), and temporaries a killed
+writer left are swept.
 """
 
 from __future__ import annotations
 
+import errno
 import functools
 import hashlib
 import json
 import logging
 import os
-from typing import Callable
-
-import onnx
+import re
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable
 
 from isa import bundle as bundle_format
 from isa.bundle import Bundle
 from isa.errors import IsaError
+from isa.files import identity, link_into_place, open_regular, read_regular, replacing, sweep
+
+if TYPE_CHECKING:
+    import onnx
 
 ENV = "NEURONX_CC_LITE_CACHE"
+SIZE_ENV = "NEURONX_CC_LITE_CACHE_SIZE"
+DEFAULT_SIZE = 4 << 30
+TRUST_AFTER = 2.0  # seconds since a file's last change before its digest is remembered
+_RECORD_BYTES = 1 << 20  # a .key or a file record is a few hundred bytes; anything larger is not one
+_ENTRY = re.compile(r"[0-9a-f]{64}\.(neff|key)$")
+_RECORD = re.compile(r"[0-9a-f]{64}\.json$")
 log = logging.getLogger(__name__)
 
 
@@ -32,6 +61,26 @@ def default_dir() -> str:
         return os.environ[ENV]
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(base, "neuronx-cc-lite")
+
+
+def parse_size(text: str) -> int:
+    """Bytes from "4294967296", "500M", "4G", "1.5GiB" (K, M, G, T: powers of 1024); ValueError otherwise."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:i?B)?\s*", text, re.IGNORECASE)
+    if not match:
+        raise ValueError(f"{text!r} is not a size (a number of bytes, or with K, M, G or T: 500M, 4G)")
+    return int(float(match.group(1)) * 1024 ** " KMGT".index(match.group(2).upper() or " "))
+
+
+def default_size() -> int:
+    """$NEURONX_CC_LITE_CACHE_SIZE, else DEFAULT_SIZE."""
+    text = os.environ.get(SIZE_ENV)
+    if not text:
+        return DEFAULT_SIZE
+    try:
+        return parse_size(text)
+    except ValueError as e:
+        log.warning(f"${SIZE_ENV}: {e}; using {DEFAULT_SIZE} bytes")
+        return DEFAULT_SIZE
 
 
 @functools.lru_cache(maxsize=1)
@@ -50,75 +99,280 @@ def compiler_digest() -> str:
     return h.hexdigest()
 
 
-def _model_digest(model: str | os.PathLike[str] | onnx.ModelProto) -> str:
-    """The model's bytes: the file's (and those of the external data files it names), or the proto's."""
+def _hash_file(path: str, limit: int | None = None) -> tuple[str, tuple[int, ...] | None, bytes | None]:
+    """The sha256 of a regular file, a piece at a time; its identity if it kept one throughout and its last change
+    is old enough to remember the digest by it (else None); with a `limit`, also its bytes (OSError past it)."""
+    started = time.time()
     h = hashlib.sha256()
-    if isinstance(model, onnx.ModelProto):
-        h.update(model.SerializeToString(deterministic=True))
-        return h.hexdigest()
-    path = os.fspath(model)
-    with open(path, "rb") as f:
-        data = f.read()
-    h.update(data)
-    proto = onnx.ModelProto.FromString(data)  # external data is not loaded: only its locations are wanted
-    locations = sorted({entry.value for init in proto.graph.initializer
-                        if init.data_location == onnx.TensorProto.EXTERNAL
-                        for entry in init.external_data if entry.key == "location"})
-    for location in locations:
-        h.update(location.encode())
-        with open(os.path.join(os.path.dirname(path), location), "rb") as f:
-            for piece in iter(lambda: f.read(1 << 20), b""):  # a piece at a time: a large model's weights are
-                h.update(piece)  # never in memory
-    return h.hexdigest()
+    pieces: list[bytes] | None = [] if limit is not None else None
+    with open_regular(path) as f:
+        before = os.fstat(f.fileno())
+        if limit is not None and before.st_size > limit:
+            raise OSError(errno.EFBIG, f"larger than {limit} bytes", path)
+        for piece in iter(lambda: f.read(1 << 20), b""):
+            h.update(piece)
+            if pieces is not None:
+                pieces.append(piece)
+        after = os.fstat(f.fileno())
+    settled = started - max(before.st_mtime, before.st_ctime) >= TRUST_AFTER
+    ident = identity(before) if settled and identity(before) == identity(after) else None
+    return h.hexdigest(), ident, b"".join(pieces) if pieces is not None else None
 
 
-def key(model: str | os.PathLike[str] | onnx.ModelProto, flags: dict[str, object]) -> str:
-    text = json.dumps({"compiler": compiler_digest(), "flags": flags, "model": _model_digest(model)},
-                      sort_keys=True)
+@dataclass
+class ModelFiles:
+    """A model file's digest, and the files it was computed from (the model and its external data)."""
+
+    digest: str
+    files: list[str]
+
+
+def _record_path(directory: str, path: str) -> str:
+    return os.path.join(directory, "files", hashlib.sha256(path.encode()).hexdigest() + ".json")
+
+
+def _remembered(directory: str, path: str) -> ModelFiles | None:
+    """The model's digest from its record, if the model and every external data file it names keep the identity
+    recorded, and each location still leads to the file it led to."""
+    try:
+        record = json.loads(read_regular(_record_path(directory, path), _RECORD_BYTES))
+        if record["path"] != path or list(identity(os.stat(path))) != record["identity"]:
+            return None
+        root = os.path.dirname(path)
+        for location, real, ident, _ in record["external"]:
+            if os.path.realpath(os.path.join(root, location)) != real or list(identity(os.stat(real))) != ident:
+                return None
+        return ModelFiles(record["digest"], [path, *(real for _, real, _, _ in record["external"])])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def model_files(model: str | os.PathLike[str] | onnx.ModelProto, directory: str | None) -> ModelFiles:
+    """The model's digest and files, from the records in the cache `directory` when they still hold. Raises
+    CompileError (or OSError) for a model that cannot be read; compiling it gives the same coded error."""
+    if not isinstance(model, (str, os.PathLike)):  # a ModelProto (onnx is imported only when a model is parsed)
+        return ModelFiles(hashlib.sha256(model.SerializeToString(deterministic=True)).hexdigest(), [])
+    from neuronx_cc_lite.model_files import (MAX_MODEL_BYTES, external_info, external_path, external_tensors,
+                                             parse_model)
+
+    path = os.path.realpath(os.fspath(model))
+    known = _remembered(directory, path) if directory is not None else None
+    if known is not None:
+        return known
+    digest, ident, data = _hash_file(path, MAX_MODEL_BYTES)
+    root = os.path.dirname(path)
+    tensors = external_tensors(parse_model(data, path))  # external data is not loaded: only its locations are wanted
+    locations = sorted({(external_info(t).location, external_path(root, t)) for t in tensors})
+    external, idents = [], [ident]
+    h = hashlib.sha256(digest.encode())
+    for location, real in locations:
+        file_digest, file_ident, _ = _hash_file(real)
+        h.update(f"\0{location}\0{file_digest}".encode())
+        external.append([location, real, file_ident and list(file_ident), file_digest])
+        idents.append(file_ident)
+    found = ModelFiles(h.hexdigest(), [path, *(real for _, real in locations)])
+    if directory is not None and all(i is not None for i in idents):
+        _write_record(_record_path(directory, path),
+                      {"path": path, "identity": list(ident), "digest": found.digest, "external": external})
+    return found
+
+
+def key(model_digest: str, flags: dict[str, object]) -> str:
+    text = json.dumps({"compiler": compiler_digest(), "flags": flags, "model": model_digest}, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _entry(directory: str, k: str) -> str:
-    return os.path.join(directory, k[:2], f"{k}.neff")
-
-
-def lookup(directory: str, k: str) -> Bundle | None:
-    path = _entry(directory, k)
-    if not os.path.exists(path):
-        return None
-    try:
-        return bundle_format.read(path)
-    except IsaError as e:  # truncated or corrupted: drop it, the caller compiles again
-        log.warning(f"discarding a broken compile cache entry {path}: {e}")
-        try:
-            os.unlink(path)
-        except OSError:
-            pass
-        return None
-
-
-def store(directory: str, k: str, bundle: Bundle) -> None:
-    path = _entry(directory, k)
+def _write_record(path: str, record: dict[str, Any]) -> None:
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        bundle_format.write(bundle, path)
+        with replacing(path) as f:
+            f.write(json.dumps(record, sort_keys=True).encode())
     except OSError as e:  # a cache that cannot be written costs speed, never the compile
-        log.warning(f"cannot write the compile cache entry {path}: {e.strerror}")
+        log.warning(f"cannot write the compile cache file {path}: {e.strerror or e}")
+
+
+@dataclass
+class Entry:
+    """A cache entry read back: the bundle, its file, and that file's identity when it was read."""
+
+    bundle: Bundle
+    path: str
+    identity: tuple[int, ...]
+
+
+def _paths(directory: str, k: str) -> tuple[str, str]:
+    stem = os.path.join(directory, k[:2], k)
+    return f"{stem}.neff", f"{stem}.key"
+
+
+def _entry_identity(st: os.stat_result) -> tuple[int, ...]:
+    """An entry file's identity: device, inode, size and mtime. Not its ctime, which a hard link to it (an `-o`
+    output) changes; a write to it changes its mtime, and one in the same clock tick as it was checked is caught
+    because only a file settled TRUST_AFTER seconds before it was checked is trusted unhashed."""
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+
+
+def _bind(binding: str, k: str, sha256: bytes, st: os.stat_result, checked: float) -> None:
+    """Write the .key of an entry: its key, its payload hash, its file's identity, and when its payload was last
+    checked against the hash."""
+    with replacing(binding) as f:
+        f.write(json.dumps({"key": k, "sha256": sha256.hex(), "identity": list(_entry_identity(st)),
+                            "checked": checked}).encode())
+
+
+def _discard(paths: tuple[str, ...], why: str) -> None:
+    log.warning(f"discarding the compile cache entry {paths[0]}: {why}")
+    for path in paths:
+        try:
+            os.unlink(path)  # a link, a FIFO or a device goes as any file does; a directory stays (and misses)
+        except OSError:
+            pass
+
+
+def lookup(directory: str, k: str) -> Entry | None:
+    """The entry of key `k`, checked as the module says; a broken one is removed."""
+    neff, binding = _paths(directory, k)
+    try:
+        record = json.loads(read_regular(binding, _RECORD_BYTES))
+        sha256, recorded, checked = bytes.fromhex(record["sha256"]), tuple(record["identity"]), record["checked"]
+        if record["key"] != k:
+            raise ValueError(f"its .key is for another key ({str(record['key'])[:16]}...)")
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, KeyError, TypeError) as e:  # includes a .key that is a FIFO or a device
+        _discard((neff, binding), f"{getattr(e, 'strerror', None) or e}")
+        return None
+    try:
+        started = time.time()
+        with open_regular(neff) as f:
+            st = os.fstat(f.fileno())
+            unchanged = _entry_identity(st) == recorded and checked - st.st_mtime >= TRUST_AFTER
+            bundle = bundle_format.read_from(f, sha256, unchanged)
+        if not unchanged and started - st.st_mtime >= TRUST_AFTER:  # settled, and checked in full just now:
+            _bind(binding, k, sha256, st, started)  # trusted unhashed from now on
+        else:
+            os.utime(binding)  # the least recently used entries go first
+    except FileNotFoundError:
+        return None
+    except (IsaError, OSError) as e:  # truncated, corrupted, another bundle, not a regular file
+        _discard((neff, binding), str(e) if isinstance(e, IsaError) else f"{e.strerror or e}")
+        return None
+    return Entry(bundle, neff, _entry_identity(st))
+
+
+def store(directory: str, k: str, bundle: Bundle, size_limit: int) -> Entry | None:
+    """Write the entry of `k` (None when it cannot be written or is larger than the limit), then shrink the cache
+    to `size_limit`."""
+    neff, binding = _paths(directory, k)
+    try:
+        os.makedirs(os.path.dirname(neff), exist_ok=True)
+        written = time.time()
+        bundle_format.write(bundle, neff)
+        with open_regular(neff) as f:
+            st = os.fstat(f.fileno())
+            sha256 = bundle_format.read_header(f.read(bundle_format.HEADER_SIZE)).sha256
+        if st.st_size > size_limit:
+            log.info(f"not caching a bundle of {st.st_size} bytes, more than the cache's {size_limit}")
+            os.unlink(neff)
+            return None
+        _bind(binding, k, sha256, st, written)
+    except OSError as e:  # a cache that cannot be written costs speed, never the compile
+        log.warning(f"cannot write the compile cache entry {neff}: {e.strerror or e}")
+        return None
+    shrink(directory, size_limit, keep=k)
+    return Entry(bundle, neff, _entry_identity(st))
+
+
+def export(entry: Entry, output: str | os.PathLike[str]) -> bool:
+    """Write `output` as the entry's file: a hard link to it on the same file system (the cache never writes a
+    file in place, and a write to the output changes the entry's mtime, so the entry is then checked in full
+    and dropped), else a kernel copy. False, writing nothing, when the entry's file is no longer the one read."""
+    bundle_format.check_output(output)
+
+    def same(st: os.stat_result) -> bool:
+        return _entry_identity(st) == entry.identity
+
+    if link_into_place(entry.path, output, same):
+        return True
+    with open_regular(entry.path) as src:
+        st = os.fstat(src.fileno())
+        if not same(st):
+            return False
+        with replacing(output) as dst:
+            done = 0
+            while done < st.st_size:
+                n = os.copy_file_range(src.fileno(), dst.fileno(), st.st_size - done, done, done)
+                if n == 0:
+                    raise OSError(errno.EIO, "the file ended while it was copied", entry.path)
+                done += n
+    return True
+
+
+def shrink(directory: str, size_limit: int, keep: str | None = None) -> None:
+    """Remove the least recently used entries (by their .key's mtime) until the cache holds at most `size_limit`
+    bytes, keeping `keep`; sweep stale temporaries. Records of file digests count, and go by age too."""
+    groups: dict[str, list[tuple[str, os.stat_result]]] = {}
+    for sub in _listdir(directory):
+        folder = os.path.join(directory, sub)
+        if sub == "files" or re.fullmatch(r"[0-9a-f]{2}", sub):
+            sweep(folder)
+            for name in _listdir(folder):
+                if (_ENTRY if sub != "files" else _RECORD).match(name):
+                    try:
+                        st = os.lstat(os.path.join(folder, name))
+                    except OSError:
+                        continue
+                    stem = name.rsplit(".", 1)[0] if sub != "files" else f"files/{name}"
+                    groups.setdefault(stem, []).append((os.path.join(folder, name), st))
+    total = sum(st.st_size for files in groups.values() for _, st in files)
+    if total <= size_limit:
+        return
+
+    def last_used(files: list[tuple[str, os.stat_result]]) -> float:
+        return max(st.st_mtime for path, st in files if not path.endswith(".neff") or len(files) == 1)
+
+    for stem, files in sorted(groups.items(), key=lambda item: last_used(item[1])):
+        if total <= size_limit:
+            break
+        if stem == keep:
+            continue
+        for path, st in files:
+            try:
+                os.unlink(path)
+                total -= st.st_size
+            except OSError:
+                pass
+        log.debug(f"compile cache: removed {stem}, least recently used")
+
+
+def _listdir(directory: str) -> list[str]:
+    try:
+        return sorted(os.listdir(directory))
+    except OSError:
+        return []
 
 
 def cached(model: str | os.PathLike[str] | onnx.ModelProto, flags: dict[str, object], directory: str | None,
-           build: Callable[[], Bundle]) -> Bundle:
-    """The cached bundle for (model, flags), else `build()`, stored. `directory` None: no cache."""
-    if directory is None:
-        return build()
-    try:
-        k = key(model, flags)
-    except Exception:  # noqa: BLE001 - a file that cannot be read or parsed: compiling it gives the coded error
-        return build()
-    hit = lookup(directory, k)
-    if hit is not None:
-        log.debug(f"compile cache hit {_entry(directory, k)}")
-        return hit
-    bundle = build()
-    store(directory, k, bundle)
+           build: Callable[[], Bundle], output: str | os.PathLike[str] | None = None,
+           size_limit: int | None = None) -> Bundle:
+    """The cached bundle for (model, flags), else `build()`, stored. `directory` None: no cache. With `output`,
+    the bundle is also written there (a hit is copied from its entry file)."""
+    bundle = None
+    if directory is not None:
+        try:
+            k = key(model_files(model, directory).digest, flags)
+        except Exception:  # noqa: BLE001 - a file that cannot be read or parsed: compiling it gives the coded error
+            k = None
+        entry = lookup(directory, k) if k is not None else None
+        if entry is not None:
+            log.debug(f"compile cache hit {entry.path}")
+        elif k is not None:
+            bundle = build()
+            entry = store(directory, k, bundle, default_size() if size_limit is None else size_limit)
+        if entry is not None and (output is None or export(entry, output)):
+            return entry.bundle
+    if bundle is None:  # no cache, or a hit whose file changed after it was read
+        bundle = build()
+    if output is not None:
+        bundle_format.write(bundle, output)
     return bundle

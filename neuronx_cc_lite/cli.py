@@ -10,7 +10,7 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any, Callable
 
-from neuronx_cc_lite import neuronx_cc_flags, progress
+from neuronx_cc_lite import interrupts, neuronx_cc_flags, progress
 
 if TYPE_CHECKING:
     import numpy as np
@@ -29,6 +29,7 @@ examples:
   neuronx-cc-lite disasm mlp.neff --engine PE | head
   neuronx-cc-lite disasm mlp.neff > mlp.s && neuronx-cc-lite asm mlp.s -o again.neff
   neuronx-cc-lite analyze model.onnx
+  neuronx-cc-lite generate decoder.onnx --prompt-ids 1,2,3 --max-new-tokens 16 --json out.json
 
 Every failure prints one line, "neuronx-cc-lite: error: CODE: cause", and exits with status 1
 (2 for a usage error). Nothing is left half-written.
@@ -99,8 +100,25 @@ def _value_arg(text: str) -> tuple[str, Any]:
                                          f"{text!r}") from None
 
 
+def _state_arg(text: str) -> tuple[str, str]:
+    name, sep, after = text.partition("=")
+    if not sep or not name or not after:
+        raise argparse.ArgumentTypeError(f"expected INPUT=OUTPUT, got {text!r}")
+    return name, after
+
+
+def _size_arg(text: str) -> int:
+    from neuronx_cc_lite.cache import parse_size
+
+    try:
+        return parse_size(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def _add_compile_options(p: argparse.ArgumentParser) -> None:
     from isa.target import TARGETS
+    from neuronx_cc_lite.codegen.stages import STAGE_NAMES  # the names only: the stages load when they run
     from neuronx_cc_lite.passes import PASS_NAMES  # the names only: the passes load when they run
     from neuronx_cc_lite.precision import MODES, TYPES
 
@@ -126,9 +144,14 @@ def _add_compile_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--input-value", type=_value_arg, action="append", default=[], metavar="NAME=VALUE",
                    help="pin an input to a constant (a flag, a sample rate: 1, 16000.0, true, [1,2]), so that the If "
                         "and Loop nodes it decides fold; the bundle no longer takes it (repeatable)")
+    p.add_argument("--state", type=_state_arg, action="append", default=[], metavar="INPUT=OUTPUT",
+                   help="device state: keep INPUT in HBM across runs and write OUTPUT (of the same shape and type) "
+                        "into it, in place where the op allows; neither is copied to or from the host (repeatable)")
     p.add_argument("--dump-ir-after", action="append", default=[], metavar="PASS",
-                   help=f"print the graph IR after a pass to stderr: import, {', '.join(PASS_NAMES)} or all")
-    p.add_argument("--stop-after", metavar="PASS", help="stop after a pass and print the IR instead of compiling")
+                   help=f"print the IR after a pass to stderr: the graph after import, {', '.join(PASS_NAMES)}; "
+                        f"the tile program after {', '.join(STAGE_NAMES)}; or all")
+    p.add_argument("--stop-after", metavar="PASS", help="stop after a pass or stage and print its IR instead of "
+                                                        "compiling")
     p.add_argument("--fallback", choices=("none", "host"), default="none",
                    help="host: run what the chip cannot (operators without a lowering, outputs whose size depends on "
                         "the data: NonZero, NonMaxSuppression) on the CPU with onnxruntime, between chip parts; "
@@ -146,34 +169,41 @@ def _add_compile_options(p: argparse.ArgumentParser) -> None:
                         "(default: $NEURONX_CC_LITE_CACHE, else ~/.cache/neuronx-cc-lite)")
     p.add_argument("--no-cache", action="store_true", help="compile without reading or writing the cache")
     neuronx_cc_flags.add_to(p)
+    p.add_argument("--cache-size", type=_size_arg, metavar="SIZE",
+                   help="the most the compile cache may hold, in bytes or with K, M, G (500M, 4G): the least "
+                        "recently used entries go first (default: $NEURONX_CC_LITE_CACHE_SIZE, else 4G)")
 
 
 def _options(args: argparse.Namespace) -> Any:
+    from neuronx_cc_lite.codegen.stages import STAGE_NAMES
     from neuronx_cc_lite.compiler import Options
     from neuronx_cc_lite.passes import PASS_NAMES
 
     dump = set(args.dump_ir_after)
     if "all" in dump:
-        dump = {"import", *PASS_NAMES}
+        dump = {"import", *PASS_NAMES, *STAGE_NAMES}
     if args.workdir:
         os.makedirs(args.workdir, exist_ok=True)
     return Options(target=TARGET_ALIASES.get(args.target, args.target), input_shapes=dict(args.input_shape),
-                   input_values=dict(args.input_value),
+                   input_values=dict(args.input_value), state=dict(args.state),
                    dump_ir_after=frozenset(dump), stop_after=args.stop_after, auto_cast=args.auto_cast,
                    auto_cast_type=args.auto_cast_type, tp=args.tp, dp=args.dp, lnc=args.lnc, fallback=args.fallback,
-                   optimize=min(args.optimize, 2))  # -O3 is -O2 until some pass runs only at 3
+                   optimize=min(args.optimize, 2),  # -O3 is -O2 until some pass runs only at 3
+                   model_type=args.model_type)
 
 
-def _compile_cached(args: argparse.Namespace, options: Any, model: Any) -> Any:
-    """The bundle for `model`, from the compile cache when it has it; IR dumps need the passes, so they skip it."""
+def _compile_cached(args: argparse.Namespace, options: Any, model: Any, output: str | None = None) -> Any:
+    """The bundle for `model`, from the compile cache when it has it (and written to `output`, if given); IR dumps
+    need the passes, so they skip it."""
     from neuronx_cc_lite.cache import cached, default_dir
-    from neuronx_cc_lite.compiler import compile_graph, prepare
 
     built = []
 
     def build() -> Any:
+        from neuronx_cc_lite.compiler import compile_graph, prepare
+
         with progress.timed() as seconds:
-            b = compile_graph(prepare(model, options, _dump), options)
+            b = compile_graph(prepare(model, options, _dump), options, _dump)
         for name, took in seconds.items():
             log.info(f"{name + ':':<14}{took:7.3f} s")
         built.append(b)
@@ -186,7 +216,7 @@ def _compile_cached(args: argparse.Namespace, options: Any, model: Any) -> Any:
     if directory:
         progress.status("looking the model up in the compile cache")
     start = time.perf_counter()
-    b = cached(args.model, options.flags(), directory, build)
+    b = cached(args.model, options.flags(), directory, build, output, args.cache_size)
     if directory:
         log.debug(f"compile cache {directory}: {'miss, compiled and stored' if built else 'hit'} in "
                   f"{time.perf_counter() - start:.3f} s")
@@ -198,24 +228,29 @@ def _dump(name: str, text: str) -> None:
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
-    from isa import bundle as bundle_format
     from neuronx_cc_lite.compiler import instruction_counts, prepare
     from neuronx_cc_lite.ir import print_graph
 
     options = _options(args)
     if options.stop_after:
-        sys.stdout.write(print_graph(prepare(args.model, options, _dump)))
+        from neuronx_cc_lite.codegen.stages import STAGE_NAMES, StopAfter
+        from neuronx_cc_lite.compiler import compile_graph, prepare
+        from neuronx_cc_lite.ir import print_graph
+
+        graph = prepare(args.model, options, _dump)
+        if options.stop_after not in STAGE_NAMES:
+            sys.stdout.write(print_graph(graph))
+            return 0
+        try:
+            compile_graph(graph, options, _dump)
+        except StopAfter as stop:  # the tile program after the stage (rank 0's)
+            sys.stdout.write(stop.text)
         return 0
     if args.output is None:
         args.output = _default_output(args.model)
-    _refuse_overwrite(args.output, args.model)
-    b = _compile_cached(args, options, args.model)
-    b.flags["model_type"] = args.model_type  # what neuronx-cc users state; the compiler does not use it yet
-    progress.status(f"writing {args.output}")
-    start = time.perf_counter()
-    bundle_format.write(b, args.output)
-    progress.status("")
-    log.debug(f"wrote {args.output}: {os.path.getsize(args.output)} bytes in {time.perf_counter() - start:.3f} s")
+        _check_paths(args)  # the default name, as one given is checked before any work
+    b = _compile_cached(args, options, args.model, args.output)
+    log.debug(f"wrote {args.output}: {os.path.getsize(args.output)} bytes")
     chips = [(f"chip part {k}: ", p.bundle) for k, p in enumerate(b.parts) if p.bundle] if b.parts else [("", b)]
     for part, chip in chips:
         total = sum(len(s.instructions) for s in chip.cores[0].values())
@@ -227,36 +262,67 @@ def cmd_compile(args: argparse.Namespace) -> int:
     return 0
 
 
+def _npy_header(f: Any) -> tuple[tuple[int, ...], Any]:
+    """The shape and dtype an .npy stream's header declares, read without its data."""
+    import numpy as np
+
+    version = np.lib.format.read_magic(f)
+    header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+    shape, _, dtype = header(f)
+    return tuple(shape), dtype
+
+
 def _load_npz(path: str, expected: dict[str, TensorInfo]) -> dict[str, np.ndarray]:
-    """The arrays of an .npz file, each one's header checked against the shape and type `expected` of it before
-    its data is read, so that a member declaring billions of elements costs nothing."""
+    """The arrays of an .npz file (a regular file: a FIFO or a device is refused unread), each one's header checked
+    against the shape and type `expected` of it before its data is read, so that a member declaring billions of
+    elements costs nothing."""
     import zipfile
 
     import numpy as np
 
+    from isa.files import open_regular
     from runtime.errors import InputError
 
-    with open(path, "rb"):  # a missing or unreadable file is said to be so (NCC_IO), not to be no archive
-        pass
-    if not zipfile.is_zipfile(path):
-        hint = " (an .npy file holds one array: give it as --input NAME=FILE.npy)" if path.endswith(".npy") else ""
-        raise UsageError(f"cannot read inputs from {path}: not an .npz archive{hint}")
     try:
-        with zipfile.ZipFile(path) as z:
-            for member in z.namelist():
-                name = member[:-4] if member.endswith(".npy") else member
-                if name not in expected:
-                    raise InputError(f"{path}: unknown input(s) {name} (the model takes {', '.join(expected)})")
-                with z.open(member) as f:  # the header only
-                    version = np.lib.format.read_magic(f)
-                    header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
-                              else np.lib.format.read_array_header_2_0)
-                    shape, _, dtype = header(f)
-                _check_array(path, expected[name], tuple(shape), dtype)
-        with np.load(path, allow_pickle=False) as data:
-            return {k: data[k] for k in data.files}
+        with open_regular(path) as archive:
+            if not zipfile.is_zipfile(archive):
+                hint = " (an .npy file holds one array: give it as --input NAME=FILE.npy)" \
+                    if path.endswith(".npy") else ""
+                raise UsageError(f"cannot read inputs from {path}: not an .npz archive{hint}")
+            with zipfile.ZipFile(archive) as z:
+                for member in z.namelist():
+                    name = member[:-4] if member.endswith(".npy") else member
+                    if name not in expected:
+                        raise InputError(f"{path}: unknown input(s) {name} (the model takes {', '.join(expected)})")
+                    with z.open(member) as f:  # the header only
+                        shape, dtype = _npy_header(f)
+                    _check_array(path, expected[name], shape, dtype)
+            archive.seek(0)
+            with np.load(archive, allow_pickle=False) as data:
+                return {k: data[k] for k in data.files}
+    except FileNotFoundError:  # missing is missing (NCC_IO), not an archive that is no archive
+        raise
     except (OSError, ValueError, zipfile.BadZipFile, EOFError) as e:
-        raise UsageError(f"cannot read inputs from {path}: {e}") from None
+        raise UsageError(f"cannot read inputs from {path}: {getattr(e, 'strerror', None) or e}") from None
+
+
+def _load_npy(name: str, path: str, expected: dict[str, TensorInfo]) -> np.ndarray:
+    """One input from an .npy file, its header checked against the input's shape and type before its data is
+    read (an unknown name is the runtime's to name, with the inputs the model takes)."""
+    import numpy as np
+
+    from isa.files import open_regular
+
+    try:
+        with open_regular(path) as f:
+            if name in expected:
+                _check_array(path, expected[name], *_npy_header(f))
+            f.seek(0)
+            return np.load(f, allow_pickle=False)
+    except FileNotFoundError:
+        raise
+    except (OSError, ValueError, EOFError) as e:
+        raise UsageError(f"cannot read input {name} from {path}: {getattr(e, 'strerror', None) or e}") from None
 
 
 def _check_array(path: str, info: TensorInfo, shape: tuple[int, ...], dtype: np.dtype) -> None:
@@ -275,24 +341,38 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     import runtime
 
-    sources = [args.bundle, *([args.inputs] if args.inputs else []), *(path for _, path in args.input)]
-    for written in (args.outputs, args.profile):
-        if written:
-            _refuse_overwrite(written, *sources)
+    comm = _mpi_job()
+    host = None
+    if comm is not None:  # every process agrees on the bundle before any of them loads it
+        from runtime.ranks import MpiRanks
+
+        _agreed(comm, "the bundle", lambda: {"bundle": _bundle_header(args.bundle).sha256.hex()})
+        host = MpiRanks(_bundle_header(args.bundle).num_cores, comm)
     progress.status(f"loading {args.bundle}")
-    model = runtime.load(args.bundle, host=_rank_host(args.bundle))
+    model = runtime.load(args.bundle, host=host)
     first = model.host.process == 0  # under mpiexec, the first process writes and reports for the job
-    inputs = _load_npz(args.inputs, {i.name: i for i in model.inputs}) if args.inputs else {}
     by_name = {i.name: i for i in model.inputs}
-    for name, path in args.input:
-        try:
-            inputs[name] = np.load(path, allow_pickle=False)
-        except (OSError, ValueError) as e:
-            raise UsageError(f"cannot read input {name} from {path}: {e}") from None
-        if name in by_name:  # an unknown name is the runtime's to name, with the inputs the model takes
-            _check_array(path, by_name[name], inputs[name].shape, inputs[name].dtype)
+
+    def read_inputs() -> dict[str, np.ndarray]:
+        found = _load_npz(args.inputs, by_name) if args.inputs else {}
+        for name, path in args.input:
+            found[name] = _load_npy(name, path, by_name)
+        model.check_inputs(found)  # before the first collective: a process refusing its inputs stops them all
+        return found
+
+    if comm is None:
+        inputs = read_inputs()
+    else:
+        holder: dict[str, dict[str, np.ndarray]] = {}
+        _agreed(comm, "the inputs", lambda: _digest(holder.setdefault("inputs", read_inputs())))
+        inputs = holder["inputs"]
     if args.profile and args.policy != "clock":
         raise UsageError("--profile needs simulated time: use it with --policy clock")
+    if (args.state_in or args.state_out) and model.bundle.parts:
+        raise UsageError("a bundle with host parts keeps no device state: run it without --state-in/--state-out")
+    if args.state_in:
+        for name, value in _load_npz(args.state_in, {t.name: t for t in model.bundle.state}).items():
+            model.state.write(name, value)
     with progress.simulating(model):
         outputs = model.run(inputs, policy=args.policy, seed=args.seed, trace=bool(args.profile),
                             check_races=args.check_races)
@@ -308,6 +388,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         _write_atomic(args.profile, lambda f: f.write(json.dumps(trace).encode()))
         if not model.bundle.parts:
             log.info(utilization_table(stats))
+    if args.state_out:
+        state = {name: model.state.read(name) for name in model.state.names}
+        _write_atomic(args.state_out, lambda f: np.savez(f, **state))
     if args.outputs:
         _write_atomic(args.outputs, lambda f: np.savez(f, **outputs))
     else:
@@ -343,42 +426,111 @@ def _timing(model: Any) -> str:
             f"with the runtime's launch and input/output copies ({host_us:.2f} us)")
 
 
-def _rank_host(bundle_path: str) -> Any:
-    """In-process ranks, or, when mpiexec started this process among others, the bundle's ranks spread over
-    the MPI job (runtime/ranks.py)."""
-    from runtime.ranks import MpiRanks, launched_by_mpi
+def _mpi_job() -> Any:
+    """MPI's COMM_WORLD when mpiexec started this process among others (runtime/ranks.py), else None."""
+    from runtime.ranks import launched_by_mpi
 
-    if not launched_by_mpi():
-        return None
     try:
-        import mpi4py  # noqa: F401
+        if not launched_by_mpi():
+            return None
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    try:
+        from mpi4py import MPI
     except ImportError:
         raise UsageError("started by mpiexec, but mpi4py is not installed: pip install 'neuronx-cc-lite[mpi]'") \
             from None
+    return MPI.COMM_WORLD
+
+
+def _bundle_header(path: str) -> Any:
     from isa import bundle as bundle_format
+    from isa.files import open_regular
+    from runtime.errors import LoadError
 
-    with open(bundle_path, "rb") as f:
-        header = bundle_format.read_header(f.read(bundle_format.HEADER_SIZE))
-    return MpiRanks(header.num_cores)
+    try:
+        with open_regular(path) as f:
+            return bundle_format.read_header(f.read(bundle_format.HEADER_SIZE))
+    except OSError as e:
+        raise LoadError(f"cannot read {path}: {e.strerror}") from None
 
 
-def _refuse_overwrite(output: str, *sources: str) -> None:
-    """An output that names one of the command's own input files would destroy it: refuse before any work. An
-    output that is a folder, or whose folder does not exist, fails before any work too (NCC_IO), not after a long
-    compile."""
+def _agreed(comm: Any, what: str, state: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """`state()` of this process, agreed on by every process of the MPI job (runtime.ranks.agree): this process's
+    own error, after every process has heard of it, or RanksError when another failed or they differ."""
+    from isa.errors import IsaError
+    from runtime.errors import NeuronRuntimeError
+    from runtime.ranks import agree
+
+    try:
+        mine = state()
+    except (NeuronRuntimeError, IsaError, UsageError, OSError) as e:
+        coded = isinstance(e, (NeuronRuntimeError, IsaError))  # their text starts with the code
+        agree(comm, {"error": str(e) if coded else f"{getattr(e, 'code', 'NCC_IO')}: {e}"}, what)
+        raise
+    agree(comm, mine, what)
+    return mine
+
+
+def _digest(inputs: dict[str, np.ndarray]) -> dict[str, Any]:
+    """What identifies a run's inputs: each one's name, dtype, shape and the sha256 of its bytes."""
+    import hashlib
+
+    import numpy as np
+
+    return {"inputs": {name: [str(a.dtype), list(a.shape), hashlib.sha256(np.ascontiguousarray(a).tobytes())
+                              .hexdigest()] for name, a in sorted(inputs.items())}}
+
+
+# The arguments that name files a command reads, and those it writes (the log file included), with their flags
+_READ_ARGS = ("model", "bundle", "inputs", "listing", "weights_from", "state_in")
+_WRITE_ARGS = {"output": "-o", "outputs": "--outputs", "profile": "--profile", "json": "--json", "html": "--html",
+               "logfile": "--logfile", "state_out": "--state-out"}
+
+
+def _check_paths(args: argparse.Namespace) -> None:
+    """Refuse, before any work, a command that would write (or append a log line) onto one of its own inputs,
+    write two outputs to one file, or replace what is not a regular file (a device, a FIFO, a directory)."""
     import errno
 
-    if not os.path.isdir(os.path.dirname(os.path.abspath(output))):
-        raise FileNotFoundError(errno.ENOENT, "No such file or directory (its folder does not exist)", output)
-    if os.path.isdir(output):
-        raise IsADirectoryError(errno.EISDIR, "Is a directory", output)
-    for source in sources:
-        same = os.path.realpath(output) == os.path.realpath(source)
-        if not same and os.path.exists(output) and os.path.exists(source):
-            same = os.path.samefile(output, source)
-        if same:
-            raise UsageError(f"the output {output} is the input {source}: writing it would destroy the input; "
-                             "choose another output file")
+    from isa.bundle import check_output
+    from isa.files import NotRegularFile, check_replaceable, same_file
+
+    reads = [getattr(args, a) for a in _READ_ARGS if isinstance(getattr(args, a, None), str)]
+    reads += [path for _, path in getattr(args, "input", [])]
+    for path in (*reads, *(getattr(args, a) for a in _WRITE_ARGS if isinstance(getattr(args, a, None), str))):
+        if "\0" in path:  # no file has such a name; the OS calls would raise ValueError
+            raise UsageError(f"the path {path!r} holds a NUL byte, which no file name can")
+    if getattr(args, "logfile", None) and isinstance(getattr(args, "model", None), str):
+        reads += _external_data(args.model)
+    writes = [(flag, getattr(args, a)) for a, flag in _WRITE_ARGS.items() if isinstance(getattr(args, a, None), str)]
+    for k, (flag, path) in enumerate(writes):
+        for source in reads:
+            if same_file(path, source):
+                raise UsageError(f"the output {path} ({flag}) is the input {source}: writing it would destroy the "
+                                 "input; choose another output file")
+        for other_flag, other in writes[:k]:
+            if same_file(path, other):
+                raise UsageError(f"{other_flag} and {flag} name the same file {path}: one would destroy the other")
+        if flag != "--logfile" and not os.path.isdir(os.path.dirname(os.path.abspath(path))):  # before any work
+            raise FileNotFoundError(errno.ENOENT, "No such file or directory (its folder does not exist)", path)
+        try:
+            check_replaceable(path)
+            if flag == "-o":  # a bundle (compile, asm)
+                check_output(path)
+        except (NotRegularFile, FileExistsError) as e:
+            raise UsageError(f"{flag} {path}: {e.strerror}") from None
+
+
+def _external_data(model: str) -> list[str]:
+    """The external data files of a model, or none if it cannot be read (compiling it then says why)."""
+    from neuronx_cc_lite.errors import CompileError
+    from neuronx_cc_lite.model_files import external_paths, read_model
+
+    try:
+        return external_paths(read_model(model), os.path.dirname(os.path.abspath(model)))
+    except CompileError:
+        return []
 
 
 def _default_output(model: str) -> str:
@@ -400,22 +552,34 @@ def _default_output(model: str) -> str:
 
 
 def _write_atomic(path: str, write: Callable[[Any], None]) -> None:
-    tmp = f"{path}.partial-{os.getpid()}"
-    try:
-        with open(tmp, "wb") as f:
-            write(f)
-        os.replace(tmp, path)
-    except OSError as e:  # named by the file asked for: the temporary one is ours
-        _remove(tmp)
-        raise OSError(e.errno, e.strerror, path) from None
-    except BaseException:
-        _remove(tmp)
-        raise
+    from isa.files import replacing
+
+    with replacing(path) as f:
+        write(f)
 
 
 def _remove(path: str) -> None:
     if os.path.exists(path):
         os.unlink(path)
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    import json
+
+    from neuronx_cc_lite.generate.command import generation
+
+    try:
+        result = generation(args)
+    except ValueError as e:  # a request the model cannot meet: a prompt longer than the cache, ids past the vocabulary
+        raise UsageError(str(e)) from None
+    print(" ".join(map(str, result.tokens)))
+    log.info(f"{len(result.tokens)} tokens{' (stop token)' if result.stopped else ''}: TTFT {result.ttft_us:.1f} us, "
+             f"TPOT {result.tpot_us:.1f} us, {result.tokens_per_s:.1f} tokens/s on {args.target} (chip model plus "
+             f"the runtime's overhead); {result.host_device_bytes_per_step} bytes between host and device per step")
+    if args.json:
+        text = json.dumps(result.to_json(), indent=1)
+        _write_atomic(args.json, lambda f: f.write(text.encode()))
+    return 0
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
@@ -425,9 +589,6 @@ def cmd_profile(args: argparse.Namespace) -> int:
     from neuronx_cc_lite.reference import bundle_inputs
     from runtime.profile import summarize, summary_text
 
-    for written in (args.json, args.html):
-        if written:
-            _refuse_overwrite(written, args.bundle, *([args.inputs] if args.inputs else []))
     progress.status(f"loading {args.bundle}")
     model = runtime.load(args.bundle)
     inputs = bundle_inputs(model.bundle, args.seed)
@@ -498,15 +659,15 @@ def cmd_disasm(args: argparse.Namespace) -> int:
 def cmd_asm(args: argparse.Namespace) -> int:
     from isa import bundle as bundle_format
     from isa.assembly import assemble
+    from isa.files import read_regular
+    from isa.limits import MAX_LISTING_BYTES
     from isa.validate import ValidationError, problems
     from isa.operand import stream_engine
 
     try:
-        with open(args.listing, encoding="utf-8") as f:
-            text = f.read()
-    except OSError as e:
-        raise UsageError(f"cannot read {args.listing}: {e.strerror}") from None
-    _refuse_overwrite(args.output, args.listing, *([args.weights_from] if args.weights_from else []))
+        text = read_regular(args.listing, MAX_LISTING_BYTES).decode("utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise UsageError(f"cannot read {args.listing}: {getattr(e, 'strerror', None) or e}") from None
     weights = bundle_format.read(args.weights_from) if args.weights_from else None
     b = assemble(text, weights)
     target = _target_of(b.target)
@@ -536,12 +697,13 @@ def bundle_info(path: str) -> dict[str, Any]:
     needs of the chip (SBUF and PSUM high-water marks, semaphores) and how long it runs (the simulator's timing,
     without computing any values)."""
     from isa import bundle as bundle_format
+    from isa.files import open_regular
     from isa.operand import Mem
     from runtime.errors import LoadError
     from runtime.profile import estimated_latency_ns, host_overhead_us, on_chip_peak, roofline, semaphores_used
 
     try:
-        with open(path, "rb") as f:
+        with open_regular(path) as f:
             head = f.read(bundle_format.HEADER_SIZE)
     except OSError as e:
         raise LoadError(f"cannot read {path}: {e.strerror}") from None
@@ -568,6 +730,7 @@ def bundle_info(path: str) -> dict[str, Any]:
         "chips": -(-b.ranks // target.ranks_per_chip(b.lnc)),
         "compiler": b.compiler, "flags": b.flags, "stats": b.stats,
         "inputs": [t.to_json() for t in b.inputs], "outputs": [t.to_json() for t in b.outputs],
+        "state": [t.to_json() for t in b.state],
         "weights": {"bytes": sum(len(s.data) for s in b.weights), "segments": len(b.weights)},
         "streams": [{name: len(s.instructions) for name, s in core.items()} for core in b.cores],
         **memories,
@@ -638,8 +801,8 @@ def cmd_info(args: argparse.Namespace) -> int:
         print(f"group {g:<7} ranks {', '.join(map(str, group))}")
     print(f"compiler      {info['compiler']}")
     print(f"flags         {json.dumps(info['flags'], sort_keys=True)}")
-    for kind in ("input", "output"):
-        for t in info[f"{kind}s"]:
+    for kind, key in (("input", "inputs"), ("output", "outputs"), ("state", "state")):
+        for t in info[key]:
             where = ", ".join(f"rank {p['rank']} HBM {p['hbm_offset']}" + (
                 f" [{p['start']}:{p['stop']} of axis {p['axis']}]" if t["shape"] and
                 p["stop"] - p["start"] != t["shape"][p["axis"]] else "") for p in t["placements"])
@@ -671,9 +834,13 @@ def cmd_check(args: argparse.Namespace) -> int:
     from isa import bundle as bundle_format
     from neuronx_cc_lite.frontend import input_value_arrays, load_model
     from neuronx_cc_lite.precision import error_bound
-    from neuronx_cc_lite.reference import bundle_inputs, compare, error_over_rms, onnxruntime_outputs, within
+    from neuronx_cc_lite.reference import (bundle_inputs, compare, error_over_rms, onnxruntime_outputs,
+                                           special_mismatches, within)
 
     options = _options(args)
+    if options.state:  # onnxruntime would need the state as inputs, and give its next value as outputs
+        raise UsageError("check compares one run with onnxruntime, which keeps no device state: compile with "
+                         "--state, and check without it")
     proto = load_model(args.model)
     b = _compile_cached(args, options, proto)
     with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
@@ -690,20 +857,22 @@ def cmd_check(args: argparse.Namespace) -> int:
     ok = True
     for name, value in expected.items():
         if value.dtype.kind == "f" and not np.isfinite(value).all():
-            print(f"note: onnxruntime's {name!r} has inf or NaN on these inputs, so it proves little; give "
-                  "meaningful inputs with --inputs IN.npz")
-            ok = False
+            count = int(np.count_nonzero(~np.isfinite(value)))
+            print(f"note: onnxruntime's {name!r} has {count} inf or NaN of {value.size} on these inputs: they are "
+                  "compared by position; give inputs that keep it finite with --inputs IN.npz to compare values")
     criterion = (f"max |err| <= {bound:.3g} x rms, the documented {options.auto_cast}/{options.auto_cast_type} "
                  "bound" if bound is not None else f"rtol {args.rtol}, atol {args.atol}")
     print(f"{'output':<24} {'shape':<18} {'max abs err':>12} {'max rel err':>12} {'err / rms':>10}  verdict "
-          f"({criterion})")
+          f"({criterion}; inf and NaN by position)")
     for name, value in actual.items():
         abs_err, rel_err = compare(value, expected[name])
         rms_err = error_over_rms(value, expected[name])
         good = within(value, expected[name], args.rtol, args.atol) if bound is None else rms_err <= bound
         ok &= good
+        misplaced = special_mismatches(value, expected[name])
         print(f"{name:<24} {str(list(value.shape)):<18} {abs_err:>12.3e} {rel_err:>12.3e} {rms_err:>10.2e}  "
-              f"{'ok' if good else 'MISMATCH'}")
+              f"{'ok' if good else 'MISMATCH'}" + (f" ({misplaced} inf or NaN not where onnxruntime has them)"
+                                                   if misplaced else ""))
     print(f"{model.last_run.instructions} instructions; {_timing(model)}")
     return 0 if ok else 1
 
@@ -810,6 +979,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--input", type=_input_file_arg, action="append", default=[], metavar="NAME=FILE.npy",
                    help="one input from a .npy file (repeatable)")
     p.add_argument("--outputs", metavar="OUT.npz", help="write the outputs here (default: print them)")
+    p.add_argument("--state-in", metavar="STATE.npz",
+                   help="device state to start from, keyed by state name (default: zeros, as at load)")
+    p.add_argument("--state-out", metavar="STATE.npz", help="write the device state after the run here")
     p.add_argument("--policy", choices=("clock", "random"), default="clock",
                    help="how engines interleave: simulated time or seeded random order")
     p.add_argument("--seed", type=int, default=0, help="seed of the random policy")
@@ -885,6 +1057,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", metavar="FILE", help="also write the rows as JSON")
     p.set_defaults(run=cmd_bench_collective)
 
+    p = command("generate", "generate tokens with a decoder whose KV cache stays on the device")
+    from neuronx_cc_lite.generate.command import add_arguments
+    add_arguments(p)
+    p.set_defaults(run=cmd_generate)
+
     p = command("list-operators", "list the supported ONNX operators")
     p.add_argument("--framework", type=_framework_arg, default="ONNX", metavar="ONNX",
                    help="the framework whose operators to list, as neuronx-cc takes it: ONNX is the only one")
@@ -909,6 +1086,17 @@ class _ConsoleFormatter(logging.Formatter):
         return message
 
 
+class _LogFile(logging.FileHandler):
+    """--logfile. A write that fails (a full disk) is said once on stderr, on one line, and the log file is given
+    up; logging's own handler would print a traceback for every record."""
+
+    def handleError(self, record: logging.LogRecord) -> None:  # noqa: N802 - logging's name
+        error = sys.exc_info()[1]
+        print(f"{PROG}: warning: NCC_IO: cannot write the log file {self.baseFilename}: "
+              f"{getattr(error, 'strerror', None) or error}; no more is written to it", file=sys.stderr)
+        self.setLevel(logging.CRITICAL + 1)
+
+
 def _start_logging(args: argparse.Namespace) -> list[logging.Handler]:
     """Send the packages' log records to stderr and to --logfile; returns the handlers, for _stop_logging."""
     level = getattr(logging, (args.verbose or "info").upper())
@@ -917,7 +1105,7 @@ def _start_logging(args: argparse.Namespace) -> list[logging.Handler]:
     console.setLevel(max(level, logging.WARNING) if args.quiet else level)
     handlers: list[logging.Handler] = [console]
     if args.logfile:
-        keep = logging.FileHandler(args.logfile, encoding="utf-8")
+        keep = _LogFile(args.logfile, encoding="utf-8")
         keep.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
         keep.setLevel(level)
         handlers.append(keep)
@@ -941,34 +1129,37 @@ def _stop_logging(handlers: list[logging.Handler]) -> None:
         h.close()
 
 
-class _Terminated(BaseException):
-    """SIGTERM, raised where the program is, so that every `finally` and atomic write cleans up as for Ctrl-C."""
-
-
-def _raise_terminated(signum: int, frame: object) -> None:
-    raise _Terminated()
-
-
 def main(argv: list[str] | None = None) -> int:
-    import signal
-    import threading
+    with interrupts.handled():  # from the first line: a signal while parsing or loading gives the coded line too
+        try:
+            return _main(argv)
+        except (KeyboardInterrupt, interrupts.Interrupted) as e:
+            print(f"{PROG}: error: {interrupts.message(e)}", file=sys.stderr)
+            return interrupts.status(e)
 
+
+
+def _main(argv: list[str] | None) -> int:
     progress.start_command(with_process=argv is None)  # the console script: the process is the command
     args = build_parser().parse_args(argv)
+    try:
+        _check_paths(args)
+    except UsageError as e:
+        print(f"{PROG}: error: {e.code}: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:  # an output's folder that does not exist: said before any work
+        print(f"{PROG}: error: NCC_IO: {e.filename}: {e.strerror}", file=sys.stderr)
+        return 1
     try:
         handlers = _start_logging(args)
     except OSError as e:
         print(f"{PROG}: error: NCC_IO: cannot open --logfile {args.logfile}: {e.strerror or e}", file=sys.stderr)
         return 1
     neuronx_cc_flags.say_notes(args)
-    on_main_thread = threading.current_thread() is threading.main_thread()  # handlers can only be set there
-    previous = signal.signal(signal.SIGTERM, _raise_terminated) if on_main_thread else None
     try:
         with progress.shown(handlers[0], enabled=not args.quiet):  # a status line, on a terminal only
             return _run(args)
     finally:
-        if on_main_thread:
-            signal.signal(signal.SIGTERM, previous)  # main() may be called inside a longer-lived program
         _stop_logging(handlers)
 
 
@@ -991,12 +1182,12 @@ def _run(args: argparse.Namespace) -> int:
         return 141  # as a shell reports a pipeline member that SIGPIPE stopped
     except OSError as e:
         message = f"NCC_IO: {e.filename or ''}: {e.strerror or e}"
-    except KeyboardInterrupt:
-        log.error("NCC_INTERRUPTED: interrupted (Ctrl-C); no output was written")
-        return 130
-    except _Terminated:
-        log.error("NCC_INTERRUPTED: terminated by SIGTERM; no output was written")
-        return 143
+    except (KeyboardInterrupt, interrupts.Interrupted) as e:
+        log.error(interrupts.message(e))
+        return interrupts.status(e)
+    except MemoryError:
+        message = ("NCC_HOST_MEMORY: this machine ran out of memory for the command (the model's tensors, or the "
+                   "simulated chip's memories, are larger than it can hold)")
     except Exception as e:  # a bug of ours: say so on one line, keep the traceback for those who ask
         if os.environ.get("NCC_TRACEBACK"):
             raise

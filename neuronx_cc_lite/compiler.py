@@ -24,18 +24,14 @@ from isa.dtypes import DType
 from isa.operand import stream_engine
 from isa.target import Target, get_target
 from neuronx_cc_lite import __version__
-from neuronx_cc_lite.codegen.allocate import allocate, layout_hbm
-from neuronx_cc_lite.codegen.broadcasts import broadcast_on_pe
-from neuronx_cc_lite.codegen.dedupe import dedupe_loads
 from neuronx_cc_lite.codegen.emit import emit
 from neuronx_cc_lite.codegen.on_chip import HOME_FRACTION, Report, keep_on_chip
-from neuronx_cc_lite.codegen.schedule import assign_queues_in_order, schedule
-from neuronx_cc_lite.codegen.transfers import split_transfers
-from neuronx_cc_lite.codegen.verify import verify_order, verify_program
+from neuronx_cc_lite.codegen.stages import Stages
 from neuronx_cc_lite.errors import CompileError
 from neuronx_cc_lite.flops import copy_bytes, model_flops
 from neuronx_cc_lite.frontend import CONVERT_TO, converted_up, import_file, import_model, load_model
 from neuronx_cc_lite.input_ranges import input_ranges
+from neuronx_cc_lite.integer_ranges import integer_ranges
 from neuronx_cc_lite.ir import Graph, Node, model_node_of
 from neuronx_cc_lite.lower import lower_graph
 from neuronx_cc_lite.lower.context import LowerCtx
@@ -65,6 +61,9 @@ class Options:
     lnc: int | None = None  # physical cores per rank; None: the target's default
     input_values: dict[str, Any] = field(default_factory=dict)  # inputs pinned to constants (numbers, nested lists)
     fallback: str = "none"  # "host": what the chip cannot run goes to the CPU (partition/host.py)
+    model_type: str | None = None  # what neuronx-cc users state (--model-type): recorded, not used yet
+    state: dict[str, str] = field(default_factory=dict)  # device state: input -> the output holding its next value
+    decoder: dict[str, Any] | None = None  # a generate step over a KV cache on the device (generate/kv_cache.py)
 
     def flags(self) -> dict[str, Any]:
         """What the bundle records of how it was made (the ranks only when there are several, so that a one-rank
@@ -79,6 +78,12 @@ class Options:
             flags["fallback"] = self.fallback
         if self.input_values:  # the program depends on them: they are part of the cache key
             flags["input_values"] = {k: np.asarray(v).tolist() for k, v in sorted(self.input_values.items())}
+        if self.model_type is not None:
+            flags["model_type"] = self.model_type
+        if self.state:
+            flags["state"] = dict(sorted(self.state.items()))
+        if self.decoder is not None:
+            flags["decoder"] = dict(sorted(self.decoder.items()))
         return flags
 
     def check(self) -> None:
@@ -145,16 +150,39 @@ def _imported(model: str | os.PathLike[str] | onnx.ModelProto, options: Options,
             graph = import_file(model, options.input_shapes, options.input_values)
     log.debug(f"import: {len(graph.nodes)} nodes, {len(graph.tensors)} tensors, {len(graph.inputs)} inputs, "
               f"{len(graph.outputs)} outputs")
+    if options.decoder is not None:
+        from neuronx_cc_lite.generate.kv_cache import decoder_step
+        graph = decoder_step(graph, options.decoder)
+    if options.state:
+        declare_state(graph, options.state)
     with phase("passes"):
         return run_pipeline(graph, dump, options.dump_ir_after, options.stop_after)
 
 
-def compile_graph(graph: Graph, options: Options) -> Bundle:
-    """The bundle of a graph after the passes: one rank's program, or (--tp, --dp) every rank's."""
+def declare_state(graph: Graph, state: dict[str, str]) -> None:
+    """Graph.state from {input: output}: each input kept on the device across runs, each output written into it
+    (NCC_OPTION naming a pair that is not an input and an output of one shape and type)."""
+    for name, after in state.items():
+        if name not in graph.inputs or after not in graph.outputs:
+            raise CompileError("NCC_OPTION", f"state {name}={after}: {name!r} must be an input of the model and "
+                                             f"{after!r} an output")
+        t, u = graph.tensors[name], graph.tensors[after]
+        if u.shape is not None and (t.shape != u.shape or t.dtype != u.dtype):
+            raise CompileError("NCC_OPTION", f"state {name}={after}: {t.dtype}{list(t.shape)} and "
+                                             f"{u.dtype}{list(u.shape)} differ")
+        graph.state[name] = after
+
+
+def compile_graph(graph: Graph, options: Options, dump: Callable[[str, str], None] | None = None) -> Bundle:
+    """The bundle of a graph after the passes: one rank's program, or (--tp, --dp) every rank's. `dump` receives
+    the tile program after the stages options.dump_ir_after names (rank 0's)."""
     target = _target(options.target)
     verify(graph, "the pass pipeline")
     found = refusals(graph)
     if found and options.fallback == HOST:
+        if graph.state:  # a host part would have to hand the device state over: not done
+            raise CompileError("NCC_OPTION", f"device state ({', '.join(graph.state)}) with host parts is not "
+                                             "supported: compile without --fallback host")
         options.check()
         return compile_parts(graph, options, target, found)
     if found:
@@ -163,21 +191,27 @@ def compile_graph(graph: Graph, options: Options) -> Bundle:
     options.check()
     cast = DType[options.auto_cast_type] if options.auto_cast != "none" else None
     facts = {"model_flops": model_flops(graph), "copy_bytes": copy_bytes(graph)}  # for the roofline
-    ranges = input_ranges(graph)
+    ranges = {k: v for k, v in input_ranges(graph).items() if k not in graph.state}
+    bounds = {k: v for k, v in integer_ranges(graph).bounds.items() if k not in graph.state}  # of what the host sends
     if options.tp * options.dp == 1:
-        one = compile_rank(graph, options, target)
-        inputs = [one.info(name) for name in graph.inputs]
-        outputs = [one.info(name) for name in graph.outputs]
+        one = compile_rank(graph, options, target, dump=dump)
+        next_state = set(graph.state.values())
+        inputs = [one.info(name, "inputs") for name in graph.inputs if name not in graph.state]
+        outputs = [one.info(name, "outputs") for name in graph.outputs if name not in next_state]
+        state = [one.info(name, "inputs") for name in graph.state]
         with phase("package"):
-            return _logged(_bundle([one], inputs, outputs, [], options, target, cast, facts, ranges,
-                                   graph.model_ops))
+            return _logged(_bundle([one], inputs, outputs, [], options, target, cast, facts, ranges, bounds,
+                                   graph.model_ops, state))
+    if graph.state:  # the partitioner does not place state yet: the bundle format and the runtime do (per rank)
+        raise CompileError("NCC_OPTION", f"device state ({', '.join(graph.state)}) with --tp/--dp is not supported "
+                                         "yet: compile with --tp 1 --dp 1")
     with phase("partitioning"):
         start = time.perf_counter()
         ranks = partition(graph, options.tp, options.dp)
         log.debug(f"stage partition: {time.perf_counter() - start:.3f} s, {len(ranks)} ranks of "
                   f"{', '.join(str(len(r.graph.nodes)) for r in ranks)} nodes")
     done: dict[tuple[Any, ...], CompiledRank] = {}
-    compiled = [compile_rank(r.graph, options, target, done) for r in ranks]
+    compiled = [compile_rank(r.graph, options, target, done, dump if r.rank == 0 else None) for r in ranks]
     share = target.hbm_bytes // target.ranks_per_chip(options.ranks_lnc(target))
     for r, c in zip(ranks, compiled):
         if c.hbm_size > share:  # the ranks of a chip divide its HBM
@@ -187,7 +221,7 @@ def compile_graph(graph: Graph, options: Options) -> Bundle:
     inputs = [_placed(name, graph, ranks, compiled, "inputs") for name in graph.inputs]
     outputs = [_placed(name, graph, ranks, compiled, "outputs") for name in graph.outputs]
     with phase("package"):
-        return _logged(_bundle(compiled, inputs, outputs, groups, options, target, cast, facts, ranges,
+        return _logged(_bundle(compiled, inputs, outputs, groups, options, target, cast, facts, ranges, bounds,
                                graph.model_ops))
 
 
@@ -231,9 +265,11 @@ class CompiledRank:
     ctx: LowerCtx
     on_chip: Report
 
-    def info(self, name: str, rank: int = 0, piece: tuple[int, int, int] | None = None) -> TensorInfo:
-        """The tensor as the model sees it, placed in this rank's HBM (whole, or the piece (axis, start, stop))."""
-        view = self.ctx.view(name)
+    def info(self, name: str, kind: str, rank: int = 0, piece: tuple[int, int, int] | None = None) -> TensorInfo:
+        """The model input or output (`kind`: "inputs" or "outputs") as the model sees it, placed in this rank's HBM
+        (whole, or the piece (axis, start, stop)). An input that is also an output has a tensor for each: the
+        program copies one into the other."""
+        view = self.ctx.inputs[name] if kind == "inputs" else self.ctx.view(name)
         t = self.graph.tensors[name]
         info = TensorInfo.whole(name, tuple(t.shape), np.dtype(t.dtype).name, view.dtype.name, view.tensor.offset,
                                 rank)
@@ -244,43 +280,23 @@ class CompiledRank:
 
 
 def compile_rank(graph: Graph, options: Options, target: Target,
-                 done: dict[tuple[Any, ...], CompiledRank] | None = None) -> CompiledRank:
-    """Lower, keep on chip, schedule, allocate and emit one rank's graph. With `done` (the ranks compiled so far,
-    by the shape of their tile program): a rank whose tile program differs from an earlier one's only in its
-    weights' bytes takes that rank's schedule, HBM layout and streams (nothing after lowering reads weight
-    bytes), and only its weights are its own."""
+                 done: dict[tuple[Any, ...], CompiledRank] | None = None,
+                 dump: Callable[[str, str], None] | None = None) -> CompiledRank:
+    """Lower one rank's graph and run the stages after lowering (codegen/stages.py), then emit its streams. With
+    `done` (the ranks compiled so far, by the shape of their tile program): a rank whose tile program differs
+    from an earlier one's only in its weights' bytes takes that rank's schedule, HBM layout and streams (nothing
+    after lowering reads weight bytes), and only its weights are its own."""
     check_fits_hbm(graph, target)
+    stages = Stages(options.optimize, options.dump_ir_after, options.stop_after, dump)
     if options.optimize >= 2:
         # a quarter of the SBUF the homes may take: the scores, the probabilities and what lives beside them
         start, nodes = time.perf_counter(), len(graph.nodes)
         graph = split_attention.run(graph, int(target.partitions * target.sbuf_partition_bytes * HOME_FRACTION / 4))
         verify(graph, "split-attention")
         log.debug(f"pass split-attention: {time.perf_counter() - start:.3f} s, {nodes} -> {len(graph.nodes)} nodes")
-    cast = DType[options.auto_cast_type] if options.auto_cast != "none" else None
-    by_rows: frozenset[str] | None = frozenset() if options.optimize >= 2 else None
     with phase("lowering"):  # the tile program, kept on chip (which may lower again)
-        while True:
-            start = time.perf_counter()
-            program, ctx = lower_graph(graph, target, matmul_dtype=cast, by_rows=by_rows,
-                                       internal_dtype=cast if options.auto_cast == "all" else None)
-            start = stage_done("lowering", program, start)
-            on_chip = Report()
-            if options.optimize < 2:
-                break
-            on_chip = keep_on_chip(program)
-            start = stage_done("keep-on-chip", program, start, f"{len(on_chip.kept)} tensors kept on chip, "
-                                                               f"{on_chip.spill_bytes} bytes spilled")
-            # lay the stranded tensors out by rows, those the feature-major policy chose (each try adds one at
-            # least, so this ends; a by-rows tensor with one element per row, a global pool's, looks stranded too)
-            retry = frozenset(n for n in on_chip.stranded if n in graph.tensors and ctx.feature_major(n))
-            if not retry:
-                break
-            by_rows = by_rows | retry  # type: ignore[operator]
-        if options.optimize >= 2:
-            broadcast_on_pe(program)
-            start = stage_done("broadcast-on-pe", program, start)
-            dedupe_loads(program)
-            stage_done("dedupe-loads", program, start)
+        program, ctx, on_chip = lower_program(graph, options, target, stages)
+        stages.run(program, "broadcast-on-pe", "dedupe-loads")
     key = shape_of(program) if done is not None else ()
     if done is not None and key in done:
         twin = done[key]
@@ -288,29 +304,41 @@ def compile_rank(graph: Graph, options: Options, target: Target,
             mine.offset = theirs.offset
         return CompiledRank(graph, twin.streams, twin.hbm_size, program, ctx, on_chip)
     with phase("scheduling"):
-        schedule_and_allocate(program, options.optimize)
+        stages.run(program, "split-transfers", "schedule")
     with phase("allocation"):  # of HBM
-        start = time.perf_counter()
-        hbm_size = layout_hbm(program)
-        _log_stage("hbm-layout", start, f"{hbm_size} bytes of HBM, {len(program.hbm)} tensors")
+        stages.run(program, "hbm-layout")
     with phase("emit"):
         start = time.perf_counter()
-        streams = emit(program, hbm_size)
+        streams = emit(program, program.hbm_size)
         _log_stage("emit", start, f"{instruction_counts(streams)} instructions")
-    compiled = CompiledRank(graph, streams, hbm_size, program, ctx, on_chip)
+    compiled = CompiledRank(graph, streams, program.hbm_size, program, ctx, on_chip)
     if done is not None:
         done[key] = compiled
     return compiled
 
 
-def stage_done(name: str, program: Program, start: float, detail: str = "") -> float:
-    """After a stage that changes the tile program: verify it (a failure names the stage) and, at debug level, log
-    the stage's time and the program's size. Returns the time the next stage starts from."""
-    verify_program(program, name)
-    if log.isEnabledFor(logging.DEBUG):
-        sizes = f"{len(program.instrs)} instructions, {len(program.tiles)} tiles"
-        _log_stage(name, start, f"{sizes}, {detail}" if detail else sizes)
-    return time.perf_counter()
+def lower_program(graph: Graph, options: Options, target: Target, stages: Stages) -> tuple[Program, LowerCtx, Report]:
+    """The stages "lowering" and "keep-on-chip": lower the graph, keep what can stay on chip, and lower again with
+    the tensors keep-on-chip found stranded between two layouts laid out by rows (each try adds one at least, so
+    this ends; a by-rows tensor with one element per row, a global pool's, looks stranded too). A dump after
+    lowering shows each try."""
+    cast = DType[options.auto_cast_type] if options.auto_cast != "none" else None
+    by_rows: frozenset[str] | None = frozenset() if options.optimize >= 2 else None
+    while True:
+        start = time.perf_counter()
+        program, ctx = lower_graph(graph, target, matmul_dtype=cast, by_rows=by_rows,
+                                   internal_dtype=cast if options.auto_cast == "all" else None)
+        start = stages.done("lowering", program, start)
+        if options.optimize < 2:
+            return program, ctx, Report()
+        on_chip = keep_on_chip(program)
+        retry = frozenset(n for n in on_chip.stranded if n in graph.tensors and ctx.feature_major(n))
+        if not retry:
+            break
+        by_rows = by_rows | retry  # type: ignore[operator]
+    stages.done("keep-on-chip", program, start, f"{len(on_chip.kept)} tensors kept on chip, "
+                                                f"{on_chip.spill_bytes} bytes spilled")
+    return program, ctx, on_chip
 
 
 def instruction_counts(streams: dict[str, Stream]) -> str:
@@ -347,10 +375,10 @@ def shape_of(program: Program) -> tuple[Any, ...]:
 
 def _placed(name: str, graph: Graph, ranks: list[RankGraph], compiled: list[CompiledRank], kind: str) -> TensorInfo:
     """A model input or output with a placement on every rank that holds a piece of it."""
-    pieces = [c.info(name, r.rank, getattr(r, kind)[name]).placements[0]
+    pieces = [c.info(name, kind, r.rank, getattr(r, kind)[name]).placements[0]
               for r, c in zip(ranks, compiled) if name in getattr(r, kind)]
     t = graph.tensors[name]
-    device = compiled[0].ctx.view(name).dtype.name
+    device = (compiled[0].ctx.inputs[name] if kind == "inputs" else compiled[0].ctx.view(name)).dtype.name
     return TensorInfo(name, tuple(t.shape), np.dtype(t.dtype).name, device, tuple(pieces))
 
 
@@ -372,12 +400,16 @@ def _logged(b: Bundle) -> Bundle:
 
 def _bundle(compiled: list[CompiledRank], inputs: list[TensorInfo], outputs: list[TensorInfo],
             groups: list[tuple[int, ...]], options: Options, target: Target, cast: DType | None,
-            facts: dict[str, int], ranges: Any, model_ops: dict[str, str]) -> Bundle:
+            facts: dict[str, int], ranges: Any, bounds: dict[str, tuple[int, int]],
+            model_ops: dict[str, str], state: list[TensorInfo] | None = None) -> Bundle:
     first = compiled[0]
     stats = {**facts, "matmul_dtype": (cast or DType.fp32).name,
              "spill_bytes": first.on_chip.spill_bytes,
              "kept_on_chip": len(first.on_chip.kept), "through_hbm": len(first.on_chip.through_hbm),
-             "input_ranges": ranges, "model_nodes": model_nodes(compiled, model_ops)}
+             "input_ranges": ranges, "model_nodes": model_nodes(compiled, model_ops),
+             "schedule_tries": first.program.schedule_tries}
+    if bounds:  # the integer inputs the program computes with exactly only inside these (integer_ranges.py)
+        stats["integer_bounds"] = {name: list(bound) for name, bound in sorted(bounds.items())}
     if len(compiled) > 1:
         stats["rank_flops"] = [model_flops(c.graph) for c in compiled]
     return Bundle(
@@ -394,35 +426,8 @@ def _bundle(compiled: list[CompiledRank], inputs: list[TensorInfo], outputs: lis
         hbm_tensors=[HbmTensorInfo(h.name, h.kind, h.offset, h.nbytes) for h in first.program.hbm],
         lnc=options.ranks_lnc(target),
         groups=groups,
+        state=state or [],
     )
-
-
-def schedule_and_allocate(program: Program, optimize: int) -> None:
-    """-O2: list scheduling, which places every tile as it goes; when it runs out of memory (every ready
-    instruction waiting for room that nothing will free) the lowering order is used instead, as at -O1: it always
-    fits, keeping only the tiles of one operator live at a time."""
-    start = time.perf_counter()
-    split_transfers(program)
-    start = stage_done("split-transfers", program, start)
-    lowered = list(program.instrs)
-    engines = [p.engine for p in lowered]
-    if optimize >= 2:
-        try:
-            preds = schedule(program)
-            verify_order(lowered, program.instrs, preds, "schedule")
-            stage_done("schedule", program, start)
-            return
-        except CompileError as e:
-            if e.code not in ("NCC_SBUF_FULL", "NCC_PSUM_FULL"):
-                raise
-        program.instrs = list(lowered)
-        for p, e in zip(lowered, engines):
-            p.engine = e
-    assign_queues_in_order(program)
-    with phase("allocation"):  # -O2's scheduling places the tiles as it goes
-        allocate(program)
-        _log_stage("allocate (lowering order)", start, f"{len(program.instrs)} instructions, "
-                                                       f"{len(program.tiles)} tiles")
 
 
 def compile_model(model: str | os.PathLike[str] | onnx.ModelProto, options: Options | None = None,
@@ -430,7 +435,7 @@ def compile_model(model: str | os.PathLike[str] | onnx.ModelProto, options: Opti
     options = options or Options()
     _target(options.target)
     options.check()
-    return compile_graph(prepare(model, options, dump), options)
+    return compile_graph(prepare(model, options, dump), options, dump)
 
 
 def check_options(**options: Any) -> None:

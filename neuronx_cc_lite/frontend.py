@@ -22,26 +22,53 @@ import onnx
 import onnx.version_converter
 from onnx import external_data_helper, helper, numpy_helper
 
+from isa.files import open_regular
 from neuronx_cc_lite.errors import CompileError
+from neuronx_cc_lite.model_files import external_info, external_path, external_tensors, read_model
 from neuronx_cc_lite.ir import Graph, Node, Tensor
 
 
 def load_model(path: str | os.PathLike[str], map_weights: bool = False) -> onnx.ModelProto:
     """The model with its external data read in; `map_weights`: but for the large initializers that
     `import_file` maps (they stay references to their files)."""
+    model = read_model(path)
+    base_dir = os.path.dirname(os.path.abspath(path))
+    mapped = {i.name for i in model.graph.initializer if map_weights and _mappable(i)}
+    for tensor in external_tensors(model):
+        if tensor.name not in mapped:
+            _load_external(tensor, base_dir)
+    return model
+
+
+def _external_span(tensor: onnx.TensorProto, size: int) -> tuple[int, int]:
+    """(offset, length) of a tensor's bytes in its external data file of `size` bytes, checked to lie inside it
+    and to hold the tensor (a length or a file far larger than the tensor is never read whole)."""
+    info = external_info(tensor)
+    offset = info.offset or 0
+    dtype = np.dtype(helper.tensor_dtype_to_np_dtype(tensor.data_type)) \
+        if tensor.data_type in _MAPPABLE_TYPES else None
+    needed = math.prod(tensor.dims) * dtype.itemsize if dtype is not None else None
+    length = info.length if info.length is not None else (needed if needed is not None else size - offset)
+    if offset + length > size or (needed is not None and length != needed):
+        raise CompileError("NCC_ONNX_INVALID", f"tensor {tensor.name!r}: its external data ({info.location!r}, "
+                           f"offset {offset}, length {info.length}) does not hold {math.prod(tensor.dims)} "
+                           f"{dtype or ''} elements ({size} bytes in the file)".replace("  ", " "))
+    return offset, length
+
+
+def _load_external(tensor: onnx.TensorProto, base_dir: str) -> None:
+    """Read a tensor's external data into it (as onnx's loader does, from a regular file beside the model only)."""
+    path = external_path(base_dir, tensor)
     try:
-        model = onnx.load(os.fspath(path), load_external_data=False)
-        base_dir = os.path.dirname(os.path.abspath(path))
-        mapped = {i.name for i in model.graph.initializer if map_weights and _mappable(i)}
-        for tensor in external_data_helper._get_all_tensors(model):
-            if external_data_helper.uses_external_data(tensor) and tensor.name not in mapped:
-                external_data_helper.load_external_data_for_tensor(tensor, base_dir)
-        return model
-    except FileNotFoundError:
-        raise CompileError("NCC_ONNX_LOAD", f"no such file: {path}") from None
-    except Exception as e:  # protobuf raises several unrelated types for a malformed file
-        raise CompileError("NCC_ONNX_LOAD", f"cannot parse {path} as an ONNX model: {type(e).__name__}: "
-                           f"{str(e).splitlines()[0] if str(e) else 'malformed protobuf'}") from None
+        with open_regular(path) as f:
+            offset, length = _external_span(tensor, os.fstat(f.fileno()).st_size)
+            f.seek(offset)
+            tensor.raw_data = f.read(length)
+    except OSError as e:
+        raise CompileError("NCC_ONNX_LOAD", f"tensor {tensor.name!r}: cannot read its external data {path}: "
+                           f"{e.strerror or e}") from None
+    tensor.data_location = onnx.TensorProto.DEFAULT
+    del tensor.external_data[:]
 
 
 # ONNX types whose external bytes are the numpy array's bytes (little-endian, one element after another)
@@ -62,30 +89,18 @@ def _mappable(init: onnx.TensorProto) -> bool:
 
 def _mapped(init: onnx.TensorProto, base_dir: str, maps: dict[str, mmap.mmap]) -> np.ndarray:
     """The external initializer as a read-only view of a memory map of its file (`maps`: by path, one each)."""
-    try:
-        info = external_data_helper.ExternalDataInfo(init)
-    except ValueError as e:  # an offset or length that is not a count
-        raise CompileError("NCC_ONNX_INVALID", f"initializer {init.name!r}: {e}") from None
-    root = os.path.realpath(base_dir)
-    path = os.path.realpath(os.path.join(root, info.location))
-    if os.path.isabs(info.location) or os.path.commonpath([root, path]) != root:
-        raise CompileError("NCC_ONNX_INVALID", f"initializer {init.name!r}: external data {info.location!r} is "
-                           "not a file beside the model")
-    dtype = np.dtype(helper.tensor_dtype_to_np_dtype(init.data_type))
-    count = math.prod(init.dims)
-    offset = info.offset or 0
+    path = external_path(base_dir, init)
     if path not in maps:
         try:
-            with open(path, "rb") as f:
+            with open_regular(path) as f:
                 maps[path] = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         except (OSError, ValueError) as e:  # ValueError: an empty file
             raise CompileError("NCC_ONNX_LOAD", f"initializer {init.name!r}: cannot read its external data "
-                               f"{info.location!r}: {getattr(e, 'strerror', None) or e}") from None
+                               f"{path}: {getattr(e, 'strerror', None) or e}") from None
         _MAPS.add(maps[path])
-    if info.length not in (None, count * dtype.itemsize) or offset + count * dtype.itemsize > len(maps[path]):
-        raise CompileError("NCC_ONNX_INVALID", f"initializer {init.name!r}: its external data ({info.location!r}, "
-                           f"offset {offset}, length {info.length}) does not hold {count} {dtype} elements")
-    return np.frombuffer(maps[path], dtype, count, offset).reshape(tuple(init.dims))
+    offset, length = _external_span(init, len(maps[path]))
+    dtype = np.dtype(helper.tensor_dtype_to_np_dtype(init.data_type))
+    return np.frombuffer(maps[path], dtype, length // dtype.itemsize, offset).reshape(tuple(init.dims))
 
 
 def release_mapped_weights() -> None:

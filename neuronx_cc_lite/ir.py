@@ -7,6 +7,7 @@ Its text form (`print_graph`) is what `--dump-ir-after` shows:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -27,7 +28,7 @@ class Tensor:
 
     @property
     def size(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64))
+        return math.prod(self.shape)  # exact: np.prod wraps past 2^63 (to 0, skipping the HBM check)
 
 
 @dataclass
@@ -52,12 +53,22 @@ class Graph:
     # the model's own nodes, name -> op, as imported: the passes name every node they make after the model node it
     # came from (model_node_of), so that what runs can be reported by the model's operators
     model_ops: dict[str, str] = field(default_factory=dict)
+    # device state (a KV cache): input name -> the graph output that holds its value for the next run. The bundle
+    # keeps the input in HBM across runs and writes that output into it (in place where the op allows)
+    state: dict[str, str] = field(default_factory=dict)
 
     def opset_of(self, node: Node) -> int:
         return node.opset if node.opset is not None else self.opset
 
     def tensor(self, name: str) -> Tensor:
         return self.tensors[name]
+
+    def fresh(self, name: str) -> str:
+        """`name`, or `name.N` for the first N that no tensor of the graph has."""
+        candidate, n = name, 1
+        while candidate in self.tensors:
+            candidate, n = f"{name}.{n}", n + 1
+        return candidate
 
     def consumers(self) -> dict[str, list[Node]]:
         users: dict[str, list[Node]] = {}

@@ -55,38 +55,72 @@ def onnxruntime_session(model: onnx.ModelProto, threads: int = 0) -> Any:
 
 
 def onnxruntime_outputs(model: onnx.ModelProto, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    session = onnxruntime_session(model)
-    names = [o.name for o in session.get_outputs()]
-    return dict(zip(names, session.run(names, inputs)))
+    """onnxruntime's outputs; a model or inputs it refuses raise CompileError NCC_REFERENCE."""
+    from neuronx_cc_lite.errors import CompileError
+
+    try:
+        session = onnxruntime_session(model)
+        names = [o.name for o in session.get_outputs()]
+        return dict(zip(names, session.run(names, inputs)))
+    except MemoryError:
+        raise
+    except Exception as e:  # noqa: BLE001 - onnxruntime raises its own types (Fail, InvalidGraph, ...) and more
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise CompileError("NCC_REFERENCE", f"onnxruntime, the reference, cannot run the model: {first}") from None
+
+
+def special_mismatches(actual: np.ndarray, expected: np.ndarray) -> int:
+    """How many elements are NaN on one side only, or infinite on one side and not the same infinity on the
+    other: such positions are compared, not subtracted (inf - inf is NaN, and a NaN is no error size)."""
+    if actual.dtype.kind not in "fc" and expected.dtype.kind not in "fc":
+        return 0
+    a, e = actual.astype(np.float64), expected.astype(np.float64)
+    nan = np.isnan(a) != np.isnan(e)
+    inf = (np.isinf(a) | np.isinf(e)) & (a != e) & ~np.isnan(a) & ~np.isnan(e)
+    return int(np.count_nonzero(nan | inf))
+
+
+def _finite_both(actual: np.ndarray, expected: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The elements finite on both sides, as float64 (the others are compared by `special_mismatches`)."""
+    a, e = actual.astype(np.float64).ravel(), expected.astype(np.float64).ravel()
+    keep = np.isfinite(a) & np.isfinite(e)
+    return a[keep], e[keep]
 
 
 def compare(actual: np.ndarray, expected: np.ndarray) -> tuple[float, float]:
-    """Max absolute error, and max error relative to the largest expected magnitude."""
+    """Max absolute error over the elements finite on both sides, and the same relative to the largest finite
+    expected magnitude; inf if some inf or NaN is not matched in position (special_mismatches)."""
     if actual.shape != expected.shape:
         raise ValueError(f"shape {actual.shape}, expected {expected.shape}")
-    if actual.size == 0:
+    if special_mismatches(actual, expected):
+        return float("inf"), float("inf")
+    a, e = _finite_both(actual, expected)
+    if a.size == 0:
         return 0.0, 0.0
-    a, e = actual.astype(np.float64), expected.astype(np.float64)
-    both_nan = np.isnan(a) & np.isnan(e)
-    diff = np.where(both_nan, 0.0, np.abs(a - e))
-    diff = np.where(np.isnan(diff), np.inf, diff)
-    scale = float(np.nanmax(np.abs(np.where(np.isinf(e), 0.0, e)))) if np.isfinite(e).any() else 0.0
-    worst = float(diff.max())
+    worst = float(np.abs(a - e).max())
+    scale = float(np.abs(e).max())
     return worst, worst / scale if scale > 0 else worst
 
 
 def within(actual: np.ndarray, expected: np.ndarray, rtol: float, atol: float) -> bool:
-    if actual.shape != expected.shape:
+    """Every inf and NaN where the reference has it, and the finite elements within rtol and atol; integers and
+    booleans exactly (an int64 past 2^53 has no float64 to be close in)."""
+    if actual.shape != expected.shape or special_mismatches(actual, expected):
         return False
-    return bool(np.allclose(actual.astype(np.float64), expected.astype(np.float64), rtol=rtol, atol=atol,
-                            equal_nan=True))
+    if actual.dtype.kind in "biu" and expected.dtype.kind in "biu":
+        return bool(np.array_equal(actual, expected))
+    a, e = _finite_both(actual, expected)
+    return bool(np.allclose(a, e, rtol=rtol, atol=atol))
 
 
 def error_over_rms(actual: np.ndarray, expected: np.ndarray) -> float:
-    """max |actual - expected| over the root-mean-square of expected: the measure auto-cast bounds are given in."""
-    if expected.size == 0:
+    """max |actual - expected| over the root-mean-square of expected, both over the elements finite on both sides
+    (inf when an inf or NaN is not matched in position): the measure auto-cast bounds are given in."""
+    if special_mismatches(actual, expected):
+        return float("inf")
+    a, e = _finite_both(actual, expected)
+    if e.size == 0:
         return 0.0
-    e = expected.astype(np.float64)
     rms = float(np.sqrt(np.mean(e * e)))
-    worst = float(np.max(np.abs(actual.astype(np.float64) - e)))
+    worst = float(np.max(np.abs(a - e)))
     return worst / rms if rms > 0 else worst

@@ -6,8 +6,9 @@ It depends on numpy, ml_dtypes and the bundle contract in `isa/` only: never on 
 from runtime.errors import (AccessError, CollectiveError, DeadlockError, InputError, LoadError,
                             NeuronRuntimeError)
 from runtime.execution_queue import ExecutionQueue, Handle, QueueError
-from runtime.model import Model, load
+from runtime.model import IoBytes, Model, load
 from runtime.races import RaceError
+from runtime.state import DeviceState
 
-__all__ = ["load", "Model", "ExecutionQueue", "Handle", "NeuronRuntimeError", "LoadError", "InputError",
-           "AccessError", "CollectiveError", "DeadlockError", "RaceError", "QueueError"]
+__all__ = ["load", "Model", "DeviceState", "IoBytes", "ExecutionQueue", "Handle", "NeuronRuntimeError", "LoadError",
+           "InputError", "AccessError", "CollectiveError", "DeadlockError", "RaceError", "QueueError"]

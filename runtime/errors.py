@@ -30,3 +30,9 @@ class CollectiveError(NeuronRuntimeError):
     """Ranks of a replica group posted different collectives as their k-th on it."""
 
     code = "NRT_COLLECTIVE"
+
+
+class RanksError(NeuronRuntimeError):
+    """The processes of an MPI job run different bundles or inputs, or one of them failed before the run."""
+
+    code = "NRT_RANKS"

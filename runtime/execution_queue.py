@@ -10,7 +10,8 @@ handle at once, poll it or wait on it, queue several.
 
 A model is one program with one set of memories, so its inferences run one after another in the order they were
 submitted, on the queue's one worker thread (as a NeuronCore runs its queue); the caller's thread is free
-meanwhile. Inputs are copied at submit, so the caller may reuse its arrays at once.
+meanwhile. Inputs are copied at submit, so the caller may reuse its arrays at once. Several queues on one model,
+or a queue and direct runs, take turns on it (Model.run is one run at a time).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from runtime.errors import NeuronRuntimeError
-from runtime.model import Model
+from runtime.model import IoBytes, Model, check_run_options
 from runtime.simulator import RunStats
 
 
@@ -39,6 +40,7 @@ class Handle:
         self._outputs: dict[str, np.ndarray] | None = None
         self._error: BaseException | None = None
         self.stats: RunStats | None = None  # the run's simulated time and counts, once it has run
+        self.io: IoBytes | None = None  # the bytes the run copied between host and device, once it has run
 
     def done(self) -> bool:
         return self._finished.is_set()
@@ -54,16 +56,21 @@ class Handle:
         return self._outputs
 
     def _finish(self, outputs: dict[str, np.ndarray] | None, error: BaseException | None,
-                stats: RunStats | None) -> None:
-        self._outputs, self._error, self.stats = outputs, error, stats
+                stats: RunStats | None, io: IoBytes | None = None) -> None:
+        self._outputs, self._error, self.stats, self.io = outputs, error, stats, io
         self._finished.set()
 
 
 _STOP = object()
 
 
+RUN_OPTIONS = frozenset({"policy", "seed", "trace", "check_races"})
+
+
 class ExecutionQueue:
     def __init__(self, model: Model) -> None:
+        if not callable(getattr(model, "run", None)):
+            raise TypeError(f"ExecutionQueue takes a loaded model (runtime.load(...)), not {type(model).__name__}")
         self.model = model
         self._jobs: queues.Queue[Any] = queues.Queue()
         self._submitted = 0
@@ -73,7 +80,13 @@ class ExecutionQueue:
         self._worker.start()
 
     def submit(self, inputs: Mapping[str, np.ndarray], **run_options: Any) -> Handle:
-        """Queue one inference; `run_options` are those of Model.run (policy, seed, trace, check_races)."""
+        """Queue one inference; `run_options` are those of Model.run (policy, seed, trace, check_races). Arguments
+        that could not mean anything raise TypeError or ValueError here, not later on the handle."""
+        unknown = sorted(set(run_options) - RUN_OPTIONS)
+        if unknown:
+            raise TypeError(f"submit() got unknown option(s) {', '.join(unknown)} (it takes "
+                            f"{', '.join(sorted(RUN_OPTIONS))})")
+        check_run_options(inputs, run_options.get("policy", "clock"), run_options.get("seed", 0))
         with self._lock:
             if self._closed:
                 raise QueueError("the queue is closed")
@@ -105,8 +118,12 @@ class ExecutionQueue:
                 return
             handle, inputs, options = job
             try:
-                outputs = self.model.run(inputs, **options)
+                io = None
+                if isinstance(self.model, Model):
+                    outputs, stats, io = self.model.run_with_io(inputs, **options)
+                else:  # a stand-in with a run() of its own
+                    outputs, stats = self.model.run(inputs, **options), self.model.last_run
             except Exception as e:  # delivered to whoever waits on the handle
                 handle._finish(None, e, None)
             else:
-                handle._finish(outputs, None, self.model.last_run)
+                handle._finish(outputs, None, stats, io)

@@ -134,9 +134,13 @@ class PartitionedModel:
         """Every chip part's streams as one simulator's (what the progress line polls)."""
         return _Streams([s for m in self.chip_models for s in m.simulator.streams])
 
+    def check_inputs(self, inputs: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        """The inputs in the model's order, each of its name, shape and type (InputError otherwise)."""
+        return check_inputs(self.inputs, inputs)
+
     def run(self, inputs: Mapping[str, np.ndarray], policy: str = "clock", seed: int = 0, trace: bool = False,
             check_races: bool = False) -> dict[str, np.ndarray]:
-        values: dict[str, np.ndarray] = dict(zip((i.name for i in self.inputs), check_inputs(self.inputs, inputs)))
+        values: dict[str, np.ndarray] = dict(zip((i.name for i in self.inputs), self.check_inputs(inputs)))
         stats = PartitionedRun()
         for k, (part, model) in enumerate(zip(self.bundle.parts, self.parts)):
             feeds = {name: values[name] for name in part.inputs}

@@ -4,8 +4,8 @@ Checks, each a LoadError naming what is wrong:
 - the LNC is one the target offers, and the target can hold the bundle's ranks (isa/collectives.py's topology);
 - the ranks of one chip fit its HBM: ranks per chip x hbm_size <= the chip's HBM;
 - every replica group is non-empty and names distinct ranks of the bundle;
-- every placement of an input or output lies in its rank's HBM and slices an axis of the tensor, and the placements
-  of each output cover all of it; every weight segment lies in its rank's HBM.
+- every placement of an input, output or state tensor lies in its rank's HBM and slices an axis of the tensor, and
+  the placements of each output and state tensor cover all of it; every weight segment lies in its rank's HBM.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def check_ranks(b: Bundle, t: Target) -> Topology:
 
 
 def check_placements(b: Bundle) -> None:
-    for info in (*b.inputs, *b.outputs):
+    for info in (*b.inputs, *b.outputs, *b.state):
         if info.device_dtype not in DType.__members__:
             raise LoadError(f"tensor {info.name!r} has device type {info.device_dtype!r}, which no engine has")
         try:
@@ -68,10 +68,11 @@ def check_placements(b: Bundle) -> None:
             if p.hbm_offset < 0 or end > b.hbm_size:
                 raise LoadError(f"{where} at HBM [{p.hbm_offset}, {end}) lies outside the rank's {b.hbm_size} "
                                 "bytes")
-    for info in b.outputs:
-        first = _first_uncovered(info)
-        if first is not None:
-            raise LoadError(f"output {info.name!r}: no placement holds element {first}")
+    for kind, infos in (("output", b.outputs), ("state tensor", b.state)):
+        for info in infos:
+            first = _first_uncovered(info)
+            if first is not None:
+                raise LoadError(f"{kind} {info.name!r}: no placement holds element {first}")
     for seg in b.weights:
         if not 0 <= seg.rank < len(b.cores):
             raise LoadError(f"weight segment for rank {seg.rank}; the bundle has ranks 0..{len(b.cores) - 1}")

@@ -11,10 +11,15 @@ tensor placement of that rank ends (the loader works that out before any view is
 `hbm_size` bytes, which the validator enforces), and its SBUF and PSUM are allocated when an operand first names
 them. HBM is an anonymous mapping, whose pages cost memory only once touched, and only the spans some operand or
 placement names are filled with UNWRITTEN: a bundle that touches 4 bytes at the end of 3 GiB pays for a page.
+
+Device state (runtime/state.py) lives in arrays of its own, bound to the spans of HBM where the bundle places it:
+an operand inside a bound span is a view of the state's array (which runs do not clear, and which other models
+bound to the same state see), and an operand that straddles the edge of one is refused.
 """
 
 from __future__ import annotations
 
+import bisect
 import mmap
 
 import numpy as np
@@ -33,10 +38,35 @@ class RankMemories:
         self.hbm = [_lazy_bytes(reach) for reach in hbm_reach]
         self._hbm_spans: list[set[tuple[int, int]]] = [set() for _ in hbm_reach]  # [first, end) some view names
         self._hbm_fill: list[list[tuple[int, int]]] | None = None  # the spans merged, until another is added
+        self._kept: list[set[tuple[int, int]]] = [set() for _ in hbm_reach]  # [first, end) clear() leaves
         self.sbuf: list[np.ndarray | None] = [None] * len(hbm_reach)
         self.psum: list[np.ndarray | None] = [None] * len(hbm_reach)
         # (memory, rank) -> how far into a partition row some view reaches: the bytes a run may have touched
         self._reach: dict[tuple[Mem, int], int] = {}
+        self._bound: list[list[tuple[int, int, np.ndarray]]] = [[] for _ in hbm_reach]  # (first, end, bytes)
+
+    def bind(self, rank: int, first: int, array: np.ndarray) -> None:
+        """HBM bytes [first, first + array.size) of `rank` are `array` (uint8): device state, which operands
+        inside the span view and clear() leaves alone. Call before any view is made."""
+        end = first + array.size
+        spans = self._bound[rank]
+        k = bisect.bisect_left(spans, first, key=lambda s: s[0])
+        if (k > 0 and spans[k - 1][1] > first) or (k < len(spans) and spans[k][0] < end):
+            raise AccessError(f"state at HBM [{first}, {end}) overlaps other state")
+        spans.insert(k, (first, end, array))
+
+    def _bound_view(self, rank: int, first: int, end: int) -> tuple[np.ndarray, int] | None:
+        """(the state array, the offset in it) when [first, end) lies in bound state; None when it lies outside
+        every bound span; AccessError when it straddles an edge."""
+        spans = self._bound[rank]
+        k = bisect.bisect_right(spans, first, key=lambda s: s[0]) - 1
+        if k >= 0 and first < spans[k][1]:
+            if end > spans[k][1]:
+                raise AccessError(f"HBM access [{first}, {end}) runs past the end of device state at {spans[k][1]}")
+            return spans[k][2], first - spans[k][0]
+        if k + 1 < len(spans) and spans[k + 1][0] < end:
+            raise AccessError(f"HBM access [{first}, {end}) runs into device state at {spans[k + 1][0]}")
+        return None
 
     def touch(self, rank: int, first: int, end: int) -> None:
         """Bytes [first, end) of `rank`'s HBM are read or written by a run: clear() fills them."""
@@ -44,10 +74,17 @@ class RankMemories:
             self._hbm_spans[rank].add((first, end))
             self._hbm_fill = None
 
+    def keep(self, rank: int, first: int, end: int) -> None:
+        """Bytes [first, end) of `rank`'s HBM hold what no run writes (the weights, placed once at load): clear()
+        leaves them."""
+        self._kept[rank].add((first, end))
+        self._hbm_fill = None
+
     def clear(self) -> None:
-        """Every byte a run may touch back to UNWRITTEN."""
+        """Every byte a run may touch back to UNWRITTEN, but for those kept."""
         if self._hbm_fill is None:
-            self._hbm_fill = [_merged(spans) for spans in self._hbm_spans]
+            self._hbm_fill = [_without(_merged(spans), _merged(kept))
+                              for spans, kept in zip(self._hbm_spans, self._kept)]
         for hbm, fill in zip(self.hbm, self._hbm_fill):
             for first, end in fill:
                 hbm[first:end].fill(UNWRITTEN)
@@ -71,8 +108,13 @@ class RankMemories:
             first, end = o.byte_span()
             if end > hbm.size:
                 raise AccessError(f"HBM access [{first}, {end}) past the {hbm.size} bytes of HBM")
-            self.touch(rank, first, end)
-            base, offset, pstride = hbm, o.offset, o.partition_stride * size
+            bound = self._bound_view(rank, first, end) if first < end else None
+            if bound is None:
+                self.touch(rank, first, end)
+                base, offset = hbm, o.offset
+            else:
+                base, offset = bound[0], bound[1] + o.offset - first
+            pstride = o.partition_stride * size
         else:
             array = self._on_chip(o.mem, rank)
             rows, row_bytes = array.shape
@@ -116,3 +158,22 @@ def _merged(spans: set[tuple[int, int]]) -> list[tuple[int, int]]:
         else:
             merged.append((first, end))
     return merged
+
+
+def _without(spans: list[tuple[int, int]], holes: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The parts of sorted disjoint `spans` outside sorted disjoint `holes`."""
+    left: list[tuple[int, int]] = []
+    k = 0
+    for first, end in spans:
+        while k < len(holes) and holes[k][1] <= first:
+            k += 1
+        j = k
+        while first < end:
+            if j == len(holes) or holes[j][0] >= end:
+                left.append((first, end))
+                break
+            if holes[j][0] > first:
+                left.append((first, holes[j][0]))
+            first = max(first, holes[j][1])
+            j += 1
+    return left

@@ -5,16 +5,22 @@
 
 Loading verifies the bundle (header, hash, format version, target), checks where its ranks and tensors live
 (runtime/layout.py), validates every instruction against the target's limits, sizes each rank's memories to what
-its program touches, places the weights in each rank's simulated HBM, and turns every instruction into a
-ready-to-run closure over numpy views of its operands (a collective into what its group needs to run it, with its
-time from the collective cost model). A run clears the memories, writes each input to every placement of it, runs
-the engines of every rank and assembles each output from its placements.
+its program touches, places the weights in each rank's simulated HBM (once: no run reads the file again, and no
+instruction may write over them), and turns every instruction into a ready-to-run closure over numpy views of its
+operands (a collective into what its group needs to run it, with its time from the collective cost model). A run
+clears the memories but the weights and the device state, writes each input to every placement of it, runs the
+engines of every rank and assembles each output from its placements; runs of one model take turns. The device
+state (runtime/state.py: a KV cache) stays in HBM from run to run, shared with the models loaded with the same
+`state=`; `last_io` counts the bytes a run copied between host and device.
 """
 
 from __future__ import annotations
 
+import bisect
 import functools
 import os
+import threading
+from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 import numpy as np
@@ -36,14 +42,24 @@ from runtime.races import Access, RaceChecker
 from runtime.ranks import InProcess, MpiRanks
 from runtime.semantics import HANDLERS, convert, snapshot, write_to
 from runtime.simulator import Op, RunStats, Simulator, StreamState
+from runtime.state import DeviceState
 from runtime.threads import one_blas_thread
 
 ALGORITHMS = ("auto", "ring", "rdh", "hierarchical", "mesh")
 
 
+@dataclass(frozen=True)
+class IoBytes:
+    """The bytes one run copied between host and device (as the device holds them): its inputs in, its outputs
+    out. The device state moves only when asked (DeviceState.read/write)."""
+
+    to_device: int = 0
+    to_host: int = 0
+
+
 class Model:
     def __init__(self, b: bundle_format.Bundle, collective_algorithm: str = "auto",
-                 host: InProcess | MpiRanks | None = None) -> None:
+                 host: InProcess | MpiRanks | None = None, state: DeviceState | None = None) -> None:
         if collective_algorithm not in ALGORITHMS:
             raise ValueError(f"collective algorithm {collective_algorithm!r}: one of {', '.join(ALGORITHMS)}")
         self.bundle = b
@@ -52,15 +68,20 @@ class Model:
         self.topology = check_ranks(b, self.target)
         check_placements(b)
         self.collective_algorithm = collective_algorithm
+        self._bounds = _integer_bounds(b)
         engines = {(rank, name): _engine(name, self.target) for rank, streams in enumerate(b.cores)
                    for name in streams}
         self._validate(engines)
         self.memory = RankMemories(self.target, self._hbm_reach())
+        self.state = state if state is not None else DeviceState(self.host.local)
+        self._bind_state()
+        self.last_io = IoBytes()
         for info in self.outputs:  # what the program leaves unwritten of an output reads as UNWRITTEN
             for p in info.placements:
                 if self.host.local(p.rank):
                     self.memory.touch(p.rank, p.hbm_offset, p.hbm_offset + piece_bytes(info, p))
         self.last_run: RunStats | None = None
+        self._turn = threading.Lock()  # one run at a time on the one set of memories
         streams = []
         for rank, rank_streams in enumerate(b.cores):
             for name, stream in rank_streams.items():
@@ -68,6 +89,7 @@ class Model:
                 ops = [self._load_op(instr, engines[rank, name], rank, name, i, node, ns)
                        for i, (instr, node, ns) in enumerate(zip(stream.instructions, stream.nodes, durations))]
                 streams.append(StreamState(rank, name, ops, self.topology.chip_of(rank)))
+        self._place_weights()
         chips = max(self.topology.chip_of(r) for r in range(self.ranks)) + 1
         self.simulator = Simulator(streams, self.target, self.ranks, chips, b.groups)
 
@@ -96,6 +118,45 @@ class Model:
                     raise LoadError(f"invalid instruction at {_where(instr, rank, name, i, node)}: "
                                     f"{'; '.join(found)}")
 
+    def _place_weights(self) -> None:
+        """Copy the weights into HBM once, where every run finds them: a loaded model computes with the bundle it
+        loaded, whatever later happens to its file (rewritten in place, truncated), and no run reads the file.
+        No instruction may write into them (LoadError), so no run can change what the next one reads."""
+        spans: dict[int, list[tuple[int, int]]] = {}
+        for seg in self.bundle.weights:
+            if self.host.local(seg.rank) and len(seg.data):
+                seg.copy_to(self.memory.hbm[seg.rank][seg.hbm_offset:seg.hbm_offset + len(seg.data)])
+                self.memory.keep(seg.rank, seg.hbm_offset, seg.hbm_offset + len(seg.data))
+                spans.setdefault(seg.rank, []).append((seg.hbm_offset, seg.hbm_offset + len(seg.data)))
+        for rank, weights in spans.items():
+            weights.sort()
+            starts = [first for first, _ in weights]
+            for name, stream in self.bundle.cores[rank].items():
+                for i, (instr, node) in enumerate(zip(stream.instructions, stream.nodes)):
+                    for o in instr.writes():
+                        if o.mem is not Mem.HBM:
+                            continue
+                        first, end = o.byte_span()
+                        k = bisect.bisect_right(starts, first) - 1
+                        if any(a < end and first < b for a, b in weights[max(k, 0):k + 2]):
+                            raise LoadError(f"invalid instruction at {_where(instr, rank, name, i, node)}: it "
+                                            f"writes HBM [{first}, {end}), which holds weights")
+
+    def _bind_state(self) -> None:
+        """Declare the bundle's state tensors to the device state (zeros, or checked against a sharing model's) and
+        bind each local piece where the program addresses it."""
+        if not isinstance(self.state, DeviceState):
+            raise TypeError(f"state must be a runtime.DeviceState (another model's .state), not "
+                            f"{type(self.state).__name__}")
+        for info in self.bundle.state:
+            self.state.declare(info)
+            for p in info.placements:
+                if self.host.local(p.rank):
+                    try:
+                        self.memory.bind(p.rank, p.hbm_offset, self.state.piece_array(info.name, p))
+                    except AccessError as e:
+                        raise LoadError(f"state tensor {info.name!r} on rank {p.rank}: {e.args[0]}") from None
+
     def _hbm_reach(self) -> list[int]:
         """Per rank, where the last HBM byte any operand, weight or placement of it touches ends."""
         reach = [0] * self.ranks
@@ -107,7 +168,7 @@ class Model:
                             reach[rank] = max(reach[rank], o.byte_span()[1])
         for seg in self.bundle.weights:
             reach[seg.rank] = max(reach[seg.rank], seg.hbm_offset + len(seg.data))
-        for info in (*self.inputs, *self.outputs):
+        for info in (*self.inputs, *self.outputs, *self.bundle.state):
             for p in info.placements:
                 reach[p.rank] = max(reach[p.rank], p.hbm_offset + piece_bytes(info, p))
         return [n if self.host.local(rank) else 0 for rank, n in enumerate(reach)]
@@ -177,18 +238,38 @@ class Model:
     def run(self, inputs: Mapping[str, np.ndarray], policy: str = "clock", seed: int = 0,
             trace: bool = False, check_races: bool = False) -> dict[str, np.ndarray]:
         """Run once. `policy` is "clock" (simulated time) or "random" (seeded random interleaving);
-        `check_races` raises RaceError at the first two accesses no semaphore orders (slower)."""
-        arrays = self._check_inputs(inputs)
+        `check_races` raises RaceError at the first two accesses no semaphore orders (slower). A model has one set
+        of memories: runs from several threads (ExecutionQueues, direct calls) take turns."""
+        return self.run_with_stats(inputs, policy, seed, trace, check_races)[0]
+
+    def run_with_stats(self, inputs: Mapping[str, np.ndarray], policy: str = "clock", seed: int = 0,
+                       trace: bool = False, check_races: bool = False) -> tuple[dict[str, np.ndarray], RunStats]:
+        """`run`, and that run's RunStats (last_run may already be another thread's by the time it is read)."""
+        outputs, stats, _ = self.run_with_io(inputs, policy, seed, trace, check_races)
+        return outputs, stats
+
+    def run_with_io(self, inputs: Mapping[str, np.ndarray], policy: str = "clock", seed: int = 0,
+                    trace: bool = False, check_races: bool = False
+                    ) -> tuple[dict[str, np.ndarray], RunStats, IoBytes]:
+        """`run_with_stats`, and the bytes that run copied between host and device."""
+        check_run_options(inputs, policy, seed)
+        with self._turn:
+            outputs = self._run(inputs, policy, seed, trace, check_races)
+            assert self.last_run is not None
+            return outputs, self.last_run, self.last_io
+
+    def _run(self, inputs: Mapping[str, np.ndarray], policy: str, seed: int, trace: bool,
+             check_races: bool) -> dict[str, np.ndarray]:
+        arrays = self.check_inputs(inputs)
         mem = self.memory
-        mem.clear()
-        for seg in self.bundle.weights:  # a piece at a time: a bundle file's weights are not held twice
-            if self.host.local(seg.rank):
-                seg.copy_to(mem.hbm[seg.rank][seg.hbm_offset:seg.hbm_offset + len(seg.data)])
+        mem.clear()  # the weights, placed at load, and the device state stay
+        to_device = 0
         for info, array in zip(self.inputs, arrays):
             for p in info.placements:
                 if self.host.local(p.rank):
                     view = self._piece_view(info, p)
                     view[...] = convert(array[piece(info, p)], view.dtype)
+                    to_device += view.nbytes
         if check_races and self.host.processes > 1:
             raise InputError("--check-races runs every rank in one process: run without mpiexec")
         checker = self._race_checker() if check_races else None
@@ -200,13 +281,40 @@ class Model:
                 raise
         pieces = {(info.name, k): self._piece_view(info, p).astype(numpy_type(info.dtype))
                   for info in self.outputs for k, p in enumerate(info.placements) if self.host.local(p.rank)}
+        self.last_io = IoBytes(to_device, sum(self._piece_view(info, p).nbytes for info in self.outputs
+                                              for p in info.placements if self.host.local(p.rank)))
         gathered = self.host.gather_outputs(pieces)
         if gathered is None:  # a process other than the first of an MPI job: the first has the outputs
             return {}
         return {info.name: _assemble(info, gathered) for info in self.outputs}
 
-    def _check_inputs(self, inputs: Mapping[str, np.ndarray]) -> list[np.ndarray]:
-        return check_inputs(self.inputs, inputs)
+    def check_inputs(self, inputs: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        """The inputs as the run will take them, in the bundle's order; InputError for missing, unknown, mis-shaped,
+        mis-typed or out-of-bounds ones."""
+        arrays = check_inputs(self.inputs, inputs)
+        for info, array in zip(self.inputs, arrays):
+            self._check_values(info, array)
+        return arrays
+
+    def _check_values(self, info: bundle_format.TensorInfo, array: np.ndarray) -> None:
+        """An integer input outside what the bundle holds or computes with exactly is refused, not computed with:
+        an int64 the device holds as int32 would saturate, and the compiler recorded the bound within which it
+        computes with an input exactly (stats["integer_bounds"]: integers go through the engines' fp32)."""
+        if array.dtype.kind not in "iu" or array.size == 0:
+            return
+        held = DType[info.device_dtype].np
+        low, high = (int(np.iinfo(held).min), int(np.iinfo(held).max)) if held.kind in "iu" else (None, None)
+        bound = self._bounds.get(info.name)
+        if bound is not None:
+            low, high = bound
+        if low is None:
+            return
+        outside = (array < low) | (array > high)
+        if outside.any():
+            at = tuple(int(i) for i in np.argwhere(outside)[0])
+            why = ("the bundle computes with it exactly only there (integers go through the engines' fp32)"
+                   if bound is not None else f"the device holds it as {info.device_dtype}")
+            raise InputError(f"input {info.name!r} holds {array[at]} at {list(at)}, outside [{low}, {high}]: {why}")
 
 
 def check_inputs(infos: list[bundle_format.TensorInfo], inputs: Mapping[str, np.ndarray]) -> list[np.ndarray]:
@@ -231,6 +339,30 @@ def check_inputs(infos: list[bundle_format.TensorInfo], inputs: Mapping[str, np.
             raise InputError(f"input {info.name!r}: dtype {array.dtype}, expected {info.dtype}")
         arrays.append(array)
     return arrays
+
+
+POLICIES = ("clock", "random")
+
+
+def check_run_options(inputs: Any, policy: Any, seed: Any) -> None:
+    """TypeError or ValueError naming the argument, for a call that could not mean anything."""
+    if not isinstance(inputs, Mapping):
+        raise TypeError(f"inputs must be a mapping of input name to array (a dict), not {type(inputs).__name__}")
+    if policy not in POLICIES:
+        raise ValueError(f"policy must be one of {', '.join(POLICIES)}, not {policy!r}")
+    if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool):
+        raise TypeError(f"seed must be an integer, not {type(seed).__name__}")
+
+
+def _integer_bounds(b: bundle_format.Bundle) -> dict[str, tuple[int, int]]:
+    """stats["integer_bounds"]: {input: [low, high]}, checked (a hand-made bundle may hold anything there)."""
+    found = b.stats.get("integer_bounds", {}) if isinstance(b.stats, dict) else {}
+    names = {info.name for info in b.inputs}
+    if not isinstance(found, dict) or not all(
+            name in names and isinstance(v, list) and len(v) == 2 and all(type(n) is int for n in v) and v[0] <= v[1]
+            for name, v in found.items()):
+        raise LoadError("the manifest's stats.integer_bounds is not {input: [low, high]} for inputs of the bundle")
+    return {name: (v[0], v[1]) for name, v in found.items()}
 
 
 def _assemble(info: bundle_format.TensorInfo, pieces: dict[tuple[str, int], np.ndarray]) -> np.ndarray:
@@ -308,12 +440,13 @@ def _engine(name: str, target: Target) -> Engine:
 
 
 def load(source: str | os.PathLike[str] | bundle_format.Bundle, collective_algorithm: str = "auto",
-         host: InProcess | MpiRanks | None = None) -> Model:
+         host: InProcess | MpiRanks | None = None, state: DeviceState | None = None) -> Model:
     """Load a bundle file, or a Bundle made in this process (as `neuronx_cc_lite.compile` returns it), which goes
     through the same encoding and checks as a file; a truncated, corrupted, foreign or invalid bundle raises
     LoadError. `collective_algorithm` (auto, ring, rdh, hierarchical) is what the collective cost model times the
     collectives by; `host` is where the ranks run (runtime/ranks.py: in this process by default, or spread over
-    an MPI job's processes)."""
+    an MPI job's processes). `state`: another model's `.state`, to share its device state (a prefill and a decode
+    bundle sharing one KV cache); by default the model gets state of its own, zeroed."""
     try:
         if isinstance(source, bundle_format.Bundle):
             b = bundle_format.from_bytes(bundle_format.to_bytes(source))
@@ -324,7 +457,9 @@ def load(source: str | os.PathLike[str] | bundle_format.Bundle, collective_algor
     if b.parts:  # compiled with --fallback host: chip and host parts (runtime/host.py)
         if host is not None and host.processes > 1:
             raise LoadError("a bundle with host parts runs in one process: run it without mpiexec")
+        if state is not None:
+            raise LoadError("a bundle with host parts keeps no device state: load it without state=")
         from runtime.host import PartitionedModel
 
         return PartitionedModel(b, collective_algorithm)  # type: ignore[return-value]
-    return Model(b, collective_algorithm, host)
+    return Model(b, collective_algorithm, host, state)

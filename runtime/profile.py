@@ -327,7 +327,8 @@ def roofline(bundle: Bundle, target: Target) -> Roofline:
         if t.src is not None:
             read[t.src.name] = read.get(t.src.name, 0) + t.read_bytes
     written = sum(t.size for t in bundle.hbm_tensors if t.kind == "output")
-    needed = sum(min(t.size, read.get(t.name, 0)) for t in bundle.hbm_tensors if t.kind in ("input", "weight"))
+    needed = sum(min(t.size, read.get(t.name, 0)) for t in bundle.hbm_tensors  # device state (a KV cache) too
+                 if t.kind in ("input", "weight", "state"))
     copies = min(written, int(bundle.stats.get("copy_bytes", written)))  # unrecorded (a hand-written listing): all
     passes = max(needed, written, needed + written - copies)
     memory_ns = max(passes / target.core_dma_gbps, (needed + written) / target.hbm_gbps)

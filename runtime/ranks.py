@@ -82,10 +82,41 @@ class MpiRanks:
 
 
 def launched_by_mpi() -> bool:
-    """Whether this process is one of several that an MPI launcher started (MPICH/Hydra, Open MPI, PMIx)."""
+    """Whether this process is one of several that an MPI launcher started (MPICH/Hydra, Open MPI, PMIx); a
+    launcher variable that is not a count raises ValueError naming it."""
     import os
 
     for size in ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE"):
-        if int(os.environ.get(size, "1") or 1) > 1:
+        text = os.environ.get(size, "1") or "1"
+        try:
+            count = int(text)
+        except ValueError:
+            raise ValueError(f"${size} is {text!r}, not a number of processes") from None
+        if count > 1:
             return True
     return False
+
+
+def agree(comm: Any, mine: dict[str, Any], what: str) -> None:
+    """Every process of the job states what it is about to run (`mine`: the bundle's hash, the inputs' digest) or
+    the error that stopped it ({"error": text}); all of them see every statement (one allgather, which every process
+    reaches: a process that failed still takes part instead of leaving the others waiting in the first collective)
+    and a failure or a disagreement raises RanksError on every process that did not fail itself."""
+    from runtime.errors import RanksError
+
+    everyone = comm.allgather(mine)
+    for process, said in enumerate(everyone):
+        if "error" in said and "error" not in mine:
+            raise RanksError(f"process {process} of the MPI job failed before the run: {said['error']}")
+    if "error" in mine:
+        return  # the caller raises its own error
+    for process, said in enumerate(everyone):
+        for key, value in mine.items():
+            if said.get(key) != value:
+                raise RanksError(f"the processes of the MPI job disagree on {what}: process {process} has {key} "
+                                 f"{_short(said.get(key))}, process {comm.Get_rank()} {_short(value)}")
+
+
+def _short(value: Any) -> str:
+    text = str(value)
+    return text if len(text) <= 80 else text[:77] + "..."

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.resources
 import os
+import re
 
 import numpy as np
 import pytest
@@ -56,3 +57,18 @@ def test_the_backend_refuses_unknown_keywords():
 @pytest.mark.parametrize("package", ["neuronx_cc_lite", "runtime", "isa"])
 def test_packages_carry_the_typed_marker(package):
     assert importlib.resources.files(package).joinpath("py.typed").is_file()
+
+
+@pytest.mark.parametrize("kwargs, error, says", [
+    ({"input_shapes": [1, 2]}, TypeError, "input_shapes must be a mapping"),
+    ({"input_shapes": {"x": "3,100"}}, TypeError, "input_shapes['x'] must be a sequence"),
+    ({"input_values": 3}, TypeError, "input_values must be a mapping"),
+    ({"output": "."}, ValueError, "output='.': a directory, not a regular file"),
+    ({"output": 3}, TypeError, "output must be a path"),
+    ({"cache_size": -1}, ValueError, "cache_size must be a number of bytes"),
+])
+def test_wrong_argument_types_name_the_argument(kwargs, error, says):
+    with pytest.raises(error, match=re.escape(says)):
+        neuronx_cc_lite.compile("models/mlp_odd.onnx", **kwargs)
+    with pytest.raises(TypeError, match="model must be a path or an onnx.ModelProto"):
+        neuronx_cc_lite.compile(42)

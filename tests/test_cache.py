@@ -1,19 +1,28 @@
 """The compile cache: a second compile of the same model and options is a hit (the same bytes, at least 10x
 faster), other options or another model miss, a broken entry is rebuilt, concurrent writers leave one whole
-entry, and --no-cache neither reads nor writes."""
+entry, and --no-cache neither reads nor writes. An entry is bound to its key (another bundle in its place, or
+another key's files, are never returned), any change to a model's files misses, special files in the cache are
+refused at once, and the cache keeps to its size by dropping the least recently used entries."""
 
 from __future__ import annotations
 
 import glob
 import os
+import shutil
 import threading
 import time
 
+import numpy as np
+import onnx
 import pytest
+from onnx import TensorProto, helper
 
 import neuronx_cc_lite
+import runtime
 from isa import bundle as bundle_format
+from neuronx_cc_lite import cache as cache_module
 from neuronx_cc_lite.cli import main
+from tests.conftest import make_model
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODEL = os.path.join(ROOT, "models", "bert_modern.onnx")
@@ -68,7 +77,7 @@ def test_concurrent_writers_leave_one_whole_entry(tmp):
         t.join()
     (entry,) = _entries(tmp)
     assert len(set(results)) == 1 and open(entry, "rb").read() == results[0]
-    assert not [f for f in os.listdir(os.path.dirname(entry)) if not f.endswith(".neff")]  # no temporary left
+    assert not [f for f in os.listdir(os.path.dirname(entry)) if f.startswith(".")]  # no temporary left
 
 
 def test_the_command_line_uses_the_cache_unless_told_not_to(tmp):
@@ -79,3 +88,193 @@ def test_the_command_line_uses_the_cache_unless_told_not_to(tmp):
     assert len(_entries(cache)) == 1
     assert main(["check", MODEL, "--cache-dir", cache]) == 0  # the same options: check reads the same entry
     assert len(_entries(cache)) == 1
+
+
+# ---- entries bound to their key, files that change, special files, the size limit (issue 21, issue 20) ----
+
+def _scale_model(folder: str, factor: float, name: str = "m.onnx") -> str:
+    """y = factor * x with the factor's 2048 copies in an external data file beside the model."""
+    w = np.full((1, 2048), factor, np.float32)
+    model = make_model([helper.make_node("Mul", ["x", "w"], ["y"])], {"x": ([1, 2048], TensorProto.FLOAT)},
+                       {"y": ([1, 2048], TensorProto.FLOAT)}, {"w": w})
+    path = os.path.join(folder, name)
+    onnx.save(model, path, save_as_external_data=True, location=name + ".data", size_threshold=0)
+    return path
+
+
+def _y(bundle) -> float:  # type: ignore[no-untyped-def]
+    out = runtime.load(bundle).run({"x": np.ones((1, 2048), np.float32)})["y"]
+    assert (out == out.flat[0]).all()
+    return float(out.flat[0])
+
+
+def _entry_of(cache: str, bundle) -> str:  # type: ignore[no-untyped-def]
+    data = bundle_format.to_bytes(bundle)
+    (entry,) = [e for e in _entries(cache) if open(e, "rb").read() == data]
+    return entry
+
+
+@pytest.fixture
+def settled(monkeypatch):  # type: ignore[no-untyped-def]
+    """Files count as settled (their digests remembered, entries trusted unhashed) 50 ms after their last change
+    instead of 2 s; `settled()` waits that long."""
+    monkeypatch.setattr(cache_module, "TRUST_AFTER", 0.05)
+    return lambda: time.sleep(0.1)
+
+
+@pytest.mark.parametrize("how", ["rename", "in place, mtime put back"])
+def test_an_entry_replaced_by_another_valid_bundle_is_not_returned(tmp, settled, how):
+    cache = os.path.join(tmp, "cache")
+    two, five = _scale_model(tmp, 2.0, "two.onnx"), _scale_model(tmp, 5.0, "five.onnx")
+    settled()
+    entry_two = _entry_of(cache, neuronx_cc_lite.compile(two, cache_dir=cache))
+    entry_five = _entry_of(cache, neuronx_cc_lite.compile(five, cache_dir=cache))
+    settled()
+    assert _y(neuronx_cc_lite.compile(two, cache_dir=cache)) == 2.0  # a hit (checked in full once settled)
+    settled()
+    if how == "rename":
+        shutil.copy(entry_five, entry_two + ".tmp")
+        os.replace(entry_two + ".tmp", entry_two)
+    else:
+        st = os.stat(entry_two)
+        assert st.st_size == os.path.getsize(entry_five)
+        with open(entry_two, "r+b") as f:
+            f.write(open(entry_five, "rb").read())
+        os.utime(entry_two, ns=(st.st_atime_ns, st.st_mtime_ns))
+    settled()
+    assert _y(neuronx_cc_lite.compile(two, cache_dir=cache)) == 2.0
+    assert _y(neuronx_cc_lite.compile(five, cache_dir=cache)) == 5.0
+
+
+def test_an_entry_moved_under_another_key_is_not_returned(tmp):
+    cache = os.path.join(tmp, "cache")
+    two, five = _scale_model(tmp, 2.0, "two.onnx"), _scale_model(tmp, 5.0, "five.onnx")
+    entry_two = _entry_of(cache, neuronx_cc_lite.compile(two, cache_dir=cache))
+    entry_five = _entry_of(cache, neuronx_cc_lite.compile(five, cache_dir=cache))
+    for suffix in (".neff", ".key"):  # both files of five's entry, under two's key
+        shutil.copy(entry_five[:-5] + suffix, entry_two[:-5] + suffix)
+    assert _y(neuronx_cc_lite.compile(two, cache_dir=cache)) == 2.0
+
+
+@pytest.mark.parametrize("change", ["rewritten in place, mtime put back", "replaced by rename", "symlink moved"])
+def test_any_change_to_the_weights_file_misses(tmp, settled, change):
+    cache = os.path.join(tmp, "cache")
+    model = _scale_model(tmp, 2.0)
+    data = model + ".data"
+    if change == "symlink moved":  # the weights reached through a link in the model's folder
+        os.rename(data, os.path.join(tmp, "two.bin"))
+        os.symlink("two.bin", data)
+        _scale_model(tmp, 7.0, "seven.onnx")
+    settled()
+    assert _y(neuronx_cc_lite.compile(model, cache_dir=cache)) == 2.0
+    hashed: list[str] = []
+    real_hash = cache_module._hash_file
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(cache_module, "_hash_file", lambda path, *a: hashed.append(path) or real_hash(path, *a))
+        assert _y(neuronx_cc_lite.compile(model, cache_dir=cache)) == 2.0
+        assert hashed == []  # the digests came from their records: nothing of 8 KB was read again
+    if change == "rewritten in place, mtime put back":
+        st = os.stat(data)
+        with open(data, "r+b") as f:
+            f.write(np.full(2048, 3.0, np.float32).tobytes())
+        os.utime(data, ns=(st.st_atime_ns, st.st_mtime_ns))
+        assert os.stat(data).st_size == st.st_size
+    elif change == "replaced by rename":
+        with open(data + ".new", "wb") as f:
+            f.write(np.full(2048, 3.0, np.float32).tobytes())
+        os.replace(data + ".new", data)
+    else:
+        os.unlink(data)
+        os.symlink("seven.onnx.data", data)
+    expected = 7.0 if change == "symlink moved" else 3.0
+    assert _y(neuronx_cc_lite.compile(model, cache_dir=cache)) == expected
+
+
+@pytest.mark.parametrize("special", ["fifo", "device", "symlink to a device", "directory"])
+@pytest.mark.parametrize("which", [".neff", ".key"])
+def test_a_special_file_in_the_cache_is_refused_at_once(tmp, special, which):
+    cache = os.path.join(tmp, "cache")
+    model = _scale_model(tmp, 2.0)
+    entry = _entry_of(cache, neuronx_cc_lite.compile(model, cache_dir=cache))
+    path = entry[:-5] + which
+    os.unlink(path)
+    if special == "fifo":
+        os.mkfifo(path)
+    elif special == "device":
+        os.symlink("/dev/zero", path)
+    elif special == "symlink to a device":
+        os.symlink("/dev/full", path)
+    else:
+        os.mkdir(path)
+    done = threading.Event()
+    result: list[float] = []
+    worker = threading.Thread(target=lambda: (result.append(_y(neuronx_cc_lite.compile(model, cache_dir=cache))),
+                                              done.set()), daemon=True)
+    worker.start()
+    assert done.wait(30), "the compile hung on a special file in its cache"
+    assert result == [2.0]
+
+
+def test_the_cache_keeps_to_its_size_dropping_the_least_recently_used(tmp):
+    cache = os.path.join(tmp, "cache")
+    models = [_scale_model(tmp, float(k), f"m{k}.onnx") for k in range(1, 5)]
+    one = os.path.getsize(_entry_of(cache, neuronx_cc_lite.compile(models[0], cache_dir=cache)))
+    limit = 2 * one + 2048  # two entries (a bundle and its .key each), not three
+
+    def compile_(k: int) -> None:
+        neuronx_cc_lite.compile(models[k], cache_dir=cache, cache_size=limit)
+        time.sleep(0.05)  # a later use has a later mtime
+
+    compile_(1)
+    compile_(0)  # a hit: 0 is now more recent than 1
+    compile_(2)  # over the limit: 1, the least recently used, goes
+    names = {os.path.basename(e) for e in _entries(cache)}
+    assert len(names) == 2
+    kept = {_entry_of(cache, neuronx_cc_lite.compile(models[k], cache_dir=cache, cache_size=limit))
+            for k in (0, 2)}
+    assert {os.path.basename(e) for e in kept} == names
+    assert sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(cache) for f in fs) <= limit
+    # an entry larger than the whole limit is not kept, and the compile still succeeds
+    assert _y(neuronx_cc_lite.compile(models[3], cache_dir=cache, cache_size=one // 2)) == 4.0
+
+
+def test_a_hit_written_to_an_output_does_not_tie_the_output_to_the_entry(tmp, settled):
+    cache, out = os.path.join(tmp, "cache"), os.path.join(tmp, "out.neff")
+    two, five = _scale_model(tmp, 2.0, "two.onnx"), _scale_model(tmp, 5.0, "five.onnx")
+    neuronx_cc_lite.compile(two, cache_dir=cache, output=out)
+    settled()
+    neuronx_cc_lite.compile(two, cache_dir=cache, output=out)  # the hit written to the output
+    assert _y(out) == 2.0
+    with open(out, "r+b") as f:  # a user's tool editing the output in place
+        f.seek(os.path.getsize(out) // 2)
+        f.write(b"\xff" * 64)
+    assert _y(neuronx_cc_lite.compile(two, cache_dir=cache)) == 2.0  # the entry is checked, dropped and rebuilt
+    neuronx_cc_lite.compile(five, cache_dir=cache, output=out)  # another model onto the same output
+    assert _y(out) == 5.0 and _y(neuronx_cc_lite.compile(two, cache_dir=cache)) == 2.0
+
+
+def test_stale_temporaries_in_the_cache_are_swept(tmp):
+    cache = os.path.join(tmp, "cache")
+    model = _scale_model(tmp, 2.0)
+    entry = _entry_of(cache, neuronx_cc_lite.compile(model, cache_dir=cache))
+    stale, young = (os.path.join(os.path.dirname(entry), f".neff-{name}") for name in ("abcd1234", "wxyz5678"))
+    for path in (stale, young):
+        with open(path, "wb") as f:
+            f.write(b"half a bundle")
+    os.utime(stale, (time.time() - 2 * 3600,) * 2)
+    neuronx_cc_lite.compile(_scale_model(tmp, 3.0, "other.onnx"), cache_dir=cache)  # any store sweeps
+    assert not os.path.exists(stale) and os.path.exists(young)
+
+
+def test_the_size_limit_is_a_flag_and_a_variable(tmp, monkeypatch, capsys):
+    cache = os.path.join(tmp, "cache")
+    model = _scale_model(tmp, 2.0)
+    assert main(["compile", model, "-o", os.path.join(tmp, "m.neff"), "--cache-dir", cache, "--cache-size", "1K"]) == 0
+    assert _entries(cache) == []  # larger than 1 KiB: not kept
+    with pytest.raises(SystemExit) as exit_:
+        main(["compile", model, "-o", os.path.join(tmp, "m.neff"), "--cache-size", "lots"])
+    assert exit_.value.code == 2 and "NCC_USAGE" in capsys.readouterr().err
+    monkeypatch.setenv("NEURONX_CC_LITE_CACHE_SIZE", "1M")
+    assert cache_module.default_size() == 1 << 20
+    assert [cache_module.parse_size(t) for t in ("4096", "500M", "4G", "1.5GiB")] == [
+        4096, 500 << 20, 4 << 30, 3 << 29]

@@ -135,8 +135,8 @@ def test_file_errors_name_the_users_file(tmp, capsys):
              f"NCC_IO: {tmp}/missing.npz: No such file or directory"),
             (["compile", MODEL, "-o", f"{tmp}/no/such/m.neff", "--no-cache"], 1,
              f"NCC_IO: {tmp}/no/such/m.neff: No such file or directory (its folder does not exist)"),
-            (["compile", MODEL, "-o", f"{tmp}/a_folder.neff", "--no-cache"], 1,
-             f"NCC_IO: {tmp}/a_folder.neff: Is a directory"),
+            (["compile", MODEL, "-o", f"{tmp}/a_folder.neff", "--no-cache"], 2,
+             f"NCC_USAGE: -o {tmp}/a_folder.neff: a directory, not a regular file"),
             (["run", neff, "--inputs", f"{tmp}/in.npz", "--outputs", f"{tmp}/no/o.npz"], 1,
              f"NCC_IO: {tmp}/no/o.npz: "),
             (["run", neff, "--inputs", f"{tmp}/f64.npz"], 1,
@@ -154,3 +154,217 @@ def test_file_errors_name_the_users_file(tmp, capsys):
         assert main(["compile", MODEL, "-o", f"{tmp}/full.neff", "--no-cache"]) == 1
     assert f"NCC_IO: {tmp}/full.neff: No space left on device\n" in capsys.readouterr().err
     assert not any(name.startswith(".neff-") or name == "full.neff" for name in os.listdir(tmp))
+
+
+# ---- issue 21: no output, log file or cache write replaces or appends to an input or a special file; every file
+# read is refused at once unless it is a regular file ----
+
+def _external_model(folder: str) -> tuple[str, str]:
+    """mlp_odd with its weights in an external data file beside it: (model, weights)."""
+    import onnx
+
+    model = onnx.load(MODEL)
+    path = os.path.join(folder, "ext.onnx")
+    onnx.save(model, path, save_as_external_data=True, location="ext.data", size_threshold=0)
+    return path, os.path.join(folder, "ext.data")
+
+
+def _within(seconds: float, fn):  # type: ignore[no-untyped-def]
+    """fn()'s result, or a failure if it has not returned in `seconds` (a read that blocks on a FIFO)."""
+    import threading
+
+    result: list[object] = []
+    worker = threading.Thread(target=lambda: result.append(fn()), daemon=True)
+    worker.start()
+    worker.join(seconds)
+    assert result, f"no answer within {seconds} s: blocked on a special file"
+    return result[0]
+
+
+def test_compile_onto_its_external_data_is_refused(tmp, capsys):
+    model, weights = _external_model(tmp)
+    before = _bytes(weights)
+    assert main(["compile", model, "-o", weights, "--no-cache"]) == 2
+    err = capsys.readouterr().err
+    assert "NCC_USAGE" in err and "is not a bundle: refusing to replace it" in err and len(err.splitlines()) == 1
+    assert _bytes(weights) == before
+    assert main(["-q", "compile", model, "-o", f"{tmp}/m.neff", "--no-cache"]) == 0  # it still compiles
+
+
+def test_outputs_onto_devices_fifos_and_directories_are_refused(tmp, capsys):
+    os.mkfifo(f"{tmp}/fifo")
+    os.symlink("/dev/full", f"{tmp}/null")  # a link to a device: a wrong answer replaces the link, not the device
+    os.mkdir(f"{tmp}/dir")
+    neff = f"{tmp}/m.neff"
+    assert main(["-q", "compile", MODEL, "-o", neff, "--no-cache"]) == 0
+    np.savez(f"{tmp}/in.npz", x=np.zeros((3, 100), np.float32))
+    for target in (f"{tmp}/fifo", f"{tmp}/null", f"{tmp}/dir"):
+        for argv in (["compile", MODEL, "-o", target, "--no-cache"], ["run", neff, "--inputs", f"{tmp}/in.npz",
+                     "--outputs", target], ["profile", neff, "--json", target], ["info", neff, "--logfile", target]):
+            assert _within(30, lambda: main(argv)) == 2, argv
+            err = capsys.readouterr().err
+            assert "NCC_USAGE" in err and "not a regular file" in err and len(err.splitlines()) == 1, err
+    assert os.path.islink(f"{tmp}/null") and os.path.isdir(f"{tmp}/dir")
+    import stat
+    assert stat.S_ISFIFO(os.stat(f"{tmp}/fifo").st_mode)
+
+
+def test_a_bundle_write_refuses_a_device_from_python_too(tmp):
+    import neuronx_cc_lite
+
+    os.symlink("/dev/full", f"{tmp}/null")
+    with pytest.raises(ValueError, match="a character device, not a regular file"):
+        neuronx_cc_lite.compile(MODEL, output=f"{tmp}/null", cache=False)
+    assert os.path.islink(f"{tmp}/null")
+
+
+def test_the_log_file_never_appends_to_an_input_or_an_output(tmp, capsys):
+    model, weights = _external_model(tmp)
+    neff = f"{tmp}/m.neff"
+    assert main(["-q", "compile", model, "-o", neff, "--no-cache"]) == 0
+    np.savez(f"{tmp}/in.npz", x=np.zeros((3, 100), np.float32))
+    with open(f"{tmp}/m.s", "w") as f:
+        assert main(["-q", "disasm", neff]) == 0
+        f.write(capsys.readouterr().out)
+    inputs = (model, weights, neff, f"{tmp}/in.npz", f"{tmp}/m.s")
+    before = [_bytes(p) for p in inputs]
+    for argv, log in ((["compile", model, "-o", f"{tmp}/o.neff"], model),
+                      (["compile", model, "-o", f"{tmp}/o.neff"], weights),
+                      (["check", model], weights),
+                      (["compile", model, "-o", f"{tmp}/o.neff"], f"{tmp}/o.neff"),
+                      (["run", neff, "--inputs", f"{tmp}/in.npz"], neff),
+                      (["run", neff, "--inputs", f"{tmp}/in.npz"], f"{tmp}/in.npz"),
+                      (["asm", f"{tmp}/m.s", "-o", f"{tmp}/o.neff"], f"{tmp}/m.s"),
+                      (["run", neff, "--outputs", f"{tmp}/out.npz"], f"{tmp}/out.npz")):
+        assert main([*argv, "--logfile", log]) == 2, (argv, log)
+        err = capsys.readouterr().err
+        assert "NCC_USAGE" in err and ("would destroy" in err or "name the same file" in err), err
+    assert [_bytes(p) for p in inputs] == before
+    assert not os.path.exists(f"{tmp}/o.neff") and not os.path.exists(f"{tmp}/out.npz")
+
+
+def test_run_outputs_onto_each_other_are_refused(tmp, capsys):
+    neff = f"{tmp}/m.neff"
+    assert main(["-q", "compile", MODEL, "-o", neff, "--no-cache"]) == 0
+    np.savez(f"{tmp}/in.npz", x=np.zeros((3, 100), np.float32))
+    assert main(["run", neff, "--inputs", f"{tmp}/in.npz", "--outputs", f"{tmp}/o", "--profile", f"{tmp}/o"]) == 2
+    assert "--outputs and --profile name the same file" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("what", ["model", "external data", "bundle", "inputs", "input", "listing", "info"])
+@pytest.mark.parametrize("special", ["fifo", "/dev/zero"])
+def test_a_special_file_given_to_read_is_refused_at_once(tmp, capsys, what, special):
+    neff = f"{tmp}/m.neff"
+    assert main(["-q", "compile", MODEL, "-o", neff, "--no-cache"]) == 0
+    path = f"{tmp}/special"
+    if special == "fifo":
+        os.mkfifo(path)
+    else:
+        os.symlink(special, path)
+    if what == "external data":
+        model, weights = _external_model(tmp)
+        os.unlink(weights)
+        os.rename(path, weights)  # the weights file is the FIFO, or a link to /dev/zero
+    argv = {"model": ["compile", path, "-o", f"{tmp}/o.neff"],
+            "external data": ["compile", f"{tmp}/ext.onnx", "-o", f"{tmp}/o.neff"],
+            "bundle": ["run", path], "inputs": ["run", neff, "--inputs", path],
+            "input": ["run", neff, "--input", f"x={path}"], "listing": ["asm", path, "-o", f"{tmp}/o.neff"],
+            "info": ["info", path]}[what]
+    status = _within(30, lambda: main(argv))
+    err = capsys.readouterr().err
+    assert status in (1, 2) and len(err.strip().splitlines()) == 1, err
+    assert ("not a regular file" in err or "not a file beside the model" in err), err
+    assert not os.path.exists(f"{tmp}/o.neff")
+
+
+def _wait_for_handlers(pid: int) -> None:
+    """Until process `pid` catches SIGTERM (the entry point's first act), as /proc/PID/status's SigCgt shows."""
+    import time
+
+    for _ in range(1000):
+        with open(f"/proc/{pid}/status") as f:
+            caught = int(next(line for line in f if line.startswith("SigCgt:")).split()[1], 16)
+        if caught >> (signal.SIGTERM - 1) & 1:
+            return
+        time.sleep(0.005)
+    raise AssertionError("the command never set its signal handlers")
+
+
+@pytest.mark.parametrize("signum, delay", [(signal.SIGINT, 0.0), (signal.SIGINT, 0.4), (signal.SIGTERM, 0.0),
+                                           (signal.SIGTERM, 0.8), (signal.SIGHUP, 0.3)])
+def test_a_signal_at_any_point_of_a_command_is_one_coded_line(tmp, signum, delay):
+    """The command is signalled while it starts (modules loading, arguments parsed) or works: one coded line, the
+    shell's status for the signal, no traceback, no file left in the output's folder."""
+    import subprocess
+    import sys
+    import time
+
+    out = os.path.join(tmp, "out")
+    os.mkdir(out)
+    command = [sys.executable, "-m", "neuronx_cc_lite", "compile", MODEL, "-o", f"{out}/m.neff", "--no-cache"]
+    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+    _wait_for_handlers(process.pid)  # the interpreter's own start-up comes before any code of ours can run
+    time.sleep(delay)
+    process.send_signal(signum)
+    err = process.communicate(timeout=120)[1]
+    if process.returncode == 0:  # finished before the signal came: nothing to check but the bundle
+        assert os.listdir(out) == ["m.neff"]
+        return
+    assert process.returncode == 128 + signum, (process.returncode, err)
+    assert "Traceback" not in err and err.strip().splitlines()[-1].startswith(
+        "neuronx-cc-lite: error: NCC_INTERRUPTED: "), err
+    assert os.listdir(out) == []
+
+
+def test_a_full_disk_is_one_coded_line_with_nothing_left(tmp, capsys, monkeypatch):
+    """No space left on device while the cache entry and the bundle are written."""
+    from isa import files
+
+    real_fdopen = os.fdopen
+    monkeypatch.setattr(files.os, "fdopen", lambda fd, mode="r", *a, **k: _FullFile(real_fdopen(fd, mode, *a, **k))
+                        if "w" in mode else real_fdopen(fd, mode, *a, **k))
+    out = os.path.join(tmp, "out")
+    os.mkdir(out)
+    status = main(["compile", MODEL, "-o", f"{out}/m.neff", "--cache-dir", f"{tmp}/cache"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert status == 1 and err[-1] == f"neuronx-cc-lite: error: NCC_IO: {out}/m.neff: No space left on device", err
+    assert any("cannot write the compile cache entry" in line for line in err)  # a warning: the cache is optional
+    assert "Traceback" not in "\n".join(err)
+    assert os.listdir(out) == [] and not [f for _, _, fs in os.walk(f"{tmp}/cache") for f in fs]
+
+
+class _FullFile:
+    """A file whose writes fail as on a full disk."""
+
+    def __init__(self, f) -> None:  # type: ignore[no-untyped-def]
+        self.f = f
+
+    def write(self, data) -> int:  # type: ignore[no-untyped-def]
+        import errno
+
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    def __getattr__(self, name):  # type: ignore[no-untyped-def]
+        return getattr(self.f, name)
+
+    def __enter__(self):  # type: ignore[no-untyped-def]
+        return self
+
+    def __exit__(self, *exc) -> None:  # type: ignore[no-untyped-def]
+        self.f.close()
+
+
+def test_a_log_file_on_a_full_disk_is_one_warning(tmp, capsys, monkeypatch):
+    import errno
+    import logging
+
+    def full(self, record):  # type: ignore[no-untyped-def]
+        try:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        except OSError:
+            self.handleError(record)
+
+    monkeypatch.setattr(logging.FileHandler, "emit", full)
+    assert main(["compile", MODEL, "-o", f"{tmp}/m.neff", "--no-cache", "--logfile", f"{tmp}/log"]) == 0
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and err.count("cannot write the log file") == 1, err

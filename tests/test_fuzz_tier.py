@@ -1,5 +1,6 @@
-"""The fuzzing tier (issue 9): 2,050 seeded hostile inputs over the bundle container, the manifest, the streams,
-the listing grammar, npz inputs and ONNX files (tests/fuzz/mutators.py). Each must end in a correct run or one
+"""The fuzzing tier (issues 9 and 21): 2,350 seeded hostile inputs over the bundle container, the manifest, the
+streams, the listing grammar, npz inputs, ONNX files, compile cache entries and special files given as paths
+(tests/fuzz/mutators.py). Each must end in a correct run or one
 coded line, within 10 s and a 3 GiB address space (tests/fuzz/worker.py runs each category in a subprocess under
 those limits). Seeds that once failed stay in REGRESSIONS, run before the fresh ones."""
 
@@ -14,7 +15,8 @@ import pytest
 
 from tests.conftest import ROOT
 
-CASES = {"bundle": 500, "manifest": 500, "stream": 400, "listing": 300, "npz": 150, "onnx": 200}
+CASES = {"bundle": 500, "manifest": 500, "stream": 400, "listing": 300, "npz": 150, "onnx": 200,
+         "cache": 150, "files": 150}  # the last two: issue 21's compile cache entries and special files
 # category -> seeds that found a bug once (kept so that it stays fixed)
 REGRESSIONS: dict[str, list[int]] = {}
 

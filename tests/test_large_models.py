@@ -126,7 +126,8 @@ def test_streamed_weights_stay_in_memory_once(tmp_path):
     b = bundle_format.read(path)
     assert sum(len(s.data) for s in b.weights) >= weights
     assert bundle_format.to_bytes(b) == path.read_bytes()
-    (entry,) = [os.path.join(d, f) for d, _, files in os.walk(tmp_path / "cache") for f in files]
+    (entry,) = [os.path.join(d, f) for d, _, files in os.walk(tmp_path / "cache") for f in files
+                if f.endswith(".neff")]
     assert open(entry, "rb").read() == path.read_bytes()
 
 

@@ -168,27 +168,28 @@ def test_a_long_simulation_shows_the_time_left(monkeypatch):
     assert "\rsimulating 250/1000 (25%, 18 s left) instructions\x1b[K" in terminal.getvalue()
 
 
-def test_the_status_line_shows_at_once_while_the_command_loads(monkeypatch):
+def test_the_status_line_shows_at_once_while_the_command_loads(monkeypatch, tmp):
     """Before any phase: the command names itself while the compiler loads, and says when it looks up the cache."""
     terminal = _Terminal()
     seen = []
     monkeypatch.setattr(progress, "status", lambda text: seen.append(text))
     handler = logging.StreamHandler(terminal)
     monkeypatch.setattr(logging, "StreamHandler", lambda stream=None: handler)
-    assert main(["-q", "compile", MLP, "-o", os.devnull]) == 0
+    assert main(["-q", "compile", MLP, "-o", f"{tmp}/m.neff"]) == 0  # never a device: it would be replaced
     assert seen[:2] == ["compile: loading", "looking the model up in the compile cache"]
 
 
 def test_verbose_debug_logs_every_pass_and_stage_with_time_and_sizes(tmp, capsys):
+    from neuronx_cc_lite.codegen.stages import STAGE_NAMES
     from neuronx_cc_lite.passes import PASS_NAMES
 
     assert main(["--verbose", "debug", "compile", MLP, "-o", f"{tmp}/m.neff", "--no-cache"]) == 0
     err = capsys.readouterr().err
     for name in PASS_NAMES:
         assert re.search(rf"^pass {name}: \d+\.\d{{3}} s, \d+ -> \d+ nodes, \d+ tensors$", err, re.M), name
-    for stage in ("lowering", "keep-on-chip", "broadcast-on-pe", "dedupe-loads", "split-transfers", "schedule"):
+    for stage in STAGE_NAMES:
         assert re.search(rf"^stage {stage}: \d+\.\d{{3}} s, \d+ instructions, \d+ tiles", err, re.M), stage
-    assert re.search(r"^stage hbm-layout: \d+\.\d{3} s, \d+ bytes of HBM", err, re.M)
+    assert re.search(r"^stage hbm-layout: .*, \d+ bytes of HBM", err, re.M)
     assert re.search(r"^stage emit: \d+\.\d{3} s, PE \d+, .*DMA \d+ instructions$", err, re.M)
     assert re.search(r"^import: \d+ nodes", err, re.M) and re.search(r"^package: 1 rank\(s\)", err, re.M)
     assert re.search(rf"^wrote {tmp}/m.neff: \d+ bytes", err, re.M)

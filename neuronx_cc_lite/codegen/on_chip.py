@@ -155,11 +155,10 @@ def keep_on_chip(program: Program) -> Report:
     homes = {t: program.sbuf(min(pmax, layouts[t].rows), layouts[t].home_free(pmax), t.dtype, f"{t.name}@home")
              for t in admitted}
     written_late = {t for t in admitted if _read_before_written(t, instrs, touching[t])}
-    report.stranded += [t.name for t in layouts if t not in admitted and t.layout is not None and t.layout[2] == 1]
-    for tensor in admitted:
-        if tensor.kind == "scratch":
-            program.hbm.remove(tensor)
-        report.kept.append(tensor.name)
+    homed = set(admitted)  # membership tests against the list were quadratic in the node count
+    report.stranded += [t.name for t in layouts if t not in homed and t.layout is not None and t.layout[2] == 1]
+    program.hbm = [t for t in program.hbm if not (t in homed and t.kind == "scratch")]
+    report.kept += [t.name for t in admitted]
     _rewrite(program, homes, layouts, written_late)
     return report
 

@@ -5,14 +5,21 @@ memory (SBUF, PSUM or HBM, once operands are physical) or one virtual tile or HB
 the same index serves the scheduler's dependencies on the tile program and the semaphores on physical streams.
 
 Boxes are bounding boxes of access patterns: never smaller than the truth, so no dependency is missed; a false
-one only costs an edge or a wait.
+one only costs an edge or a wait, but those can add up: the stores of a channel-major output (one run of bytes
+per channel, row block after row block) have interleaved bounding boxes, and a write-after-write edge between
+each pair serializes them; the memsets of a padded tile's border would hold back the load of its interior. So two
+accesses whose boxes meet are compared run by run (`runs`, `disjoint`), up to `MAX_RUNS` runs each; beyond that
+the box stands.
 """
 
 from __future__ import annotations
 
 import bisect
+import math
 from dataclasses import dataclass
 from typing import Hashable
+
+import numpy as np
 
 from isa.operand import Mem, Operand
 
@@ -31,6 +38,61 @@ def inside(a: Box, b: Box) -> bool:
     return b[0] <= a[0] and a[1] <= b[1] and b[2] <= a[2] and a[3] <= b[3]
 
 
+MAX_RUNS = 4096  # runs compared exactly per HBM access; a pattern with more is taken as its box
+
+
+Runs = tuple[list[int], list[int]]  # sorted, merged [start, end) byte runs: (starts, ends)
+
+
+def runs(o: Operand) -> Runs | None:
+    """The byte runs an operand touches: over the whole of HBM (the partition axis is one more stride there),
+    inside each of its partitions in SBUF and PSUM (every partition has the same pattern). None when there would
+    be more than MAX_RUNS."""
+    size = o.dtype.size
+    dims = [(o.num_partitions, o.partition_stride), *o.dims] if o.mem is Mem.HBM else list(o.dims)
+    dims = [(n, stride * size) for n, stride in dims if n > 1]  # byte strides; a dimension of one adds nothing
+    run = size
+    while dims and dims[-1][1] == run:  # the innermost dimensions that are dense make one run
+        run *= dims.pop()[0]
+    if not dims:
+        return [o.offset], [o.offset + run]
+    if any(stride < 0 for _, stride in dims) or math.prod(n for n, _ in dims) > MAX_RUNS:
+        return None
+    starts = np.zeros(1, np.int64) + o.offset
+    for n, stride in dims:
+        starts = (starts[:, None] + np.arange(n, dtype=np.int64) * stride).ravel()
+    starts = np.unique(starts)
+    # merge runs that touch or overlap: a run starts a new piece unless it begins before the furthest end so far
+    furthest = np.maximum.accumulate(starts + run)
+    new = np.ones(len(starts), bool)
+    new[1:] = starts[1:] > furthest[:-1]
+    heads = np.flatnonzero(new)
+    tails = np.append(heads[1:], len(starts)) - 1
+    return starts[heads].tolist(), furthest[tails].tolist()
+
+
+def disjoint(a: Runs, b: Runs) -> bool:
+    """Whether two run lists share no byte."""
+    if len(a[0]) > len(b[0]):
+        a, b = b, a
+    b_starts, b_ends = b
+    for start, end in zip(*a):  # the last run of b that starts before this one ends must end by its start
+        j = bisect.bisect_left(b_starts, end) - 1
+        if j >= 0 and b_ends[j] > start:
+            return False
+    return True
+
+
+def covers(a: Runs, b: Runs) -> bool:
+    """Whether the runs `a` contain every byte of the runs `b`."""
+    a_starts, a_ends = a
+    for start, end in zip(*b):  # inside the last run of a that starts at or before it
+        j = bisect.bisect_right(a_starts, start) - 1
+        if j < 0 or a_ends[j] < end:
+            return False
+    return True
+
+
 @dataclass(eq=False, slots=True)
 class Record:
     """One access: where, by whom (a stream, or -1 when streams are not yet known), at which program position."""
@@ -40,6 +102,32 @@ class Record:
     index: int
     writes: bool
     alive: bool = True
+    operand: Operand | None = None  # compared run by run with another access whose box meets this one
+    _runs: object = False  # runs(operand), once asked for (False: not yet)
+
+    def runs(self) -> Runs | None:
+        if self._runs is False:
+            self._runs = runs(self.operand) if self.operand is not None else None
+        return self._runs  # type: ignore[return-value]
+
+    def meets(self, other: Record) -> bool:
+        """Whether the two accesses, whose boxes meet, share a byte (True when either is not exact)."""
+        a, b = self.runs(), other.runs()
+        if a is None or b is None or (len(a[0]) == 1 and len(b[0]) == 1):
+            return True  # two single runs whose boxes meet overlap
+        return not disjoint(a, b)
+
+    def covers(self, other: Record) -> bool:
+        """Whether this access (a write, ordered after the other) may stand for the other from now on: it touches
+        every byte the other does. A write taken as its box (no runs) stands for whatever its box holds, since
+        anything that meets that box also meets it."""
+        if not inside(other.box, self.box):
+            return False
+        a = self.runs()
+        if a is None or len(a[0]) == 1:
+            return True
+        b = other.runs()
+        return b is not None and covers(a, b)
 
 
 class Index:

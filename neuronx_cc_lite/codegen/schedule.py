@@ -19,10 +19,11 @@ semaphores. Three more choices decide what the hardware does well:
 - DMA queues: transfers into SBUF (loads) and out of it (stores) take separate queues, in proportion to their
   bytes, so that a store waiting for its producer never holds up the loads queued behind it in the same queue;
   a store queue takes loads until the first store, then only short ones while no store is ready.
-- Memory: a tile lives from its first to its last access in the new order, and is placed (allocate.py) when
-  its first access is scheduled. An instruction whose tiles find no room waits until others are freed, the
+- Memory: a tile lives from its first to its last access in the new order. It is placed (allocate.py) when
+  its first access is scheduled; an instruction whose tiles find no room waits until others are freed, the
   earliest in lowering order first, so running ahead (the loads of the next tiles while this one computes:
-  multiple buffering) stops where memory ends.
+  multiple buffering) stops where memory ends. When that deadlocks, schedule_within_memory tries again holding
+  back what ran ahead, then counting bytes and planning the places after.
 - Engines: a copy, a tensor_scalar or a memset on float data may run on any engine whose row allows it and that
   reaches its memories; the first of them to be free for it takes it.
 - Collectives: the CC engine is one more server. Its estimate is a two-rank collective's fixed cost and the
@@ -36,6 +37,7 @@ semaphores. Three more choices decide what the hardware does well:
 from __future__ import annotations
 
 import heapq
+import logging
 from dataclasses import dataclass
 
 from isa.costs import Port, dma_cost, duration_ns, ports, table_of
@@ -43,9 +45,14 @@ from isa.instructions import OPS, Instruction
 from isa.operand import READABLE, WRITABLE, Engine, Mem
 from isa.target import Target
 from neuronx_cc_lite import progress
-from neuronx_cc_lite.codegen.allocate import OnChipMemory, tile_uses
+from neuronx_cc_lite.codegen.allocate import (LiveBytes, OnChipMemory, free_positions, large_tile_reserve, plan,
+                                              tile_uses)
 from neuronx_cc_lite.codegen.deps import dependencies
+from neuronx_cc_lite.codegen.verify import verify_order
+from neuronx_cc_lite.errors import CompileError
 from neuronx_cc_lite.lower.program import HbmAccess, PendingInstr, Program, Tile, TileAccess
+
+log = logging.getLogger(__name__)
 
 MOVABLE = frozenset({"tensor_copy", "tensor_scalar", "memset"})
 # How far ahead of the first unscheduled instruction (in lowering order) the schedule may reach: far enough to
@@ -140,13 +147,85 @@ def _critical_soon(pool: _Pool, rank: list[float], now: int, before: float, take
     return None
 
 
-def schedule(program: Program) -> list[list[int]]:
-    """Reorder program.instrs, set every instruction's engine and queue and place every tile (see the module
-    docstring). Returns the dependencies it kept, as positions in the order before scheduling (for the verifier).
-    Raises NCC_SBUF_FULL / NCC_PSUM_FULL when every ready instruction waits for memory that nothing will free."""
+class OutOfMemory(CompileError):
+    """Every ready instruction waits for memory that nothing will free. `ahead`: the instructions that opened
+    live tiles while running ahead of the earliest waiting one, `waiting` (in lowering order); in lowering
+    order none of those tiles would be live yet."""
+
+    def __init__(self, error: CompileError, waiting: int, ahead: list[int]) -> None:
+        super().__init__(error.code, error.message, error.node, error.op)
+        self.waiting, self.ahead = waiting, ahead
+
+
+PLACING_TRIES = 4  # schedules that place tiles as they go, each holding back more of what ran ahead
+PLANNED_TRIES = 4  # then schedules that count live bytes, planned after, each with fewer bytes live
+BUDGET_STEP = 0.85  # after a plan that found no room, the next schedule keeps this much of the bytes live before
+
+
+def schedule_within_memory(program: Program) -> bool:
+    """List-schedule the program and place its tiles; False (the program as lowered) when no try fitted.
+
+    The first tries place each tile when the schedule reaches its first use (allocate.OnChipMemory): an
+    instruction whose tiles find no gap waits until memory frees. That can deadlock: the loads of later layers'
+    weights take the room the current operator needs, and they wait for its results. Then the instructions that
+    opened live tiles ahead of the earliest waiting one (in lowering order, none of those tiles would be live yet)
+    are held back, in the next try, until everything up to that one is scheduled. A memory deadlocked by its gaps
+    (a large tile finds none with a third of SBUF free) is left to the next tries: the schedule only counts the
+    bytes live at once, within a budget, and the planner places the tiles knowing every lifetime (allocate.plan);
+    when it finds no room, the next try keeps fewer bytes live. The lowering order, which always fits, is the end
+    of that road."""
+    lowered = list(program.instrs)
+    engines = [p.engine for p in lowered]
+    preds = dependencies(lowered)
+    reserve = large_tile_reserve(program, tile_uses(program))
+    hold: dict[int, int] = {}
+    budget = 1.0
+    for tries in range(1, PLACING_TRIES + PLANNED_TRIES + 1):
+        placing = tries <= PLACING_TRIES
+        try:
+            memory = OnChipMemory(program.target, reserve) if placing else LiveBytes(program.target, budget)
+            starts, ends = schedule(program, LOOKAHEAD, preds, hold, memory)
+            if not placing:
+                uses = tile_uses(program)
+                try:  # no range reused before the schedule expects its last reader done; else on bare lifetimes
+                    plan(program, uses, free_positions(starts, ends))
+                except CompileError as e:
+                    if e.code not in ("NCC_SBUF_FULL", "NCC_PSUM_FULL"):
+                        raise
+                    plan(program, uses)
+        except OutOfMemory as e:
+            log.debug("schedule try %d ran out of memory at instruction %d (%d ran ahead): %s", tries, e.waiting,
+                      len(e.ahead), e)
+            for i in e.ahead:
+                hold[i] = max(hold.get(i, 0), e.waiting + 1)
+        except CompileError as e:
+            if e.code not in ("NCC_SBUF_FULL", "NCC_PSUM_FULL"):
+                raise
+            log.debug("schedule try %d with %.0f%% of SBUF live found no plan: %s", tries, 100 * budget, e)
+            budget *= BUDGET_STEP
+        else:
+            verify_order(lowered, program.instrs, preds, "schedule")
+            program.schedule_tries = tries
+            return True
+        program.instrs = list(lowered)
+        for p, engine in zip(lowered, engines):
+            p.engine = engine
+    return False
+
+
+def schedule(program: Program, lookahead: int = LOOKAHEAD, preds: list[list[int]] | None = None,
+             hold: dict[int, int] | None = None, memory: OnChipMemory | LiveBytes | None = None
+             ) -> tuple[list[float], list[float]]:
+    """Reorder program.instrs and set every instruction's engine and queue (see the module docstring), keeping
+    the tiles live at once within `memory` (by default placing each as it goes), reaching at most `lookahead` instructions past the first
+    unscheduled one; an instruction in `hold` waits until everything before position hold[i] (in lowering order)
+    is scheduled. `preds`: the dependencies (computed when not given). Returns the estimated start and end of
+    every instruction, in the new order. Raises OutOfMemory (NCC_SBUF_FULL / NCC_PSUM_FULL) when every ready
+    instruction waits for memory that nothing will free (see schedule_within_memory)."""
     instrs, target = program.instrs, program.target
     n = len(instrs)
-    preds = dependencies(instrs)
+    preds = preds if preds is not None else dependencies(instrs)
+    hold = hold or {}
     succs: list[list[int]] = [[] for _ in range(n)]
     for i, ps in enumerate(preds):
         for j in ps:
@@ -189,7 +268,7 @@ def schedule(program: Program) -> list[list[int]]:
         ["stores", "loads", "short loads"] for e, q in servers]
     loads_left = sum(1 for p in instrs if p.engine is Engine.DMA and not is_store(p))
     port_free = {p: 0.0 for p in Port}
-    memory = OnChipMemory(target)
+    memory = memory or OnChipMemory(target, large_tile_reserve(program, tiles_of))
     placed: set[Tile] = set()
     waiting = [len(ps) for ps in preds]
     ready_at = [0.0] * n
@@ -197,8 +276,11 @@ def schedule(program: Program) -> list[list[int]]:
     scheduled = [False] * n
     blocked: list[int] = []  # ready, waiting for memory, in lowering order (a heap)
     deferred: list[int] = []  # ready, but too far ahead of the first unscheduled instruction (a heap)
+    held_back: list[tuple[int, int]] = []  # ready, held until the frontier passes a position: (position, i), a heap
+    opener: dict[Tile, int] = {}  # the instruction that placed each live tile
     frontier = 0  # the first instruction in lowering order not yet scheduled
     order: list[int] = []
+    started, ended = [0.0] * n, [0.0] * n  # estimated
     last_on: dict[Engine, int] = {}  # the instruction each compute engine ran last
     act_table = None  # the function table ScalarE holds
 
@@ -209,8 +291,11 @@ def schedule(program: Program) -> list[list[int]]:
         return list(engines[i])
 
     def release(i: int) -> None:
-        if i >= frontier + LOOKAHEAD:
+        if i >= frontier + lookahead:
             heapq.heappush(deferred, i)
+            return
+        if hold.get(i, 0) > frontier:
+            heapq.heappush(held_back, (hold[i], i))
             return
         for key in pools_of(i):
             pools[key].add(ready_at[i], rank[i], i)
@@ -228,6 +313,7 @@ def schedule(program: Program) -> list[list[int]]:
                 return False
             placed.add(t)
             opened.append(t)
+            opener[t] = i
         return True
 
     for i in range(n):
@@ -245,11 +331,14 @@ def schedule(program: Program) -> list[list[int]]:
                     when = max(free_at[k], pool.next_ready_at())
                 else:
                     continue
-                if when < best_time:
+                # of the servers that can start as soon, the one idle longest: queues share the work, rather than
+                # the first taking every transfer it will be free for
+                if when < best_time or (when == best_time and free_at[k] < free_at[best_server]):
                     best_server, best_time = k, when
         if best_server < 0:
             i = blocked[0] if blocked else 0
-            raise memory.full(next(t for t in tiles_of[i] if t not in placed), instrs[i].node)
+            ahead = sorted({opener[t] for t in placed if opener[t] > i and uses[t] > 0})
+            raise OutOfMemory(memory.full(next(t for t in tiles_of[i] if t not in placed), instrs[i].node), i, ahead)
         k = best_server
         engine, queue = servers[k]
         for key in pools_of_server[k]:
@@ -289,6 +378,7 @@ def schedule(program: Program) -> list[list[int]]:
             last_on[e] = i
             act_table = needs or act_table
         free_at[k] = end
+        started[i], ended[i] = start, end
         if e is Engine.DMA:
             instrs[i].queue = queue
             if is_store(instrs[i]) and loads != stores:  # the stores have begun: store queues keep to them
@@ -307,7 +397,9 @@ def schedule(program: Program) -> list[list[int]]:
         scheduled[i] = True
         while frontier < n and scheduled[frontier]:
             frontier += 1
-        while deferred and deferred[0] < frontier + LOOKAHEAD:
+        while held_back and held_back[0][0] <= frontier:
+            release(heapq.heappop(held_back)[1])
+        while deferred and deferred[0] < frontier + lookahead:
             release(heapq.heappop(deferred))
         freed = False
         for t in tiles_of[i]:
@@ -326,4 +418,4 @@ def schedule(program: Program) -> list[list[int]]:
             if waiting[s] == 0:
                 release(s)
     program.instrs = [instrs[i] for i in order]
-    return preds
+    return [started[i] for i in order], [ended[i] for i in order]

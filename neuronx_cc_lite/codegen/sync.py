@@ -10,14 +10,14 @@ Waits already implied are left out: each stream carries a vector clock of what i
 dependency that the clock covers (directly, or through an earlier wait) needs no semaphore.
 
 Footprints are bounding boxes (regions.py): never smaller than the truth, so no dependency is missed; a false one
-only costs a wait.
+only costs a wait. Accesses whose boxes meet are compared byte run by byte run, as the scheduler's were.
 """
 
 from __future__ import annotations
 
 from isa.instructions import Instruction
 from isa.operand import Mem
-from neuronx_cc_lite.codegen.regions import Index, Record, box_of, inside
+from neuronx_cc_lite.codegen.regions import Index, Record, box_of
 
 
 def synchronize(program: list[tuple[int, Instruction]], num_streams: int) -> None:
@@ -34,14 +34,15 @@ def synchronize(program: list[tuple[int, Instruction]], num_streams: int) -> Non
     waits_on: list[list[int]] = []  # per instruction: program positions it waits for
     for position, (stream, instr) in enumerate(program):
         needs: dict[int, int] = {}
-        accesses = [(o, False) for o in instr.reads()] + [(o, True) for o in instr.writes()]
-        boxes = [box_of(o) for o, _ in accesses]
-        overlapping = [index.find(o.mem, box) for (o, _), box in zip(accesses, boxes)]
-        for (o, writes), earlier in zip(accesses, overlapping):
-            for r in earlier:
-                if r.stream != stream and (writes or r.writes):
-                    needs[r.stream] = max(needs.get(r.stream, -1), r.index)
+        accesses = [(o, Record(box_of(o), stream, position, writes, operand=o))
+                    for o, writes in [(o, False) for o in instr.reads()] + [(o, True) for o in instr.writes()]]
+        overlapping = [index.find(o.mem, access.box) for o, access in accesses]
         clock = clocks[stream]
+        for (o, access), earlier in zip(accesses, overlapping):
+            for r in earlier:  # (the cheap tests first: most candidates are known complete or already needed)
+                if r.stream != stream and (access.writes or r.writes) and r.index > clock[r.stream] and \
+                        r.index > needs.get(r.stream, -1) and r.meets(access):
+                    needs[r.stream] = r.index
         mine = []
         for other, at in sorted(needs.items(), key=lambda kv: -kv[1]):
             if clock[other] >= at:
@@ -53,16 +54,16 @@ def synchronize(program: list[tuple[int, Instruction]], num_streams: int) -> Non
         clock[stream] = position
         waits_on.append(mine)
         done_clock.append(list(clock))
-        for (o, writes), box, earlier in zip(accesses, boxes, overlapping):
-            if o.mem is Mem.HBM and not writes and not any(w.index > position
-                                                           for w in written_hbm.find(Mem.HBM, box)):
+        for (o, access), earlier in zip(accesses, overlapping):
+            if o.mem is Mem.HBM and not access.writes and not any(w.index > position
+                                                                  for w in written_hbm.find(Mem.HBM, access.box)):
                 continue  # nothing writes there later: this read can order nothing (weights, inputs)
             # (the records found before this instruction's own were added: one of its own that another of its
             # accesses covers stays alive, which costs nothing but a record)
             for r in earlier:
-                if inside(r.box, box) and (writes or (r.stream == stream and not r.writes)):
+                if (access.writes or (r.stream == stream and not r.writes)) and access.covers(r):
                     r.alive = False  # the new access is ordered after r and covers it
-            index.add(o.mem, Record(box, stream, position, writes))
+            index.add(o.mem, access)
     signalled = {at for mine in waits_on for at in mine}
     count = [0] * num_streams
     ordinal: dict[int, int] = {}

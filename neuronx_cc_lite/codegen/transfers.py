@@ -1,10 +1,11 @@
 """Cut large DMA transfers (copies and gathers) by partitions, so that several queues move one tile at once.
 
-A queue runs one transfer at a time at one engine's rate; a 2 MiB tile on one queue takes 123 us while fifteen
-queues idle. Each piece waits a transfer's latency (1.3 us), hidden behind the one before it on its queue only when
-that one moves long enough, so pieces stay large: a transfer is cut into pieces of about PIECE_BYTES
-(two at least from 64 KiB), each a band of partitions (the DMA guide's advice: >= 32 KiB per transfer, >= 4 KiB
-per partition row, which a band of a large tile keeps). The transfers around a collective sit on the chain
+A queue moves one transfer's data at a time at 17 GB/s (isa/target.py); a 2 MiB tile on one queue takes 123 us
+while fifteen queues idle. Each piece waits a transfer's latency (1.3 us), hidden behind the one before it on its
+queue (queues keep two transfers in flight), so pieces need not be large: a transfer is cut into pieces of about
+PIECE_BYTES (two at least), each a band of partitions, the DMA guide's floor of 32 KiB per transfer, at which a
+piece moves for 1.9 us, longer than the latency it hides. Larger pieces left a tile's last store on one or two
+queues for up to 7.7 us after its producer (ResNet-50 bf16 on inf2: 494.6 -> 448.8 us). The transfers around a collective sit on the chain
 store -> collective -> load between ranks, on which nothing else runs, so their latency is all that counts: a
 load of what a collective wrote is cut into pieces of EXCHANGE_PIECE_BYTES over many queues, a store of what it
 reads into one piece per store queue (BERT-12 at --tp 2: 20% less latency).
@@ -18,7 +19,7 @@ from isa.operand import Engine
 from neuronx_cc_lite.codegen.schedule import split_queues
 from neuronx_cc_lite.lower.program import HbmAccess, PendingInstr, Program, TileAccess
 
-PIECE_BYTES = 128 * 1024
+PIECE_BYTES = 32 * 1024
 EXCHANGE_PIECE_BYTES = 16 * 1024
 # A gather starts a chain of dependent work (an embedding lookup feeds everything after it): its bands are
 # smaller, so that it finishes soon after its indices arrive; so are the bands of a small transfer over many

@@ -35,18 +35,18 @@ def _elu_negative(prog: Program, dst: TileAccess, x: TileAccess, alpha: float, i
     ts(prog, dst, dst, AluOp.subtract, 1.0, AluOp.multiply, alpha)
 
 
-@lowering("LeakyRelu", check=floats_only)
+@lowering("LeakyRelu", check=floats_only, elementwise=True)
 def lower_leaky_relu(ctx: LowerCtx, node: Node) -> None:
     alpha = float(node.attrs.get("alpha", 0.01))
     elementwise(ctx, node, lambda prog, dst, s: _negative_part_scaled(prog, dst, s[0], alpha))
 
 
-@lowering("PRelu", check=floats_only, since=7)
+@lowering("PRelu", check=floats_only, since=7, elementwise=True)
 def lower_prelu(ctx: LowerCtx, node: Node) -> None:
     elementwise(ctx, node, lambda prog, dst, s: _negative_part_scaled(prog, dst, s[0], s[1]))
 
 
-@lowering("HardSigmoid", check=floats_only)
+@lowering("HardSigmoid", check=floats_only, elementwise=True)
 def lower_hard_sigmoid(ctx: LowerCtx, node: Node) -> None:
     alpha, beta = float(node.attrs.get("alpha", 0.2)), float(node.attrs.get("beta", 0.5))
 
@@ -57,7 +57,7 @@ def lower_hard_sigmoid(ctx: LowerCtx, node: Node) -> None:
     elementwise(ctx, node, compute)
 
 
-@lowering("HardSwish", check=floats_only)
+@lowering("HardSwish", check=floats_only, elementwise=True)
 def lower_hard_swish(ctx: LowerCtx, node: Node) -> None:
     def compute(prog: Program, dst: TileAccess, s: list[Operand]) -> None:
         gate = scratch(prog, dst, "gate")
@@ -86,7 +86,7 @@ def _check_clip(node: Node, g: Graph) -> str | None:
     return None
 
 
-@lowering("Clip", check=_check_clip, constant_inputs=(1, 2))
+@lowering("Clip", check=_check_clip, constant_inputs=(1, 2), elementwise=True)
 def lower_clip(ctx: LowerCtx, node: Node) -> None:
     low, high = _clip_bounds(node, ctx.graph)
 
@@ -113,24 +113,24 @@ def _exponential_linear(alpha: float, inner_scale: float = 1.0, gamma: float = 1
     return compute
 
 
-@lowering("Elu", check=floats_only)
+@lowering("Elu", check=floats_only, elementwise=True)
 def lower_elu(ctx: LowerCtx, node: Node) -> None:
     elementwise(ctx, node, _exponential_linear(float(node.attrs.get("alpha", 1.0))))
 
 
-@lowering("Selu", check=floats_only)
+@lowering("Selu", check=floats_only, elementwise=True)
 def lower_selu(ctx: LowerCtx, node: Node) -> None:
     elementwise(ctx, node, _exponential_linear(float(node.attrs.get("alpha", 1.67326319217681884765625)),
                                                gamma=float(node.attrs.get("gamma", 1.05070102214813232421875))))
 
 
-@lowering("Celu", check=floats_only)
+@lowering("Celu", check=floats_only, elementwise=True)
 def lower_celu(ctx: LowerCtx, node: Node) -> None:
     alpha = float(node.attrs.get("alpha", 1.0))
     elementwise(ctx, node, _exponential_linear(alpha, inner_scale=1.0 / alpha))
 
 
-@lowering("ThresholdedRelu", check=floats_only)
+@lowering("ThresholdedRelu", check=floats_only, elementwise=True)
 def lower_thresholded_relu(ctx: LowerCtx, node: Node) -> None:
     alpha = float(node.attrs.get("alpha", 1.0))
 
@@ -143,7 +143,7 @@ def lower_thresholded_relu(ctx: LowerCtx, node: Node) -> None:
     elementwise(ctx, node, compute)
 
 
-@lowering("Softsign", check=floats_only)
+@lowering("Softsign", check=floats_only, elementwise=True)
 def lower_softsign(ctx: LowerCtx, node: Node) -> None:
     def compute(prog: Program, dst: TileAccess, s: list[Operand]) -> None:
         denominator = scratch(prog, dst, "den")
@@ -154,7 +154,7 @@ def lower_softsign(ctx: LowerCtx, node: Node) -> None:
     elementwise(ctx, node, compute)
 
 
-@lowering("Shrink", check=floats_only)
+@lowering("Shrink", check=floats_only, elementwise=True)
 def lower_shrink(ctx: LowerCtx, node: Node) -> None:
     """x - bias where x > lambd, x + bias where x < -lambd, else 0."""
     lambd, bias = float(node.attrs.get("lambd", 0.5)), float(node.attrs.get("bias", 0.0))

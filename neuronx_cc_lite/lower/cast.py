@@ -70,7 +70,8 @@ def _check_cast(node: Node, g: Graph) -> str | None:
     return f"a narrowing cast from {src} to {dst} wraps around, which the engines do not do"
 
 
-@lowering("Cast", "CastLike", check=_check_cast)
+@lowering("Cast", check=_check_cast, elementwise=True)
+@lowering("CastLike", check=_check_cast)
 def lower_cast(ctx: LowerCtx, node: Node) -> None:
     src_type, dst_type = _types(node, ctx.graph)
     x = ctx.view(node.inputs[0])

@@ -1,7 +1,10 @@
 """What an op lowering works with: the graph, the program being built, and an HBM view per tensor.
 
 Graph inputs and outputs get HBM tensors of their own; constants become weight tensors the first time a lowering
-reads them; every other result gets a scratch tensor, unless its op only makes a view of another tensor.
+reads them; every other result gets a scratch tensor, unless its op only makes a view of another tensor. Device
+state (Graph.state) is an input tensor of kind "state" that the program also writes: its next value is computed
+into it in place where the op allows (`in_place`), else copied into it once every reader of the old value is done
+(the dependencies on a written HBM tensor order that copy after them).
 """
 
 from __future__ import annotations
@@ -72,11 +75,14 @@ class LowerCtx:
         # weights a lowering laid out at compile time (a matmul's K tiles), by key: the tensor and block offsets
         self.laid_out: dict[str, tuple[HbmTensor, list[int]]] = {}
         self.output_owner: dict[int, str] = {}  # id(HbmTensor) -> the graph output it was made for
+        self.next_state = {after: name for name, after in graph.state.items()}  # next value -> state input
         for name in graph.inputs:
             t = graph.tensors[name]
             dtype = self.dtype(name)
-            tensor = program.hbm_tensor(name, t.size * dtype.size, "input", dtype)
+            kind = "state" if name in graph.state else "input"
+            tensor = program.hbm_tensor(name, t.size * dtype.size, kind, dtype)
             self.views[name] = HbmView.whole(tensor, dtype, t.shape)
+        self.inputs = dict(self.views)  # where the inputs are written (an input that is an output gets a copy)
 
     def dtype(self, name: str) -> DType:
         t = self.graph.tensors[name]
@@ -147,7 +153,7 @@ class LowerCtx:
         elementwise consumers tile alike)."""
         t = self.graph.tensors[name]
         dtype = self.dtype(name)
-        kind = "output" if name in self.graph.outputs else "scratch"
+        kind = "output" if name in self.graph.outputs and name not in self.next_state else "scratch"
         tensor = self.program.hbm_tensor(name, t.size * dtype.size, kind, dtype)
         perm = self._sole_transpose(name) if follow_transpose and kind == "scratch" else None
         order = perm or tuple(range(len(t.shape)))
@@ -189,14 +195,32 @@ class LowerCtx:
                     return first, last
         return None
 
+    def in_place(self, node: Node) -> HbmView | None:
+        """The state input that `node` (a scatter: data in, data with rows written out) may write in place: its data
+        input when that is device state whose next value is the node's result and which nothing else reads. The
+        result is then that input's view, and the lowering writes only the rows that change."""
+        data, out = node.inputs[0], node.outputs[0]
+        if self.graph.state.get(data) != out or len(self.consumers.get(data, [])) != 1:
+            return None
+        view = self.views[data]
+        self.views[out] = view
+        return view
+
     def alias(self, name: str, view: HbmView) -> None:
         """Record that a result is a view of data already in HBM (Reshape, Identity, ...)."""
         self.views[name] = view
 
     def materialize_outputs(self) -> None:
-        """Every graph output must own a contiguous HBM tensor: copy those that are views of something else."""
+        """Every graph output must own a contiguous HBM tensor: copy those that are views of something else. The next
+        value of a state tensor goes into the state tensor, unless it was computed there."""
         for name in self.graph.outputs:
             view = self.view(name)
+            if name in self.next_state:
+                state = self.views[self.next_state[name]]
+                if view.tensor is not state.tensor or view.offset or not view.is_contiguous:
+                    self.program.node = f"state {self.next_state[name]}"
+                    self.program.dma(state, view)
+                continue
             owned = self.output_owner.get(id(view.tensor)) == name
             if owned and view.is_contiguous and view.offset == 0:
                 continue

@@ -15,9 +15,10 @@ import numpy as np
 
 from isa.functions import ActFunc, AluOp
 from isa.operand import Engine
+from neuronx_cc_lite.integer_ranges import integer_ranges, type_range
 from neuronx_cc_lite.ir import Graph, Node
 from neuronx_cc_lite.lower.context import LowerCtx, device_dtype
-from neuronx_cc_lite.lower.instr import act, ts, tt
+from neuronx_cc_lite.lower.instr import act, scratch, ts, tt
 from neuronx_cc_lite.lower.program import Program, TileAccess
 from neuronx_cc_lite.lower.registry import lowering
 from neuronx_cc_lite.lower.hbm import HbmView
@@ -126,11 +127,13 @@ def floats_only(node: Node, g: Graph) -> str | None:
 
 def small_integers_ok(node: Node, g: Graph) -> str | None:
     """Integer arithmetic runs through the engines' fp32 ALU: exact while magnitudes stay below 2**24, which is
-    what int32/int64 index and shape arithmetic needs; 64-bit and 32-bit unsigned ranges are beyond it."""
+    what int32/int64 index and shape arithmetic needs; 64-bit and 32-bit unsigned ranges are beyond it, and so is
+    a node whose integer operands or result the compiler cannot bound within 2**24 and the output type
+    (neuronx_cc_lite/integer_ranges.py)."""
     for name in (*node.inputs, *node.outputs):
         if name and g.tensors[name].dtype in (np.dtype(np.uint32), np.dtype(np.uint64)):
             return f"{node.op} on {g.tensors[name].dtype} is not supported (beyond the exact fp32 range)"
-    return None
+    return integer_ranges(g).why_inexact(node)
 
 
 UNARY = {
@@ -144,14 +147,33 @@ VARIADIC = {"Sum": fold(AluOp.add), "Max": fold(AluOp.maximum), "Min": fold(AluO
             "Mean": fold(AluOp.add, then=_mean)}
 
 
-@lowering(*UNARY, check=floats_only)
+@lowering(*UNARY, check=floats_only, elementwise=True)
 def lower_unary(ctx: LowerCtx, node: Node) -> None:
     elementwise(ctx, node, unary(UNARY[node.op]))
 
 
-@lowering("Neg", check=small_integers_ok)
+def wrapping(ctx: LowerCtx, node: Node, compute: Compute) -> Compute:
+    """`compute`, its result wrapped into the node's integer output type (two's complement, as onnxruntime's
+    kernels) where integer_ranges says it may leave it: computed exactly in fp32 (|result| <= 2^24), then
+    ((x - low) fmod m + m) fmod m + low, m the type's 2^bits."""
+    if not integer_ranges(ctx.graph).wraps(node):
+        return compute
+    low, high = type_range(ctx.graph.tensors[node.outputs[0]].dtype)
+    m = float(high - low + 1)
+
+    def wrapped(prog: Program, dst: TileAccess, srcs: list[Operand]) -> None:
+        exact = scratch(prog, dst, f"{node.outputs[0]}/exact")
+        compute(prog, exact, srcs)
+        ts(prog, exact, exact, AluOp.subtract, float(low), AluOp.mod, m)  # in (-m, m)
+        ts(prog, exact, exact, AluOp.add, m, AluOp.mod, m)  # in [0, m)
+        ts(prog, dst, exact, AluOp.add, float(low))
+
+    return wrapped
+
+
+@lowering("Neg", check=small_integers_ok, elementwise=True)
 def lower_neg(ctx: LowerCtx, node: Node) -> None:
-    elementwise(ctx, node, lambda prog, dst, s: ts(prog, dst, s[0], AluOp.multiply, -1.0))
+    elementwise(ctx, node, wrapping(ctx, node, lambda prog, dst, s: ts(prog, dst, s[0], AluOp.multiply, -1.0)))
 
 
 def truncating_divide(prog: Program, dst: TileAccess, srcs: list[Operand]) -> None:
@@ -163,10 +185,10 @@ def truncating_divide(prog: Program, dst: TileAccess, srcs: list[Operand]) -> No
     apply(prog, dst, dst, b, AluOp.divide)
 
 
-@lowering(*ARITHMETIC, check=small_integers_ok, since=7)
+@lowering(*ARITHMETIC, check=small_integers_ok, since=7, elementwise=True)
 def lower_arithmetic(ctx: LowerCtx, node: Node) -> None:
     integer_div = node.op == "Div" and not is_float(ctx.graph, node.outputs[0])
-    elementwise(ctx, node, truncating_divide if integer_div else fold(ARITHMETIC[node.op]))
+    elementwise(ctx, node, wrapping(ctx, node, truncating_divide if integer_div else fold(ARITHMETIC[node.op])))
 
 
 def _check_variadic(node: Node, g: Graph) -> str | None:
@@ -175,9 +197,9 @@ def _check_variadic(node: Node, g: Graph) -> str | None:
     return small_integers_ok(node, g)
 
 
-@lowering(*VARIADIC, check=_check_variadic, since=8)
+@lowering(*VARIADIC, check=_check_variadic, since=8, elementwise=True)
 def lower_variadic(ctx: LowerCtx, node: Node) -> None:
-    elementwise(ctx, node, VARIADIC[node.op])
+    elementwise(ctx, node, wrapping(ctx, node, VARIADIC[node.op]))
 
 
 def _pow(prog: Program, dst: TileAccess, srcs: list[Operand]) -> None:
@@ -192,7 +214,7 @@ def _pow(prog: Program, dst: TileAccess, srcs: list[Operand]) -> None:
         apply(prog, dst, base, exponent, AluOp.power, Engine.POOL)
 
 
-@lowering("Pow", check=floats_only, since=7)
+@lowering("Pow", check=floats_only, since=7, elementwise=True)
 def lower_pow(ctx: LowerCtx, node: Node) -> None:
     elementwise(ctx, node, _pow)
 
@@ -203,7 +225,7 @@ def _check_gelu(node: Node, g: Graph) -> str | None:
     return floats_only(node, g)
 
 
-@lowering("Gelu", check=_check_gelu)
+@lowering("Gelu", check=_check_gelu, elementwise=True)
 def lower_gelu(ctx: LowerCtx, node: Node) -> None:
     tanh = node.attrs.get("approximate", "none") == "tanh"
     elementwise(ctx, node, unary(ActFunc.gelu_apprx_tanh if tanh else ActFunc.gelu))

@@ -78,6 +78,11 @@ def gather_rows(ctx: LowerCtx, table: HbmView, index_view: HbmView, out_rows: Hb
 def _check_gather(node: Node, g: Graph) -> str | None:
     if 0 in g.tensors[node.inputs[0]].shape or 0 in g.tensors[node.inputs[1]].shape:
         return "gathering from or into an empty tensor is not supported"
+    if node.op == "Gather" and not g.tensors[node.inputs[1]].is_constant:
+        shape = g.tensors[node.inputs[0]].shape
+        rows = shape[int(node.attrs.get("axis", 0)) % len(shape)]
+        if rows > MAX_TABLE_ROWS:
+            return f"Gather with run-time indices into {rows} rows (row indices exact up to {MAX_TABLE_ROWS})"
     return None
 
 

@@ -25,9 +25,16 @@ from __future__ import annotations
 from neuronx_cc_lite.ir import Graph, Node
 
 MATMULS = ("MatMul", "MatMulEpilogue", "Gemm")
-FOLLOWERS = ("Add", "Sub", "Mul", "Div", "Relu", "Gelu", "Tanh", "Sigmoid", "Erf", "Neg", "Sqrt", "Exp", "Log",
-             "Abs", "AllReduce")
+# besides the elementwise ops (the registry's trait), the ops whose output follows their input's layout
+FOLLOWERS = ("AllReduce",)
 VIEWS = ("Reshape", "Transpose", "Squeeze", "Unsqueeze", "Identity", "Slice")
+
+
+def _follows(op: str) -> bool:
+    from neuronx_cc_lite.lower.registry import LOWERINGS  # (this module is imported while the registry fills)
+
+    lowering = LOWERINGS.get(op)
+    return op in FOLLOWERS or (lowering is not None and lowering.elementwise)
 
 
 def _through_view(node: Node, g: Graph, position: int | None) -> int | None:
@@ -93,7 +100,7 @@ class FeatureMajor:
                 # normalising over the partitions is cheap (lower/feature_norm.py), and its output is laid out as
                 # its own readers want: it takes feature-major input whatever comes after it
                 yield position == rank - 1 and int(node.attrs.get("axis", -1)) % rank == rank - 1
-            elif node.op in FOLLOWERS or (node.op == "MatMulEpilogue" and node.inputs[3:4] == [name]):
+            elif _follows(node.op) or (node.op == "MatMulEpilogue" and node.inputs[3:4] == [name]):
                 same = self.g.tensors[node.outputs[0]].shape == self.g.tensors[name].shape
                 yield same and position == rank - 1 and self(node.outputs[0])
             else:

@@ -26,17 +26,17 @@ _NARROW_INTS = {np.dtype(t) for t in (np.int8, np.int16, np.uint8, np.uint16, np
 _BIT_INTS = _NARROW_INTS | {np.dtype(t) for t in (np.int32, np.uint32, np.int64)}
 
 
-@lowering(*COMPARISONS, check=small_integers_ok, since=7)
+@lowering(*COMPARISONS, check=small_integers_ok, since=7, elementwise=True)
 def lower_comparison(ctx: LowerCtx, node: Node) -> None:
     elementwise(ctx, node, fold(COMPARISONS[node.op]))
 
 
-@lowering(*LOGICAL, since=7)
+@lowering(*LOGICAL, since=7, elementwise=True)
 def lower_logical(ctx: LowerCtx, node: Node) -> None:
     elementwise(ctx, node, fold(LOGICAL[node.op]))
 
 
-@lowering("Not")
+@lowering("Not", elementwise=True)
 def lower_not(ctx: LowerCtx, node: Node) -> None:
     elementwise(ctx, node, lambda prog, dst, s: ts(prog, dst, s[0], AluOp.equal, 0.0))
 
@@ -72,13 +72,13 @@ def _check_float_input(node: Node, g: Graph) -> str | None:
     return None if np.issubdtype(dtype, np.floating) else f"{node.op} of {dtype} is not supported"
 
 
-@lowering("IsNaN", check=_check_float_input)
+@lowering("IsNaN", check=_check_float_input, elementwise=True)
 def lower_is_nan(ctx: LowerCtx, node: Node) -> None:
     """NaN is the one value not equal to itself."""
     elementwise(ctx, node, lambda prog, dst, s: tt(prog, dst, s[0], s[0], AluOp.not_equal))
 
 
-@lowering("IsInf", check=_check_float_input)
+@lowering("IsInf", check=_check_float_input, elementwise=True)
 def lower_is_inf(ctx: LowerCtx, node: Node) -> None:
     positive = node.attrs.get("detect_positive", 1)
     negative = node.attrs.get("detect_negative", 1)
@@ -94,7 +94,7 @@ def lower_is_inf(ctx: LowerCtx, node: Node) -> None:
     elementwise(ctx, node, compute)
 
 
-@lowering("Where", check=small_integers_ok, since=9)
+@lowering("Where", check=small_integers_ok, since=9, elementwise=True)
 def lower_where(ctx: LowerCtx, node: Node) -> None:
     def compute(prog: Program, dst: TileAccess, s: list[Operand]) -> None:
         condition, if_true, if_false = s

@@ -173,7 +173,7 @@ def _check_dropout(node: Node, g: Graph) -> str | None:
     return None
 
 
-@lowering("Dropout", check=_check_dropout, constant_inputs=(1, 2))
+@lowering("Dropout", check=_check_dropout, constant_inputs=(1, 2), elementwise=True)
 def lower_dropout(ctx: LowerCtx, node: Node) -> None:
     """Inference: the identity, and a mask of ones when asked for. Training: VectorE's dropout zeroes each element
     with probability `ratio` and the kept ones are scaled by 1 / (1 - ratio); the mask is the same draws applied

@@ -131,6 +131,8 @@ class Program:
         self.tiles: list[Tile] = []
         self.hbm: list[HbmTensor] = []
         self.node = ""  # the ONNX node being lowered, recorded on every instruction
+        self.schedule_tries = 0  # list schedules tried until one fitted memory (0: the lowering order was kept)
+        self.hbm_size = 0  # bytes, once the HBM layout has placed every tensor
         self._ones: dict[DType, Tile] = {}
 
     def operand_dtype(self, dtype: DType) -> DType:
@@ -203,25 +205,6 @@ class Program:
                 self.emit("dma_copy", Engine.DMA, dst=hbm, src=tile)
 
     def _copy_hbm(self, dst: HbmView, src: HbmView) -> None:
-        """HBM to HBM between views of one shape. The axes both views walk alike are merged first; the outermost
-        left is spread over up to pmax partitions per dma_copy, so that one instruction moves pmax rows of a
-        four-dimensional pattern."""
-        assert dst.shape == src.shape, (dst.shape, src.shape)
-        if dst.size == 0:
-            return
-        shape, (d_strides, s_strides) = coalesce([dst, src])
-        if len(shape) < 2:  # one row
-            shape, d_strides, s_strides = (1, *(shape or (1,))), (0, *(d_strides or (1,))), (0, *(s_strides or (1,)))
-        free, d_free, s_free = shape[1:], d_strides[1:], s_strides[1:]
-        outer = max(0, len(free) - MAX_FREE_DIMS)
-        pmax = self.target.partitions
-        for r0 in range(0, shape[0], pmax):
-            rows = min(pmax, shape[0] - r0)
-            for index in itertools.product(*(range(n) for n in free[:outer])):
-                d_off = dst.offset + r0 * d_strides[0] + sum(i * st for i, st in zip(index, d_free))
-                s_off = src.offset + r0 * s_strides[0] + sum(i * st for i, st in zip(index, s_free))
-                self.emit("dma_copy", Engine.DMA,
-                          dst=HbmAccess(dst.tensor, dst.dtype, rows, d_strides[0], d_off,
-                                        tuple(zip(free[outer:], d_free[outer:]))),
-                          src=HbmAccess(src.tensor, src.dtype, rows, s_strides[0], s_off,
-                                        tuple(zip(free[outer:], s_free[outer:]))))
+        from neuronx_cc_lite.lower.relayout import copy_hbm  # a lowering decision: DMA alone or through PE
+
+        copy_hbm(self, dst, src)

@@ -17,6 +17,7 @@ import numpy as np
 from isa.dtypes import DType
 from isa.functions import ActFunc, AluOp
 from isa.operand import Engine
+from neuronx_cc_lite.integer_ranges import integer_ranges
 from neuronx_cc_lite.ir import Graph, Node
 from neuronx_cc_lite.lower.context import LowerCtx
 from neuronx_cc_lite.lower.elementwise import tile_free_max
@@ -67,7 +68,7 @@ def _check_reduce(node: Node, g: Graph) -> str | None:
         return f"{node.op} on {x.dtype} is not supported (floating point only)"
     if 0 in x.shape:
         return "reductions of empty tensors are not supported"
-    return None
+    return integer_ranges(g).why_inexact(node)
 
 
 def reduce_rows(prog: Program, row: HbmView, p: int, length: int, r: Reduction, name: str, budget: int) -> Tile:
@@ -173,7 +174,7 @@ def lower_reduce(ctx: LowerCtx, node: Node) -> None:
 def _check_arg(node: Node, g: Graph) -> str | None:
     if 0 in g.tensors[node.inputs[0]].shape:
         return f"{node.op} of an empty tensor is not defined"
-    return None
+    return integer_ranges(g).why_inexact(node)
 
 
 @lowering("ArgMax", "ArgMin", check=_check_arg)

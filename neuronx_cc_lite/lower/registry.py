@@ -24,6 +24,9 @@ class Lowering:
     # every output element is a copy of an input element (a view, a transpose, a slice, a gather): such outputs of
     # graph inputs and weights could be made by DMA from HBM to HBM, without passing through SBUF (the roofline)
     moves_data: bool = False
+    # each output element is a function of the same-index elements of its inputs, broadcast (numpy's rules): such
+    # an op commutes with a transpose of all its operands (passes/sink_transposes.py)
+    elementwise: bool = False
 
 
 LOWERINGS: dict[str, Lowering] = {}
@@ -48,11 +51,11 @@ def kept_by_pass(*ops: str):  # type: ignore[no-untyped-def]
 
 
 def lowering(*ops: str, check: Check | None = None, since: int = 1,  # type: ignore[no-untyped-def]
-             constant_inputs: tuple[int, ...] = (), moves_data: bool = False):
+             constant_inputs: tuple[int, ...] = (), moves_data: bool = False, elementwise: bool = False):
     def register(fn: Lower) -> Lower:
         for op in ops:
             assert op not in LOWERINGS, f"two lowerings for {op}"
-            LOWERINGS[op] = Lowering(op, fn, check, since, constant_inputs, moves_data)
+            LOWERINGS[op] = Lowering(op, fn, check, since, constant_inputs, moves_data, elementwise)
         return fn
 
     return register

@@ -40,12 +40,12 @@ def _round_to_integer(step: AluOp, past: AluOp):  # type: ignore[no-untyped-def]
     return compute
 
 
-@lowering("Floor", check=floats_only, since=6)
+@lowering("Floor", check=floats_only, since=6, elementwise=True)
 def lower_floor(ctx: LowerCtx, node: Node) -> None:
     elementwise(ctx, node, _round_to_integer(AluOp.subtract, AluOp.less))
 
 
-@lowering("Ceil", check=floats_only, since=6)
+@lowering("Ceil", check=floats_only, since=6, elementwise=True)
 def lower_ceil(ctx: LowerCtx, node: Node) -> None:
     elementwise(ctx, node, _round_to_integer(AluOp.add, AluOp.greater))
 
@@ -65,7 +65,7 @@ def round_half_even(prog: Program, dst: TileAccess, x: TileAccess) -> None:
     select(prog, dst, x, big)
 
 
-@lowering("Round", check=floats_only, since=11)
+@lowering("Round", check=floats_only, since=11, elementwise=True)
 def lower_round(ctx: LowerCtx, node: Node) -> None:
     def compute(prog: Program, dst: TileAccess, s: list[Operand]) -> None:
         assert isinstance(s[0], TileAccess)

@@ -16,6 +16,9 @@ its sequence axis, update row (prefix, s) going to row (prefix, write_indices[ba
 length in circular mode. The rows are computed as index_rows.py says: negative indices wrapped, an index outside
 its axis refused by dma_scatter at run time.
 
+Into device state whose next value the scatter is, and which nothing else reads (a KV cache written at the run's
+position: LowerCtx.in_place), the scatter writes in place: no copy, only the rows that change.
+
 A scatter writes its whole table as far as ordering goes (the instruction's implicit write), so the copy, each
 block and every reader of the output follow one another: of two equal indices the later one wins, as in
 onnxruntime's loop (ONNX leaves duplicates undefined for reduction 'none'). A reduction (add, mul, max, min)
@@ -102,6 +105,15 @@ def _scatter_block(ctx: LowerCtx, row: TileAccess, updates: HbmView, table: HbmV
             prog.emit("dma_scatter", Engine.DMA, dst=dst, src=old.ap(), index=at, rows=rows, row_stride=row_stride)
 
 
+def _result(ctx: LowerCtx, node: Node) -> HbmView:
+    """Where the scatter writes: the state it updates in place, or a copy of its data."""
+    out = ctx.in_place(node)
+    if out is None:
+        out = ctx.output(node.outputs[0])
+        ctx.program.dma(out, ctx.view(node.inputs[0]))
+    return out
+
+
 def _flat(ctx: LowerCtx, name: str, shape: tuple[int, ...]) -> HbmView:
     """Tensor `name` seen with `shape` (its size), copied to a contiguous scratch tensor first when its view is
     strided."""
@@ -117,8 +129,7 @@ def lower_scatter_nd(ctx: LowerCtx, node: Node) -> None:
     idx_shape = ctx.shape(node.inputs[1])
     k, n = idx_shape[-1], math.prod(idx_shape[:-1])
     rows, row_shape = math.prod(shape[:k]), shape[k:]
-    out = ctx.output(node.outputs[0])
-    prog.dma(out, ctx.view(node.inputs[0]))
+    out = _result(ctx, node)
     if n == 0:
         return
     table = out.reshape((rows, *row_shape))
@@ -143,8 +154,7 @@ def lower_scatter_elements(ctx: LowerCtx, node: Node) -> None:
     idx_shape = ctx.shape(node.inputs[1])
     axis = int(node.attrs.get("axis", 0)) % len(shape)
     n, size = math.prod(idx_shape), math.prod(shape)
-    out = ctx.output(node.outputs[0])
-    prog.dma(out, ctx.view(node.inputs[0]))
+    out = _result(ctx, node)
     if n == 0:
         return
     table = out.reshape((size, 1))
@@ -188,8 +198,7 @@ def lower_tensor_scatter(ctx: LowerCtx, node: Node) -> None:
     length, seq = shape[axis], upd_shape[axis]
     circular = node.attrs.get("mode", "linear") in ("circular", b"circular")
     n, rows, row_shape = math.prod(upd_shape[:axis + 1]), math.prod(shape[:axis + 1]), shape[axis + 1:] or (1,)
-    out = ctx.output(node.outputs[0])
-    prog.dma(out, ctx.view(node.inputs[0]))
+    out = _result(ctx, node)
     table = out.reshape((rows, *row_shape))
     assert table is not None  # a fresh output is contiguous
     updates = _flat(ctx, node.inputs[1], (n, *row_shape))

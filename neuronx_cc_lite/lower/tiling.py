@@ -108,33 +108,39 @@ def _row_pieces(v: HbmView, axes_shape: tuple[int, ...], axes_strides: tuple[int
 def layout_boxes(views: list[HbmView], partition_axes: tuple[int, int], pmax: int, free_max: int
                  ) -> Iterator[list[HbmView | RowPieces]] | None:
     """Like `boxes`, with the given axes [first, last) of the common shape on partitions (as the producer of the
-    first view laid it out), the axes after them in the free dimension, each axis before them a loop. A view that
-    cannot walk the partition axes as one (a broadcast input) is given as RowPieces; None when the first view
-    cannot (it is the output: contiguous in the layout)."""
+    first view laid it out). The free dimension is the axes after them, each axis before them a loop; when the
+    partition axes are the last ones (a feature-major tensor: its tokens before its features), the axes before
+    them are the free dimension instead, as the producer's tile holds them. A view that cannot walk the partition
+    axes as one (a broadcast input) is given as RowPieces; None when the first view cannot (it is the output:
+    contiguous in the layout)."""
     first, last = partition_axes
     shape = views[0].shape
     merged = [merged_axes(shape[first:last], v.strides[first:last]) for v in views]
     if merged[0] is None or views[0].size == 0 or first == last:
         return None
     rows = math.prod(shape[first:last])
-    free = shape[last:]
+    feature_major = last == len(shape) and first > 0
+    loops = () if feature_major else shape[:first]
+    free_axes = tuple(range(first)) if feature_major else tuple(range(last, len(shape)))
+    free = tuple(shape[a] for a in free_axes)
 
     def generate() -> Iterator[list[HbmView | RowPieces]]:
         chunks = chunk_sizes(free, free_max)
-        for outer in itertools.product(*(range(n) for n in shape[:first])):
+        for outer in itertools.product(*(range(n) for n in loops)):
             for r0 in range(0, rows, pmax):
                 rt = min(pmax, rows - r0)
                 for starts in itertools.product(*(range(0, n, c) for n, c in zip(free, chunks))):
                     sizes = tuple(min(c, n - st) for n, c, st in zip(free, chunks, starts))
                     box: list[HbmView | RowPieces] = []
                     for v, m in zip(views, merged):
-                        offset = v.offset + sum(i * st for i, st in zip(outer, v.strides[:first])) + \
-                            sum(a * st for a, st in zip(starts, v.strides[last:]))
+                        free_strides = tuple(v.strides[a] for a in free_axes)
+                        offset = v.offset + sum(i * st for i, st in zip(outer, v.strides[:len(loops)])) + \
+                            sum(a * st for a, st in zip(starts, free_strides))
                         if m is None:
                             box.append(_row_pieces(v, shape[first:last], v.strides[first:last], r0, rt, offset,
-                                                   sizes, v.strides[last:]))
+                                                   sizes, free_strides))
                         else:
-                            box.append(HbmView(v.tensor, v.dtype, (rt, *sizes), (m[1], *v.strides[last:]),
+                            box.append(HbmView(v.tensor, v.dtype, (rt, *sizes), (m[1], *free_strides),
                                                offset + r0 * m[1]))
                     yield box
 

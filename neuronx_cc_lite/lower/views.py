@@ -11,7 +11,8 @@ from neuronx_cc_lite.lower.hbm import HbmView
 from neuronx_cc_lite.lower.registry import lowering
 
 
-@lowering("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", constant_inputs=(1,), moves_data=True)
+@lowering("Identity", moves_data=True, elementwise=True)
+@lowering("Reshape", "Flatten", "Squeeze", "Unsqueeze", constant_inputs=(1,), moves_data=True)
 def lower_reshape(ctx: LowerCtx, node: Node) -> None:
     """The output has the input's elements in the same order; its shape is settled by shape inference."""
     source = ctx.view(node.inputs[0])

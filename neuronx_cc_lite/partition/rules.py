@@ -15,16 +15,11 @@ from __future__ import annotations
 from typing import Callable
 
 from neuronx_cc_lite.ir import Graph, Node
+from neuronx_cc_lite.lower import LOWERINGS
 from neuronx_cc_lite.partition.placement import PARTIAL, REPLICATED, Placement, Shard, refines, valid
 
 Rule = Callable[[Node, Graph, list[Placement], int, "Shard | None"], tuple[list[Placement], list[Placement]]]
 
-ELEMENTWISE = frozenset({
-    "Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Where", "Equal", "Less", "LessOrEqual", "Greater",
-    "GreaterOrEqual", "And", "Or", "Xor", "Not", "Relu", "Gelu", "Tanh", "Sigmoid", "Exp", "Log", "Erf", "Sqrt",
-    "Reciprocal", "Neg", "Abs", "Cast", "Softplus", "LeakyRelu", "Elu", "Selu", "HardSigmoid", "Clip", "Sin", "Cos",
-    "Floor", "Ceil", "Round", "Sign", "Identity", "Mish", "HardSwish", "Dropout",
-})
 VIEWS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze"})
 MATMULS = frozenset({"MatMul", "MatMulEpilogue", "Gemm"})
 REDUCTIONS = frozenset({"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
@@ -295,7 +290,8 @@ def default(node: Node, g: Graph, ins: list[Placement], n: int, decision: Shard 
 
 
 def rule_for(op: str) -> Rule:
-    if op in ELEMENTWISE:
+    lowering = LOWERINGS.get(op)
+    if lowering is not None and lowering.elementwise:  # the op registry's trait
         return elementwise
     if op in VIEWS:
         return reshape

@@ -67,6 +67,10 @@ PIPELINE: list[Pass] = [
          "exporters spell one transpose as Reshape, Transpose, Reshape, and scale both operands of a MatMul: one "
          "transpose lowers as a layout, one scale after the MatMul as part of its evacuation; after canonicalize, "
          "whose GELU pattern holds its own 0.5"),
+    Pass("sink-transposes", "sink_transposes",
+         "an export transposes a projection's output to [heads, seq, dim] and then applies RoPE to it: the "
+         "elementwise ops, slices and concatenations read the projection's rows whole before the transpose, and "
+         "the one transpose left is a MatMul's operand"),
     Pass("fold-batchnorm", "fold_batchnorm",
          "an inference BatchNormalization after a Conv or Gemm is a scaling of its weights and bias: no instruction"),
     Pass("fuse-epilogues", "fuse_epilogues",
@@ -86,10 +90,12 @@ def run_pipeline(g: Graph, dump_after: Callable[[str, str], None] | None = None,
     from neuronx_cc_lite.ir import print_graph
     from neuronx_cc_lite.passes.verify import verify
 
-    unknown = (set(dump) | ({stop_after} if stop_after else set())) - set(PASS_NAMES) - {"import"}
+    from neuronx_cc_lite.codegen.stages import STAGE_NAMES  # dumped after lowering, by the compiler
+
+    unknown = (set(dump) | ({stop_after} if stop_after else set())) - set(PASS_NAMES) - set(STAGE_NAMES) - {"import"}
     if unknown:
         raise CompileError("NCC_OPTION", f"unknown pass(es) {', '.join(sorted(unknown))}; passes: "
-                           f"{', '.join(PASS_NAMES)}")
+                           f"{', '.join(PASS_NAMES)}; stages after lowering: {', '.join(STAGE_NAMES)}")
     verify(g, "import")
     if dump_after and "import" in dump:
         dump_after("import", print_graph(g))

@@ -4,10 +4,16 @@
       ReduceMean, Sub, Pow(2), ReduceMean, Add(eps), Sqrt, Div, [Mul(gamma)], [Add(beta)]
   -> LayerNormalization (one pass over each row, statistics in partition columns, instead of nine HBM round trips);
 - GELU written out with Erf, 0.5 * x * (1 + Erf(x / sqrt(2))) -> Gelu;
-- GELU written out with Tanh, 0.5 * x * (1 + Tanh(sqrt(2/pi) * (x + 0.044715 * x^3))) -> Gelu(approximate="tanh").
+- GELU written out with Tanh, 0.5 * x * (1 + Tanh(sqrt(2/pi) * (x + 0.044715 * x^3))) -> Gelu(approximate="tanh");
+- the RMSNorm of Llama-style models as torch.onnx writes it,
+      Pow(2), ReduceMean, Add(eps), Sqrt, Reciprocal, Mul(x), [Mul(weight)]   (or Div(x, Sqrt) for the last two)
+  -> RMSNormalization (opset 23's op: one pass over each row, as LayerNormalization);
+- a 2D convolution whose stride is its kernel (a ViT's patch embedding: non-overlapping patches, no padding)
+  -> Reshape and Transpose of the input into patches, one MatMul (a Gemm with the bias) with the kernel as a
+     [C*kh*kw, M] matrix, and Reshape and Transpose back: one matmul instead of a convolution of 16x16 taps.
 
-A pattern is rewritten only when every intermediate value it swallows has no other use, so the rewrite never
-changes what the rest of the graph sees. The nodes left without users are removed.
+A pattern is rewritten (into one node, or a few) only when every intermediate value it swallows has no other use,
+so the rewrite never changes what the rest of the graph sees. The nodes left without users are removed.
 """
 
 from __future__ import annotations
@@ -15,7 +21,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from neuronx_cc_lite.ir import Graph, Node
+import numpy as np
+
+from neuronx_cc_lite.ir import Graph, Node, Tensor
 
 
 @dataclass
@@ -185,6 +193,47 @@ def _layer_norm(m: _Matcher, mean: Node) -> tuple[Node, list[Node]] | None:
     return ln, matched
 
 
+def _rms_norm(m: _Matcher, square: Node) -> tuple[Node, list[Node]] | None:
+    x = square.inputs[0]
+    shape = m.g.tensors[x].shape
+    if shape is None or not m.is_const(square.inputs[1], 2.0):
+        return None
+    mean = m.user(square.outputs[0], "ReduceMean")
+    axes = _trailing_axes(m, mean, len(shape)) if mean is not None else None
+    add = m.user(mean.outputs[0], "Add") if mean is not None else None
+    eps = m.const(_other(add, mean.outputs[0]) or "") if add is not None and mean is not None else None
+    sqrt = m.user(add.outputs[0], "Sqrt") if add is not None else None
+    if axes is None or eps is None or sqrt is None:
+        return None
+    root = sqrt.outputs[0]
+    recip = m.user(root, "Reciprocal")
+    if recip is not None:
+        mul = m.user(recip.outputs[0], "Mul")
+        if mul is None or _other(mul, recip.outputs[0]) != x:
+            return None
+        matched = [square, mean, add, sqrt, recip, mul]
+    else:
+        mul = m.user(root, "Div")
+        if mul is None or mul.inputs != [x, root]:
+            return None
+        matched = [square, mean, add, sqrt, mul]
+    out, scale = mul.outputs[0], None
+    weighted = m.user(out, "Mul")
+    param = _other(weighted, out) if weighted is not None else None
+    t = m.g.tensors.get(param or "")
+    if weighted is not None and t is not None and t.is_constant and m.only_used_by(out, weighted) and \
+            m.g.tensors[weighted.outputs[0]].shape == shape and t.shape == tuple(shape[axes[0]:]):
+        scale = param
+        matched.append(weighted)
+        out = weighted.outputs[0]
+    if scale is None:  # RMSNormalization takes a scale: ones
+        scale = m.g.fresh(f"{mul.name}/ones")
+        dtype = m.g.tensors[x].dtype
+        m.g.tensors[scale] = Tensor(scale, tuple(shape[axes[0]:]), dtype, np.ones(shape[axes[0]:], dtype))
+    last = matched[-1]
+    return Node("RMSNormalization", last.name, [x, scale], [out], {"axis": axes[0], "epsilon": eps}), matched
+
+
 def _inner_values_private(m: _Matcher, matched: list[Node]) -> bool:
     """Every value the pattern produces, but its final output, is used only inside the pattern."""
     final = matched[-1]
@@ -195,7 +244,51 @@ def _inner_values_private(m: _Matcher, matched: list[Node]) -> bool:
     return True
 
 
-REWRITES = (("ReduceMean", _layer_norm), ("Erf", _gelu_erf), ("Tanh", _gelu_tanh))
+def _patchify(m: _Matcher, conv: Node) -> tuple[list[Node], list[Node]] | None:
+    g = m.g
+    x, w = conv.inputs[0], conv.inputs[1]
+    bias = conv.inputs[2] if len(conv.inputs) > 2 and conv.inputs[2] else None
+    xs, wt, y = g.tensors[x].shape, g.tensors[w], g.tensors[conv.outputs[0]]
+    if len(xs) != 4 or not wt.is_constant or (bias and not g.tensors[bias].is_constant):
+        return None
+    m_out, c, kh, kw = wt.shape
+    a = conv.attrs
+    if (list(a.get("strides", [1, 1])) != [kh, kw] or any(a.get("pads", [0, 0, 0, 0])) or
+            any(d != 1 for d in a.get("dilations", [1, 1])) or a.get("group", 1) != 1 or
+            a.get("auto_pad", "NOTSET") not in ("NOTSET", "VALID") or kh * kw == 1 or
+            xs[1] != c or xs[2] % kh or xs[3] % kw):
+        return None
+    n, ph, pw = xs[0], xs[2] // kh, xs[3] // kw
+    if y.shape != (n, m_out, ph, pw) or m.user(conv.outputs[0], "BatchNormalization") is not None:
+        return None  # a batch norm after it folds into the convolution's weights (fold-batchnorm)
+    name, dtype = conv.name, g.tensors[x].dtype
+
+    def tensor(suffix: str, shape: tuple[int, ...], value: np.ndarray | None = None) -> str:
+        full = g.fresh(f"{name}/{suffix}")
+        g.tensors[full] = Tensor(full, shape, value.dtype if value is not None else dtype, value)
+        return full
+
+    def shape_of(suffix: str, shape: tuple[int, ...]) -> str:
+        return tensor(suffix, (len(shape),), np.array(shape, dtype=np.int64))
+
+    split = tensor("split", (n, c, ph, kh, pw, kw))
+    moved = tensor("patches6", (n, ph, pw, c, kh, kw))
+    patches = tensor("patches", (n * ph * pw, c * kh * kw))
+    matrix = tensor("matrix", (c * kh * kw, m_out), np.ascontiguousarray(wt.value.reshape(m_out, -1).T))
+    product = tensor("product", (n * ph * pw, m_out))
+    grid = tensor("grid", (n, ph, pw, m_out))
+    nodes = [Node("Reshape", f"{name}/split", [x, shape_of("split_shape", (n, c, ph, kh, pw, kw))], [split]),
+             Node("Transpose", f"{name}/gather", [split], [moved], {"perm": [0, 2, 4, 1, 3, 5]}),
+             Node("Reshape", f"{name}/flatten", [moved, shape_of("flat_shape", (n * ph * pw, c * kh * kw))],
+                  [patches]),
+             Node("Gemm", f"{name}/matmul", [patches, matrix] + ([bias] if bias else []), [product]),
+             Node("Reshape", f"{name}/unflatten", [product, shape_of("grid_shape", (n, ph, pw, m_out))], [grid]),
+             Node("Transpose", name, [grid], list(conv.outputs), {"perm": [0, 3, 1, 2]})]
+    return nodes, [conv]
+
+
+REWRITES = (("ReduceMean", _layer_norm), ("Erf", _gelu_erf), ("Tanh", _gelu_tanh), ("Pow", _rms_norm),
+            ("Conv", _patchify))
 
 
 def run(g: Graph) -> Graph:
@@ -216,6 +309,11 @@ def run(g: Graph) -> Graph:
                 continue
             dead.update(id(n) for n in matched)
             replaced[id(matched[-1])] = new
-        g.nodes = [replaced.get(id(n), n) for n in g.nodes if id(n) not in dead or id(n) in replaced]
+        g.nodes = [r for n in g.nodes if id(n) not in dead or id(n) in replaced
+                   for r in _as_list(replaced.get(id(n), n))]
     return g
+
+
+def _as_list(found: Node | list[Node]) -> list[Node]:
+    return found if isinstance(found, list) else [found]
 

@@ -11,6 +11,8 @@ large, stays in the graph for the device, and lowering says whether it can run t
 
 from __future__ import annotations
 
+import math
+
 from typing import Any, Callable
 
 import numpy as np
@@ -154,7 +156,7 @@ def _foldable(node: Node, g: Graph) -> bool:
 def _fold_shape(node: Node, g: Graph) -> list[np.ndarray]:
     shape = g.tensors[node.inputs[0]].shape
     if node.op == "Size":
-        return [np.array(int(np.prod(shape)), dtype=np.int64)]
+        return [np.array(math.prod(shape), dtype=np.int64)]
     start, end = node.attrs.get("start", 0), node.attrs.get("end", None)
     return [np.array(shape[start:end], dtype=np.int64)]
 
@@ -177,7 +179,7 @@ def _fold(node: Node, g: Graph) -> list[np.ndarray] | None:
 
 
 def _too_large(shape: tuple[int, ...] | None) -> bool:
-    return shape is not None and int(np.prod(shape, dtype=np.int64)) > MAX_FOLDED_ELEMENTS
+    return shape is not None and math.prod(shape) > MAX_FOLDED_ELEMENTS
 
 
 def fold_nodes(nodes: list[Node], g: Graph) -> list[Node]:

@@ -126,10 +126,7 @@ def _depends_on(name: str, g: Graph) -> str:
 # Instantiating a body
 
 def _fresh(g: Graph, name: str) -> str:
-    candidate, n = name, 1
-    while candidate in g.tensors:
-        candidate, n = f"{name}.{n}", n + 1
-    return candidate
+    return g.fresh(name)
 
 
 def _renamed(graph: onnx.GraphProto, names: dict[str, str]) -> onnx.GraphProto:

@@ -102,7 +102,7 @@ def _one_step(g: Graph, x: str, y: str, chain: list[Node]) -> list[Node] | None:
         return None
     nodes = []
     if split != src.shape:
-        split_name = f"{name}/split"
+        split_name = g.fresh(f"{name}/split")
         g.tensors[split_name] = Tensor(split_name, split, src.dtype)
         nodes.append(_reshape(g, x, split_name, f"{name}/reshape", split))
         x = split_name
@@ -121,7 +121,7 @@ def _apply(g: Graph, n: Node, value: np.ndarray) -> np.ndarray | None:
 
 
 def _reshape(g: Graph, x: str, y: str, name: str, shape: tuple[int, ...]) -> Node:
-    target = f"{name}/shape"
+    target = g.fresh(f"{name}/shape")
     g.tensors[target] = Tensor(target, (len(shape),), np.dtype(np.int64), np.array(shape, dtype=np.int64))
     return Node("Reshape", name, [x, target], [y])
 
@@ -145,9 +145,9 @@ def _scalars_after_matmul(g: Graph) -> None:
         if not swallowed:
             continue
         out = g.tensors[node.outputs[0]]
-        product = f"{node.name}/unscaled"
+        product = g.fresh(f"{node.name}/unscaled")
         g.tensors[product] = Tensor(product, out.shape, out.dtype)
-        constant = f"{node.name}/scale"
+        constant = g.fresh(f"{node.name}/scale")
         g.tensors[constant] = Tensor(constant, (), out.dtype, np.array(factor, dtype=out.dtype))
         matmul = Node("MatMul", node.name, inputs, [product], dict(node.attrs), node.domain, node.opset)
         mul = Node("Mul", f"{node.name}/scaled", [product, constant], list(node.outputs))

@@ -33,6 +33,12 @@ def verify(g: Graph, after: str, require_static: bool = False) -> None:
     for name in g.outputs:
         if name not in defined:
             fail(f"graph output {name!r} is never defined")
+    for name, after_run in g.state.items():
+        if name not in g.inputs or after_run not in g.outputs:
+            fail(f"state {name!r} must be an input and its next value {after_run!r} an output")
+        t, u = g.tensors[name], g.tensors[after_run]
+        if u.shape is not None and (t.shape != u.shape or t.dtype != u.dtype):  # known once shapes are folded
+            fail(f"state {name!r} and its next value {after_run!r} differ in shape or type")
 
 
 def not_static(node: Node, g: Graph) -> str | None:

@@ -9,6 +9,10 @@ is returned as the failure text.
     listing   the disassembly edited (characters, numbers, lines, directives) and assembled
     npz       input archives with wrong names, shapes, dtypes, headers or bytes, given to `run --inputs`
     onnx      the model file with bytes flipped, or one attribute, type or dimension changed, compiled
+    cache     a compile cache entry flipped, truncated, swapped for another valid bundle, unbound from its key or
+              made a FIFO, a device or a directory (in place, its mtime put back): the next compile is the model's
+    files     a FIFO, /dev/zero, /dev/full, a directory, an empty or missing file or a NUL byte in a path, given to
+              a command where it reads or writes a file
 """
 
 from __future__ import annotations
@@ -277,8 +281,142 @@ def onnx_case(base: Base, rng: random.Random) -> None:
     compile_model(load_model(path), Options())
 
 
+def _special(path: str, rng: random.Random) -> str:
+    """Make `path` something that is not a regular file (or is an unusual one); returns what it made."""
+    import os
+
+    kind = rng.choice(["fifo", "zero", "full", "directory", "empty", "missing", "link to directory"])
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind in ("zero", "full"):
+        os.symlink(f"/dev/{kind}", path)
+    elif kind == "directory":
+        os.mkdir(path)
+    elif kind == "empty":
+        open(path, "wb").close()
+    elif kind == "link to directory":
+        os.symlink("/", path)
+    return kind
+
+
+def _fresh(path: str) -> None:
+    import os
+    import shutil
+
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path)
+    elif os.path.lexists(path):
+        os.unlink(path)
+
+
+def _variant(base: Base) -> bytes:
+    """Another valid bundle of the same model (lowering order, -O1): what a swapped cache entry holds."""
+    if not hasattr(base, "variant"):
+        from neuronx_cc_lite.compiler import Options, compile_model
+
+        base.variant = bundle_format.to_bytes(compile_model(f"{base.tmp}/cached.onnx", Options(optimize=1)))
+    return base.variant  # type: ignore[no-any-return]
+
+
+def cache_case(base: Base, rng: random.Random) -> str | None:
+    """A compile cache entry damaged, swapped, unbound or made a special file: the next compile returns the
+    model's own bundle (from the cache or compiled again), never another, and never hangs."""
+    import os
+
+    from neuronx_cc_lite import cache
+    from neuronx_cc_lite.compiler import Options, compile_model
+
+    model, directory = f"{base.tmp}/cached.onnx", f"{base.tmp}/cache"
+    if not os.path.exists(model):
+        with open(model, "wb") as f:
+            f.write(base.model_bytes)
+    _fresh(directory)
+    builds: list[int] = []
+    flags = Options().flags()
+
+    def build() -> bundle_format.Bundle:
+        builds.append(1)
+        return compile_model(model, Options())
+
+    want = bundle_format.to_bytes(cache.cached(model, flags, directory, build))
+    (neff,) = [os.path.join(d, f) for d, _, fs in os.walk(directory) for f in fs if f.endswith(".neff")]
+    target = neff if rng.random() < 0.6 else neff[:-5] + ".key"
+    action = rng.choice(["flip", "truncate", "swap", "garbage", "special", "other key", "record"])
+    st = os.stat(target)
+    if action in ("flip", "truncate", "garbage"):
+        with open(target, "rb") as f:
+            data = f.read()
+        data = (_mutate_bytes(data, rng) if action == "flip" else data[:rng.randrange(len(data) + 1)]
+                if action == "truncate" else bytes(rng.randrange(256) for _ in range(rng.randrange(1, 300))))
+        with open(target, "r+b") as f:  # in place, the mtime put back
+            f.write(data)
+            f.truncate(len(data))
+        os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns))
+    elif action == "swap":
+        with open(neff, "r+b") as f:
+            f.write(_variant(base))
+            f.truncate(len(_variant(base)))
+        os.utime(neff, ns=(st.st_atime_ns, st.st_mtime_ns))
+    elif action == "special":
+        _fresh(target)
+        _special(target, rng)
+    elif action == "other key":
+        with open(neff[:-5] + ".key", "w") as f:
+            json.dump({"key": "0" * 64, "sha256": "00", "identity": [0, 0, 0, 0], "checked": 0}, f)
+    else:
+        for d, _, fs in os.walk(os.path.join(directory, "files")):
+            for name in fs:
+                with open(os.path.join(d, name), "w") as f:
+                    f.write(rng.choice(["{}", "[]", "null", '{"path": 1}', "\0" * 10]))
+    before = len(builds)
+    got = bundle_format.to_bytes(cache.cached(model, flags, directory, build))
+    if got != want:
+        raise AssertionError(f"the cache returned another bundle after {action} of {os.path.basename(target)}")
+    return "rebuilt" if len(builds) > before else None  # None: a hit (the damage did not reach the entry)
+
+
+def files_case(base: Base, rng: random.Random) -> str | None:
+    """A FIFO, a device, a directory, an empty or missing file, or a path with a NUL byte, where a command reads
+    or writes a file: one coded line, at once; nothing replaced."""
+    import os
+
+    from neuronx_cc_lite.cli import main
+
+    path = f"{base.tmp}/special"
+    _fresh(path)
+    kind = _special(path, rng) if rng.random() < 0.9 else "nul"
+    if kind == "nul":
+        path = f"{base.tmp}/a\0b"
+    neff, model, out = f"{base.tmp}/base.neff", f"{base.tmp}/cached.onnx", f"{base.tmp}/out"
+    if not os.path.exists(model):
+        with open(model, "wb") as f:
+            f.write(base.model_bytes)
+    _fresh(out)
+    argv = rng.choice([
+        ["compile", path, "-o", out], ["compile", model, "-o", path, "--no-cache"], ["run", path],
+        ["run", neff, "--inputs", path], ["run", neff, "--input", f"x={path}"], ["run", neff, "--outputs", path],
+        ["info", path], ["disasm", path], ["asm", path, "-o", out], ["analyze", path],
+        ["profile", neff, "--json", path], ["compile", model, "-o", out, "--logfile", path, "--no-cache"],
+    ])
+    captured, real = io.StringIO(), (sys.stdout, sys.stderr)
+    sys.stdout, sys.stderr = io.StringIO(), captured  # the worker's stdout carries its JSON lines only
+    try:
+        status = main(["-q", *argv])
+    finally:
+        sys.stdout, sys.stderr = real
+    said = captured.getvalue().strip()
+    if status == 0:
+        if kind not in ("empty", "missing"):  # a log file or an output made where nothing (or nothing) was
+            raise AssertionError(f"{argv[0]} on a {kind} exited 0")
+        return None
+    usage = said.startswith("neuronx-cc-lite: error: NCC_USAGE: ")
+    if status != (2 if usage else 1) or "NCC_INTERNAL" in said or said.count("\n") > 0 or not said:
+        raise AssertionError(f"{argv[0]} on a {kind} exited {status}: {said[:300]!r}")
+    return said.split(": ")[2]
+
+
 # Each case returns None when it ran, or the code of the error a command line reported for it.
 CASES: dict[str, Callable[[Base, random.Random], str | None]] = {
     "bundle": bundle_case, "manifest": manifest_case, "stream": stream_case, "listing": listing_case,
-    "npz": npz_case, "onnx": onnx_case,
+    "npz": npz_case, "onnx": onnx_case, "cache": cache_case, "files": files_case,
 }

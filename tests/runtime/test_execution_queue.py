@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 
 import numpy as np
@@ -75,3 +76,34 @@ def test_poll_timeout_and_order() -> None:
     queue.close()
     with pytest.raises(QueueError, match="closed"):
         queue.submit({"k": np.array(9)})
+
+
+def test_two_queues_and_direct_runs_on_one_model_take_turns(model: runtime.Model) -> None:
+    """One model, one set of memories: two queues and a thread running directly all get their own answers (they
+    raised IndexError or mixed their inputs)."""
+    inputs = [_input(model, seed) for seed in range(6)]
+    expected = [model.run(x) for x in inputs]
+    direct: list[dict[str, np.ndarray]] = []
+    with ExecutionQueue(model) as first, ExecutionQueue(model) as second:
+        handles = [(first if k % 2 else second).submit(x) for k, x in enumerate(inputs)]
+        runner = threading.Thread(target=lambda: direct.extend(model.run(x) for x in inputs))
+        runner.start()
+        results = [h.wait(timeout=300) for h in handles]
+        runner.join()
+    for want, got, ran in zip(expected, results, direct):
+        for name in want:
+            np.testing.assert_array_equal(got[name], want[name])
+            np.testing.assert_array_equal(ran[name], want[name])
+
+
+@pytest.mark.parametrize("call, error, says", [
+    (lambda m: ExecutionQueue("model.neff"), TypeError, "takes a loaded model"),
+    (lambda m: ExecutionQueue(m).submit([np.zeros(3)]), TypeError, "inputs must be a mapping"),
+    (lambda m: ExecutionQueue(m).submit(_input(m, 0), policy="fastest"), ValueError, "policy must be one of"),
+    (lambda m: ExecutionQueue(m).submit(_input(m, 0), colour="red"), TypeError, "unknown option(s) colour"),
+    (lambda m: m.run(_input(m, 0), seed="one"), TypeError, "seed must be an integer"),
+    (lambda m: m.run([1, 2]), TypeError, "inputs must be a mapping"),
+])
+def test_misuse_is_a_type_or_value_error_naming_the_argument(model: runtime.Model, call, error, says) -> None:
+    with pytest.raises(error, match=re.escape(says)):
+        call(model)

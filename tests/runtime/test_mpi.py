@@ -97,3 +97,57 @@ def test_a_rank_that_fails_on_its_process_stops_the_others(tmp):
     assert result.returncode != 0
     assert "NRT_ACCESS: core 1 DMA0 #1 dma_gather" in result.stderr
     assert not os.path.exists(f"{tmp}/out.npz")
+
+
+def _mpmd(tmp: str, first: list[str], second: list[str]) -> subprocess.CompletedProcess:
+    """Two processes, each with its own command line (as `mpiexec -n 1 A : -n 1 B` runs them)."""
+    command = [MPIEXEC, "-n", "1", CLI, "-q", "run", *first, ":", "-n", "1", CLI, "-q", "run", *second]
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1"}
+    return subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT, env=env)
+
+
+def _tp2(tmp: str, name: str, seed: int) -> str:
+    path = f"{tmp}/{name}.neff"
+    neuronx_cc_lite.compile(os.path.join(MODELS_DIR, "gpt_modern.onnx"), tp=2, output=path, cache=False)
+    x = np.random.default_rng(seed).standard_normal((1, 32, 64)).astype(np.float32)
+    np.savez(f"{tmp}/{name}.npz", hidden=x)
+    return path
+
+
+@pytest.mark.parametrize("partner, says", [
+    ("another bundle", "disagree on the bundle"),
+    ("other inputs", "disagree on the inputs"),
+    ("a missing bundle", "process 1 of the MPI job failed before the run: NRT_LOAD: cannot read"),
+    ("inputs of another shape", "process 1 of the MPI job failed before the run: NRT_INPUT"),
+])
+def test_processes_that_disagree_or_fail_before_the_run_stop_with_a_coded_error(tmp, partner, says):
+    """A partner running another bundle or other inputs made process 0 write a wrong answer with status 0; one
+    that failed to load or to read its inputs left the others waiting in the first collective."""
+    bundle = _tp2(tmp, "a", 0)
+    mine = [bundle, "--inputs", f"{tmp}/a.npz", "--outputs", f"{tmp}/out.npz"]
+    theirs = list(mine)
+    if partner == "another bundle":  # the same model compiled with other options: another program
+        theirs[0] = f"{tmp}/b.neff"
+        neuronx_cc_lite.compile(os.path.join(MODELS_DIR, "gpt_modern.onnx"), tp=2, output=theirs[0], cache=False,
+                                optimize=1)
+    elif partner == "other inputs":
+        theirs[2] = f"{tmp}/b.npz"
+        np.savez(theirs[2], hidden=np.zeros((1, 32, 64), np.float32))
+    elif partner == "a missing bundle":
+        theirs[0] = f"{tmp}/missing.neff"
+    else:
+        theirs[2] = f"{tmp}/b.npz"
+        np.savez(theirs[2], hidden=np.zeros((1, 16, 64), np.float32))
+    result = _mpmd(tmp, mine, theirs)
+    assert result.returncode != 0
+    assert says in result.stderr and "error: NRT_RANKS: " in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
+    assert not os.path.exists(f"{tmp}/out.npz")
+
+
+def test_a_launcher_variable_that_is_not_a_count_is_a_usage_error(tmp, capsys, monkeypatch):
+    from neuronx_cc_lite.cli import main
+
+    monkeypatch.setenv("PMI_SIZE", "two")
+    assert main(["run", f"{tmp}/m.neff"]) == 2
+    assert "NCC_USAGE: $PMI_SIZE is 'two', not a number of processes" in capsys.readouterr().err

@@ -1,0 +1,119 @@
+"""HBM-to-HBM copies between views of one shape, including the ones that transpose.
+
+A copy whose views walk memory alike is a DMA of long runs (`dma_hbm`). One that transposes (the destination's
+contiguous axis is not the source's) would pay a DMA piece per element: a Transpose of [4096, 4096] fp32 that is a
+graph output made 16.8 million 4-byte pieces. Such copies go through SBUF instead (`transpose_hbm`): blocks are
+loaded with the source's rows on partitions, turned on the Tensor engine (transpose.py), and stored with the
+destination's rows on partitions, so that every DMA moves runs of at least RUN_ELEMENTS elements. The bytes
+cross a DMA engine twice (in and out) where a direct copy crosses once, which the long runs repay many times.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+from isa.dtypes import DType
+from isa.operand import MAX_FREE_DIMS, Engine
+from neuronx_cc_lite.lower.hbm import HbmView, coalesce
+from neuronx_cc_lite.lower.program import HbmAccess, Program
+from neuronx_cc_lite.lower.transpose import Piece, transpose_pieces
+
+# Elements of one load's run along the source's contiguous axis (2 KiB of fp32): four PE blocks per load.
+RUN_ELEMENTS = 512
+# Types the Tensor engine moves unchanged through a transpose.
+PE_TYPES = frozenset({DType.fp32, DType.bf16, DType.fp16})
+# Below these sizes the element-wise DMA is cheaper than the blocks' fixed costs.
+MIN_AXIS = 32
+MIN_ELEMENTS = 16384
+MAX_BLOCKS = 8192  # PE transposes one copy may take; beyond, the instruction count would swamp the listing
+
+
+def copy_hbm(prog: Program, dst: HbmView, src: HbmView) -> None:
+    """Copy `src` into `dst` (views of one shape) the cheapest way: through SBUF when it transposes."""
+    assert dst.shape == src.shape, (dst.shape, src.shape)
+    if dst.size == 0:
+        return
+    shape, (d_strides, s_strides) = coalesce([dst, src])
+    plan = _transposing_axes(prog, shape, d_strides, s_strides, src.dtype)
+    if plan is None:
+        dma_hbm(prog, dst, src)
+        return
+    rows, cols = plan
+    transpose_hbm(prog, dst, src, shape, d_strides, s_strides, rows, cols)
+
+
+def _transposing_axes(prog: Program, shape: tuple[int, ...], d_strides: tuple[int, ...],
+                      s_strides: tuple[int, ...], dtype: DType) -> tuple[int, int] | None:
+    """(the destination's contiguous axis, the source's) when the copy is a transpose worth turning on PE."""
+    if dtype not in PE_TYPES or math.prod(shape) < MIN_ELEMENTS:
+        return None
+    d_axis = next((a for a, (n, s) in enumerate(zip(shape, d_strides)) if s == 1 and n > 1), None)
+    s_axis = next((a for a, (n, s) in enumerate(zip(shape, s_strides)) if s == 1 and n > 1), None)
+    if d_axis is None or s_axis is None or d_axis == s_axis:
+        return None
+    if shape[d_axis] < MIN_AXIS or shape[s_axis] < MIN_AXIS:
+        return None
+    pmax = prog.target.partitions
+    blocks = math.prod(shape) // (min(pmax, shape[d_axis]) * min(pmax, shape[s_axis]))
+    return (d_axis, s_axis) if blocks <= MAX_BLOCKS else None
+
+
+def transpose_hbm(prog: Program, dst: HbmView, src: HbmView, shape: tuple[int, ...], d_strides: tuple[int, ...],
+                  s_strides: tuple[int, ...], d_axis: int, s_axis: int) -> None:
+    """For every index of the other axes: the destination in stripes of `width` elements along its contiguous
+    axis (a PSUM bank of the type), each stripe loaded as [pmax rows of the destination's axis, RUN_ELEMENTS of
+    the source's], turned in pmax x pmax blocks and stored as [pmax rows of the source's axis, width]."""
+    pmax = prog.target.partitions
+    dtype = src.dtype
+    width = prog.target.psum_bank_bytes // dtype.size
+    rest = [a for a in range(len(shape)) if a not in (d_axis, s_axis)]
+    n_dst, n_src = shape[d_axis], shape[s_axis]
+    for index in itertools.product(*(range(shape[a]) for a in rest)):
+        d_base = dst.offset + sum(i * d_strides[a] for i, a in zip(index, rest))
+        s_base = src.offset + sum(i * s_strides[a] for i, a in zip(index, rest))
+        for l0 in range(0, n_dst, width):
+            w = min(width, n_dst - l0)
+            for c0 in range(0, n_src, RUN_ELEMENTS):
+                run = min(RUN_ELEMENTS, n_src - c0)
+                loaded = []
+                for r0 in range(l0, l0 + w, pmax):
+                    rows = min(pmax, l0 + w - r0)
+                    tile = prog.sbuf(rows, run, dtype, f"{prog.node}/rows")
+                    view = HbmView(src.tensor, dtype, (rows, run), (s_strides[d_axis], 1),
+                                   s_base + r0 * s_strides[d_axis] + c0)
+                    prog.dma(tile.ap(), view)
+                    loaded.append((r0 - l0, tile))
+                pieces, outs = [], []
+                for b0 in range(0, run, pmax):
+                    cols = min(pmax, run - b0)
+                    out = prog.sbuf(cols, w, dtype, f"{prog.node}/columns")
+                    outs.append((c0 + b0, out))
+                    pieces += [Piece(tile.region(b0, cols), out, at) for at, tile in loaded]
+                transpose_pieces(prog, pieces, prog.node)
+                for start, out in outs:
+                    view = HbmView(dst.tensor, dtype, (out.partitions, w), (d_strides[s_axis], 1),
+                                   d_base + start * d_strides[s_axis] + l0)
+                    prog.dma(view, out.ap())
+
+
+def dma_hbm(prog: Program, dst: HbmView, src: HbmView) -> None:
+    """HBM to HBM between views of one shape by DMA alone. The axes both views walk alike are merged first; the
+    outermost left is spread over up to pmax partitions per dma_copy, so that one instruction moves pmax rows of
+    a four-dimensional pattern."""
+    shape, (d_strides, s_strides) = coalesce([dst, src])
+    if len(shape) < 2:  # one row
+        shape, d_strides, s_strides = (1, *(shape or (1,))), (0, *(d_strides or (1,))), (0, *(s_strides or (1,)))
+    free, d_free, s_free = shape[1:], d_strides[1:], s_strides[1:]
+    outer = max(0, len(free) - MAX_FREE_DIMS)
+    pmax = prog.target.partitions
+    for r0 in range(0, shape[0], pmax):
+        rows = min(pmax, shape[0] - r0)
+        for index in itertools.product(*(range(n) for n in free[:outer])):
+            d_off = dst.offset + r0 * d_strides[0] + sum(i * st for i, st in zip(index, d_free))
+            s_off = src.offset + r0 * s_strides[0] + sum(i * st for i, st in zip(index, s_free))
+            prog.emit("dma_copy", Engine.DMA,
+                      dst=HbmAccess(dst.tensor, dst.dtype, rows, d_strides[0], d_off,
+                                    tuple(zip(free[outer:], d_free[outer:]))),
+                      src=HbmAccess(src.tensor, src.dtype, rows, s_strides[0], s_off,
+                                    tuple(zip(free[outer:], s_free[outer:]))))
