@@ -100,10 +100,10 @@ def outer_reads(graph: onnx.GraphProto) -> set[str]:
     return reads - local
 
 
-def upstream(graph: onnx.GraphProto, names: list[str]) -> set[str]:
+def upstream(graph: onnx.GraphProto, names: list[str], stop: frozenset[str] = frozenset()) -> set[str]:
     """`names` and every value of `graph` they are computed from (inputs, initializers and values from outside
-    among them, where the walk stops)."""
-    producers = {o: n for n in graph.node for o in n.output}
+    among them, where the walk stops; it stops too at the outputs of the ops named in `stop`)."""
+    producers = {o: n for n in graph.node for o in n.output if n.op_type not in stop}
     seen: set[str] = set()
     stack = list(names)
     while stack:

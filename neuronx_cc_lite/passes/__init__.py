@@ -50,6 +50,9 @@ PIPELINE: list[Pass] = [
          "ops ONNX defines as functions of simpler ops need no lowering of their own"),
     Pass("fold-function-bodies", "fold_constants",
          "the bodies just expanded hold shape arithmetic of their own (Attention's Shape, Gather and Range)"),
+    Pass("expand-constant-maps", "expand_constant_maps",
+         "a Compress whose condition, a ReverseSequence whose lengths, a DFT whose length and axis are known now is "
+         "a Gather or a MatMul by a constant; after the function bodies, whose sizes fold there"),
     Pass("expand-einsum", "expand_einsum",
          "an Einsum of one or two operands is a ReduceSum, Transposes and a MatMul, which lower already"),
     Pass("expand-math", "expand_math",
