@@ -180,15 +180,23 @@ def _mobilenet_v3() -> tuple[Any, dict[str, Any]]:
                 (5, 240, 40, True, nn.Hardswish, 1), (5, 120, 48, True, nn.Hardswish, 1),
                 (5, 144, 48, True, nn.Hardswish, 1), (5, 288, 96, True, nn.Hardswish, 2),
                 (5, 576, 96, True, nn.Hardswish, 1), (5, 576, 96, True, nn.Hardswish, 1)]
+    torch.manual_seed(0)  # seeded before the first layer is built, so the weights are the same on every export
     blocks, cin = [conv_bn(3, 16, 3, 2, 1, nn.Hardswish)], 16
     for k, exp, cout, se, act, s in settings:
         blocks.append(Block(cin, k, exp, cout, se, act, s))
         cin = cout
     blocks.append(conv_bn(cin, 576, 1, 1, 1, nn.Hardswish))
-    model = nn.Sequential(*blocks, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(576, 1024), nn.Hardswish(),
-                          nn.Linear(1024, 1000))
-    torch.manual_seed(0)
-    model = _trained_batch_norm(model.eval())
+
+    class MobileNetV3(nn.Module):  # a forward(x), as the example input is named (nn.Sequential's is `input`)
+        def __init__(self) -> None:
+            super().__init__()
+            self.features = nn.Sequential(*blocks)
+            self.classifier = nn.Sequential(nn.Linear(576, 1024), nn.Hardswish(), nn.Linear(1024, 1000))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.classifier(torch.flatten(nn.functional.adaptive_avg_pool2d(self.features(x), 1), 1))
+
+    model = _trained_batch_norm(MobileNetV3().eval())
     return model, {"x": torch.randn(1, 3, 224, 224, generator=torch.Generator().manual_seed(0))}
 
 

@@ -36,6 +36,7 @@ are never held twice in memory.
 from __future__ import annotations
 
 import errno
+import functools
 import hashlib
 import io
 import json
@@ -485,19 +486,29 @@ def from_bytes(data: bytes) -> Bundle:
     return _parse(io.BytesIO(data), len(data), lambda: memoryview(data), None)
 
 
-def read(path: str | os.PathLike[str]) -> Bundle:
+# What a long read says of its progress, if asked: (what it does, how many done, of how many)
+Progress = Callable[[str, int, int], None]
+
+
+def no_progress(label: str, done: int, total: int) -> None:
+    """A Progress that nobody watches."""
+
+
+def read(path: str | os.PathLike[str], on_progress: Progress = no_progress) -> Bundle:
     """A bundle from its file, read a member at a time: the hash is checked streaming, and the weights are a
     memory map of the file, whose pages cost memory only as they are read (the runtime gives them back once it has
     copied them into HBM). The file must not change while the bundle is in use: bundles are replaced, never
-    rewritten in place (`write`). A path that is not a regular file is refused unread."""
+    rewritten in place (`write`). A path that is not a regular file is refused unread. `on_progress(what, done,
+    total)` is told how far the hash check and the decoding have come (BERT-base's 438 MB take seconds)."""
     try:
         with open_regular(path) as f:
-            return read_from(f)
+            return read_from(f, on_progress=on_progress)
     except OSError as e:
         raise BundleError(f"cannot read {path}: {e.strerror}") from None
 
 
-def read_from(f: BinaryIO, expected_sha256: bytes | None = None, unchanged: bool = False) -> Bundle:
+def read_from(f: BinaryIO, expected_sha256: bytes | None = None, unchanged: bool = False,
+              on_progress: Progress = no_progress) -> Bundle:
     """A bundle from an open regular file. `expected_sha256`: the payload hash its header must name (a compile
     cache entry's); `unchanged`: the file is known not to have changed since its payload was checked against that
     hash, which is then not taken again."""
@@ -508,11 +519,12 @@ def read_from(f: BinaryIO, expected_sha256: bytes | None = None, unchanged: bool
         return memoryview(maps[0])
 
     expected = None if expected_sha256 is None else (expected_sha256, unchanged)
-    return _parse(f, os.fstat(f.fileno()).st_size, whole, maps, expected)
+    return _parse(f, os.fstat(f.fileno()).st_size, whole, maps, expected, on_progress)
 
 
 def _parse(f: BinaryIO, size: int, whole: Callable[[], memoryview], maps: list[mmap.mmap] | None,
-           expected: tuple[bytes, bool] | None = None) -> Bundle:
+           expected: tuple[bytes, bool] | None = None,
+           on_progress: Progress = no_progress) -> Bundle:
     """The checks of a bundle, on the file `f` of `size` bytes: `whole()` views all of it, for the weights
     (`maps` holds the memory map it makes, if any). `expected`: the payload hash the header must name, and whether
     the file is known unchanged since its payload was checked against it (then the payload's hash and the weights'
@@ -525,7 +537,8 @@ def _parse(f: BinaryIO, size: int, whole: Callable[[], memoryview], maps: list[m
     if expected is not None and header.sha256 != expected[0]:
         raise BundleError("the header's hash is not the one expected: another bundle took this file's place")
     verify = expected is None or not expected[1]
-    if verify and _digest(f, HEADER_SIZE, header.payload_size, hashlib.sha256()).digest() != header.sha256:
+    hashed = functools.partial(on_progress, "checking bundle bytes")
+    if verify and _digest(f, HEADER_SIZE, header.payload_size, hashlib.sha256(), hashed).digest() != header.sha256:
         raise BundleError("sha256 hash mismatch: the bundle is corrupted")
     try:
         with zipfile.ZipFile(_Window(f, HEADER_SIZE, header.payload_size)) as z:
@@ -539,9 +552,12 @@ def _parse(f: BinaryIO, size: int, whole: Callable[[], memoryview], maps: list[m
             check_manifest(manifest)
             debug = parse_json(_read(z, members, "debug.json", MAX_MANIFEST_BYTES), "debug.json")
             cores, total = [], 0
+            count, decoded = sum(len(streams) for streams in manifest["cores"]), 0
             for c, streams in enumerate(manifest["cores"]):
                 core = {}
                 for entry in streams:
+                    on_progress("decoding streams", decoded, count)
+                    decoded += 1
                     name = entry["stream"]
                     instrs = decode_stream(_read(z, members, entry["file"]))
                     total += len(instrs)
@@ -608,13 +624,14 @@ def _parse_parts(z: zipfile.ZipFile, members: dict[str, zipfile.ZipInfo], manife
                   compiler=manifest["compiler"], flags=manifest["flags"], stats=manifest["stats"], parts=parts)
 
 
-def _digest(f: BinaryIO, start: int, length: int, h: Any) -> Any:
+def _digest(f: BinaryIO, start: int, length: int, h: Any, done: Callable[[int, int], None] = lambda n, of: None) -> Any:
     """Bytes [start, start + length) of `f` fed to `h` a piece at a time: a hashlib object (returned), or
-    zlib.crc32 (the CRC returned)."""
+    zlib.crc32 (the CRC returned). `done(n, length)` after each piece: n bytes are."""
     buffer = memoryview(bytearray(min(length, _CHUNK)))
     f.seek(start)
-    crc = 0
+    crc, total = 0, length
     while length:
+        done(total - length, total)
         n = f.readinto(buffer[:min(length, len(buffer))]) or 0
         if n == 0:
             raise BundleError("the file ends early")

@@ -165,6 +165,26 @@ def dma_pieces(a: Operand, b: Operand) -> int:
     return n // ra + n // rb - n // math.lcm(ra, rb)
 
 
+# The DMA bandwidth guide: descriptors under 512 bytes are "severely overhead-bound" (CHIP.md, DMA per core).
+EFFICIENT_PIECE_BYTES = 512
+
+
+def small_pieces(instr: Instruction) -> int:
+    """The pieces under EFFICIENT_PIECE_BYTES of a copy that moves more than that in each partition: pieces a
+    layout chosen differently, or a trip through SBUF, would make whole (a transposing copy's single elements).
+    A row shorter than that (a bias, a 64-wide head) is as long as its data allows and is not counted."""
+    if instr.op != "dma_copy":
+        return 0
+    dst, src = instr.args["dst"], instr.args["src"]
+    n = dst.num_partitions * dst.free_size
+    pieces = dma_pieces(dst, src)
+    if n == 0 or pieces == 0:
+        return 0
+    nbytes = n * max(dst.dtype.size, src.dtype.size)
+    per_partition = nbytes / max(1, dst.num_partitions)
+    return pieces if nbytes / pieces < min(EFFICIENT_PIECE_BYTES, per_partition) else 0
+
+
 # An indirect DMA: (the operand of its rows, one per partition; the table's row 0).
 INDIRECT = {"dma_gather": ("dst", "src"), "dma_scatter": ("src", "dst")}
 

@@ -349,7 +349,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         _agreed(comm, "the bundle", lambda: {"bundle": _bundle_header(args.bundle).sha256.hex()})
         host = MpiRanks(_bundle_header(args.bundle).num_cores, comm)
     progress.status(f"loading {args.bundle}")
-    model = runtime.load(args.bundle, host=host)
+    model = runtime.load(args.bundle, host=host, on_progress=progress.step)
     first = model.host.process == 0  # under mpiexec, the first process writes and reports for the job
     by_name = {i.name: i for i in model.inputs}
 
@@ -590,7 +590,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
     from runtime.profile import summarize, summary_text
 
     progress.status(f"loading {args.bundle}")
-    model = runtime.load(args.bundle)
+    model = runtime.load(args.bundle, on_progress=progress.step)
     inputs = bundle_inputs(model.bundle, args.seed)
     if args.inputs:
         inputs.update(_load_npz(args.inputs, {i.name: i for i in model.inputs}))
@@ -846,7 +846,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
         path = os.path.join(tmp, "model.neff")
         bundle_format.write(b, path)
-        model = runtime.load(path)
+        model = runtime.load(path, on_progress=progress.step)
     inputs = bundle_inputs(b, args.seed)
     if args.inputs:
         inputs.update(_load_npz(args.inputs, {i.name: i for i in model.inputs}))
@@ -1097,12 +1097,19 @@ class _LogFile(logging.FileHandler):
         self.setLevel(logging.CRITICAL + 1)
 
 
-def _start_logging(args: argparse.Namespace) -> list[logging.Handler]:
-    """Send the packages' log records to stderr and to --logfile; returns the handlers, for _stop_logging."""
+def _console_handler(args: argparse.Namespace) -> logging.StreamHandler[Any]:
+    """The handler of the log records shown on stderr, at the level -q and --verbose ask for."""
     level = getattr(logging, (args.verbose or "info").upper())
     console = logging.StreamHandler(sys.stderr)  # the stderr of now: tests swap it per call
     console.setFormatter(_ConsoleFormatter())
     console.setLevel(max(level, logging.WARNING) if args.quiet else level)
+    return console
+
+
+def _start_logging(args: argparse.Namespace, console: logging.Handler) -> list[logging.Handler]:
+    """Send the packages' log records to `console` (stderr) and to --logfile; returns the handlers, for
+    _stop_logging."""
+    level = getattr(logging, (args.verbose or "info").upper())
     handlers: list[logging.Handler] = [console]
     if args.logfile:
         keep = _LogFile(args.logfile, encoding="utf-8")
@@ -1142,30 +1149,36 @@ def main(argv: list[str] | None = None) -> int:
 def _main(argv: list[str] | None) -> int:
     progress.start_command(with_process=argv is None)  # the console script: the process is the command
     args = build_parser().parse_args(argv)
-    try:
-        _check_paths(args)
-    except UsageError as e:
-        print(f"{PROG}: error: {e.code}: {e}", file=sys.stderr)
-        return 2
-    except OSError as e:  # an output's folder that does not exist: said before any work
-        print(f"{PROG}: error: NCC_IO: {e.filename}: {e.strerror}", file=sys.stderr)
-        return 1
-    try:
-        handlers = _start_logging(args)
-    except OSError as e:
-        print(f"{PROG}: error: NCC_IO: cannot open --logfile {args.logfile}: {e.strerror or e}", file=sys.stderr)
-        return 1
-    neuronx_cc_flags.say_notes(args)
-    try:
-        with progress.shown(handlers[0], enabled=not args.quiet):  # a status line, on a terminal only
+    console = _console_handler(args)
+    # The status line shows from here: checking the paths loads the bundle format (numpy and ml_dtypes, a second or
+    # more on a busy machine), and a command must say what it does within a second of its start.
+    with progress.shown(console, enabled=not args.quiet):  # on a terminal only
+        progress.status(f"{args.command}: loading")
+        try:
+            _check_paths(args)
+        except UsageError as e:
+            return _say(console, f"{e.code}: {e}", 2)
+        except OSError as e:  # an output's folder that does not exist: said before any work
+            return _say(console, f"NCC_IO: {e.filename}: {e.strerror}", 1)
+        try:
+            handlers = _start_logging(args, console)
+        except OSError as e:
+            return _say(console, f"NCC_IO: cannot open --logfile {args.logfile}: {e.strerror or e}", 1)
+        neuronx_cc_flags.say_notes(args)
+        try:
             return _run(args)
-    finally:
-        _stop_logging(handlers)
+        finally:
+            _stop_logging(handlers)
+
+
+def _say(console: logging.StreamHandler[Any], message: str, status: int) -> int:
+    """A failure before logging is set up: its one line, in the status line's place; returns the exit status."""
+    console.stream.write(f"{PROG}: error: {message}\n")
+    return status
 
 
 def _run(args: argparse.Namespace) -> int:
     """The command's exit status; a failure is logged as one coded line."""
-    progress.status(f"{args.command}: loading")  # importing numpy, onnx and the compiler takes a second or two
     from isa.errors import IsaError
     from neuronx_cc_lite.errors import CompileError
     from runtime.errors import NeuronRuntimeError

@@ -407,7 +407,10 @@ def _bundle(compiled: list[CompiledRank], inputs: list[TensorInfo], outputs: lis
              "spill_bytes": first.on_chip.spill_bytes,
              "kept_on_chip": len(first.on_chip.kept), "through_hbm": len(first.on_chip.through_hbm),
              "input_ranges": ranges, "model_nodes": model_nodes(compiled, model_ops),
-             "schedule_tries": first.program.schedule_tries}
+             "schedule_tries": first.program.schedule_tries,
+             # weights stored larger than the model's data (zeros around it): the bytes the roofline counts
+             "needed_bytes": {h.name: h.needed for h in first.program.hbm if h.needed is not None and
+                              h.needed < h.nbytes}}
     if bounds:  # the integer inputs the program computes with exactly only inside these (integer_ranges.py)
         stats["integer_bounds"] = {name: list(bound) for name, bound in sorted(bounds.items())}
     if len(compiled) > 1:

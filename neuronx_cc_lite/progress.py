@@ -169,6 +169,10 @@ def status(text: str) -> None:
     line = _line
     if line is not None:
         line.text = text
+        if not line._drawn and since_start() >= INTERVAL:
+            # drawn now rather than by the thread: an import that holds the GIL (ml_dtypes' takes a second on a
+            # busy machine) would keep the thread from drawing until it ends
+            line.draw(text)
 
 
 _step = ["", 0.0]  # the label step() counts and when its count began

@@ -59,7 +59,8 @@ class IoBytes:
 
 class Model:
     def __init__(self, b: bundle_format.Bundle, collective_algorithm: str = "auto",
-                 host: InProcess | MpiRanks | None = None, state: DeviceState | None = None) -> None:
+                 host: InProcess | MpiRanks | None = None, state: DeviceState | None = None,
+                 on_progress: bundle_format.Progress = bundle_format.no_progress) -> None:
         if collective_algorithm not in ALGORITHMS:
             raise ValueError(f"collective algorithm {collective_algorithm!r}: one of {', '.join(ALGORITHMS)}")
         self.bundle = b
@@ -71,7 +72,8 @@ class Model:
         self._bounds = _integer_bounds(b)
         engines = {(rank, name): _engine(name, self.target) for rank, streams in enumerate(b.cores)
                    for name in streams}
-        self._validate(engines)
+        total = sum(len(stream.instructions) for streams in b.cores for stream in streams.values())
+        self._validate(engines, lambda done: on_progress("checking instructions", done, total))
         self.memory = RankMemories(self.target, self._hbm_reach())
         self.state = state if state is not None else DeviceState(self.host.local)
         self._bind_state()
@@ -82,14 +84,17 @@ class Model:
                     self.memory.touch(p.rank, p.hbm_offset, p.hbm_offset + piece_bytes(info, p))
         self.last_run: RunStats | None = None
         self._turn = threading.Lock()  # one run at a time on the one set of memories
-        streams = []
+        streams, done = [], 0
         for rank, rank_streams in enumerate(b.cores):
             for name, stream in rank_streams.items():
                 durations = stream_durations(stream.instructions, engines[rank, name], self.target)
-                ops = [self._load_op(instr, engines[rank, name], rank, name, i, node, ns)
-                       for i, (instr, node, ns) in enumerate(zip(stream.instructions, stream.nodes, durations))]
+                ops = []
+                for i, (instr, node, ns) in enumerate(zip(stream.instructions, stream.nodes, durations)):
+                    ops.append(self._load_op(instr, engines[rank, name], rank, name, i, node, ns))
+                    on_progress("preparing instructions", done + i, total)
+                done += len(ops)
                 streams.append(StreamState(rank, name, ops, self.topology.chip_of(rank)))
-        self._place_weights()
+        self._place_weights(on_progress)
         chips = max(self.topology.chip_of(r) for r in range(self.ranks)) + 1
         self.simulator = Simulator(streams, self.target, self.ranks, chips, b.groups)
 
@@ -105,25 +110,32 @@ class Model:
     def outputs(self) -> list[bundle_format.TensorInfo]:
         return self.bundle.outputs
 
-    def _validate(self, engines: dict[tuple[int, str], Engine]) -> None:
-        """Every instruction against the target's limits; every collective against its group."""
+    def _validate(self, engines: dict[tuple[int, str], Engine], checked: Callable[[int], None]) -> None:
+        """Every instruction against the target's limits; every collective against its group. `checked(n)`: n
+        instructions have been."""
         b = self.bundle
+        done = 0
         for (rank, name), engine in engines.items():
             stream = b.cores[rank][name]
             for i, (instr, node) in enumerate(zip(stream.instructions, stream.nodes)):
+                checked(done + i)
                 found = problems(instr, engine, self.target, b.hbm_size)
                 if not found and instr.spec.collective:
                     found = _group_problems(instr, rank, b.groups)
                 if found:
                     raise LoadError(f"invalid instruction at {_where(instr, rank, name, i, node)}: "
                                     f"{'; '.join(found)}")
+            done += len(stream.instructions)
 
-    def _place_weights(self) -> None:
+    def _place_weights(self, on_progress: bundle_format.Progress) -> None:
         """Copy the weights into HBM once, where every run finds them: a loaded model computes with the bundle it
         loaded, whatever later happens to its file (rewritten in place, truncated), and no run reads the file.
         No instruction may write into them (LoadError), so no run can change what the next one reads."""
         spans: dict[int, list[tuple[int, int]]] = {}
+        total, done = sum(len(seg.data) for seg in self.bundle.weights), 0
         for seg in self.bundle.weights:
+            on_progress("placing weight bytes", done, total)
+            done += len(seg.data)
             if self.host.local(seg.rank) and len(seg.data):
                 seg.copy_to(self.memory.hbm[seg.rank][seg.hbm_offset:seg.hbm_offset + len(seg.data)])
                 self.memory.keep(seg.rank, seg.hbm_offset, seg.hbm_offset + len(seg.data))
@@ -440,18 +452,21 @@ def _engine(name: str, target: Target) -> Engine:
 
 
 def load(source: str | os.PathLike[str] | bundle_format.Bundle, collective_algorithm: str = "auto",
-         host: InProcess | MpiRanks | None = None, state: DeviceState | None = None) -> Model:
+         host: InProcess | MpiRanks | None = None, state: DeviceState | None = None,
+         on_progress: bundle_format.Progress = bundle_format.no_progress) -> Model:
     """Load a bundle file, or a Bundle made in this process (as `neuronx_cc_lite.compile` returns it), which goes
     through the same encoding and checks as a file; a truncated, corrupted, foreign or invalid bundle raises
     LoadError. `collective_algorithm` (auto, ring, rdh, hierarchical) is what the collective cost model times the
     collectives by; `host` is where the ranks run (runtime/ranks.py: in this process by default, or spread over
     an MPI job's processes). `state`: another model's `.state`, to share its device state (a prefill and a decode
-    bundle sharing one KV cache); by default the model gets state of its own, zeroed."""
+    bundle sharing one KV cache); by default the model gets state of its own, zeroed. `on_progress(what, done,
+    total)` is told how far the load has come as it checks the file's hash, decodes, checks and prepares the
+    instructions and places the weights (BERT-base's 16,849 instructions and 438 MB take seconds)."""
     try:
         if isinstance(source, bundle_format.Bundle):
             b = bundle_format.from_bytes(bundle_format.to_bytes(source))
         else:
-            b = bundle_format.read(source)
+            b = bundle_format.read(source, on_progress)
     except IsaError as e:
         raise LoadError(e.args[0] if e.args else type(e).__name__) from None
     if b.parts:  # compiled with --fallback host: chip and host parts (runtime/host.py)
@@ -462,4 +477,4 @@ def load(source: str | os.PathLike[str] | bundle_format.Bundle, collective_algor
         from runtime.host import PartitionedModel
 
         return PartitionedModel(b, collective_algorithm)  # type: ignore[return-value]
-    return Model(b, collective_algorithm, host, state)
+    return Model(b, collective_algorithm, host, state, on_progress)

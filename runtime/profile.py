@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from isa.bundle import Bundle, HbmTensorInfo
-from isa.costs import DmaCost, dma_cost, dma_elements, ports, stream_durations
+from isa.costs import DmaCost, dma_cost, dma_elements, ports, small_pieces, stream_durations
 from isa.dtypes import DType
 from isa.instructions import Instruction
 from isa.listing import format_operand
@@ -279,6 +279,18 @@ def transfers(bundle: Bundle, target: Target) -> list[Transfer]:
     return found
 
 
+def small_pieces_by_node(bundle: Bundle) -> dict[str, int]:
+    """ONNX node -> the DMA pieces under 512 bytes its transfers cut where they move more per partition."""
+    found: dict[str, int] = {}
+    for core in bundle.cores:
+        for s in core.values():
+            for instr, node in zip(s.instructions, s.nodes):
+                n = small_pieces(instr)
+                if n:
+                    found[node or "(none)"] = found.get(node or "(none)", 0) + n
+    return found
+
+
 def _tensor_at(tensors: list[HbmTensorInfo], starts: list[int], offset: int) -> HbmTensorInfo | None:
     k = bisect.bisect_right(starts, offset) - 1
     if k >= 0 and offset < tensors[k].hbm_offset + max(1, tensors[k].size):
@@ -312,7 +324,8 @@ def roofline(bundle: Bundle, target: Target) -> Roofline:
 
     The bytes that must cross HBM: every output whole (written), every input and weight up to the bytes the
     program reads of it (read). What no instruction reads no program needs, and of a table read by gathers (an
-    embedding) only the rows gathered are needed, not the whole vocabulary."""
+    embedding) only the rows gathered are needed, not the whole vocabulary; of a weight the compiler laid out
+    with zeros (a depthwise convolution's diagonal blocks), only the model's data (stats "needed_bytes")."""
     recorded = bundle.stats.get("matmul_dtype")
     if recorded in DType.__members__:
         fastest = DType[recorded]
@@ -327,8 +340,9 @@ def roofline(bundle: Bundle, target: Target) -> Roofline:
         if t.src is not None:
             read[t.src.name] = read.get(t.src.name, 0) + t.read_bytes
     written = sum(t.size for t in bundle.hbm_tensors if t.kind == "output")
-    needed = sum(min(t.size, read.get(t.name, 0)) for t in bundle.hbm_tensors  # device state (a KV cache) too
-                 if t.kind in ("input", "weight", "state"))
+    model_bytes = bundle.stats.get("needed_bytes", {})  # weights laid out with zeros: their data alone
+    needed = sum(min(t.size, read.get(t.name, 0), model_bytes.get(t.name, t.size))
+                 for t in bundle.hbm_tensors if t.kind in ("input", "weight", "state"))  # device state too
     copies = min(written, int(bundle.stats.get("copy_bytes", written)))  # unrecorded (a hand-written listing): all
     passes = max(needed, written, needed + written - copies)
     memory_ns = max(passes / target.core_dma_gbps, (needed + written) / target.hbm_gbps)
@@ -399,17 +413,22 @@ class Summary:
     dma_average_bytes: float
     dma_hbm_bytes: int  # what crossed HBM
     dma_hbm_pass_bytes: int  # what the engines moved to or from HBM (a copy from HBM to HBM once)
+    # DMA pieces under 512 bytes in transfers that move more than that per partition (isa/costs.small_pieces),
+    # and the nodes with the most of them
+    dma_small_pieces: int
     hbm_peak_gbps: float  # see hbm_peak_gbps()
     spill_bytes: int
     scratch_bytes: int  # stored to tensors between operators
     # (tensor, bytes loaded / size) of the tensors loaded more than once, highest first
     reloads: list[tuple[str, float]] = field(default_factory=list)
     top_nodes: list[tuple[str, float, float]] = field(default_factory=list)  # (ONNX node, busy us, share of busy)
+    small_piece_nodes: list[tuple[str, int]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
         d["reloads"] = [{"tensor": name, "factor": factor} for name, factor in self.reloads]
         d["top_nodes"] = [{"node": name, "busy_us": us, "share": share} for name, us, share in self.top_nodes]
+        d["small_piece_nodes"] = [{"node": name, "pieces": n} for name, n in self.small_piece_nodes]
         return d
 
 
@@ -448,6 +467,7 @@ def summarize(model: Any, top: int = 8) -> Summary:
     sizes = {t.name: t.size for t in bundle.hbm_tensors}
     reloads = sorted(((name, n / max(1, sizes[name])) for name, n in loaded.items() if n > sizes[name]),
                      key=lambda r: -r[1])[:top]
+    small = small_pieces_by_node(bundle)
     total_busy = sum(by_node.values()) or 1.0
     top_nodes = sorted(((n, t / 1000, t / total_busy) for n, t in by_node.items()), key=lambda r: -r[1])[:top]
     flops = int(bundle.stats.get("model_flops", 0))
@@ -463,7 +483,8 @@ def summarize(model: Any, top: int = 8) -> Summary:
         mfu=flops / (elapsed * line.peak_tflops * 1000), mbu=hbm_passes / (elapsed * target.core_dma_gbps),
         model_flops=flops, engines=engines, dma_queues_used=len(queues), dma_transfers=len(found),
         dma_bytes=moved, dma_average_bytes=moved / len(found) if found else 0.0, dma_hbm_bytes=hbm_moved,
-        dma_hbm_pass_bytes=hbm_passes,
+        dma_hbm_pass_bytes=hbm_passes, dma_small_pieces=sum(small.values()),
+        small_piece_nodes=sorted(small.items(), key=lambda r: -r[1])[:top],
         hbm_peak_gbps=hbm_peak_gbps(model), spill_bytes=int(bundle.stats.get("spill_bytes", spill)),
         scratch_bytes=scratch, reloads=reloads, top_nodes=top_nodes)
 
@@ -483,7 +504,10 @@ def summary_text(s: Summary) -> str:
         f"peak {s.hbm_peak_gbps:.0f} GB/s of the chip's {s.hbm_gbps:.0f})",
         f"engines        {engines}  (active share of the run; DMA: the mean over {s.dma_queues_used} queues used)",
         f"DMA            {s.dma_transfers} transfers, {s.dma_bytes / 1e6:.2f} MB, "
-        f"{s.dma_average_bytes / 1024:.1f} KiB on average",
+        f"{s.dma_average_bytes / 1024:.1f} KiB on average; {s.dma_small_pieces} pieces under 512 B where a "
+        f"partition's data is longer"
+        + (f" (most: {', '.join(f'{n} {name}' for name, n in s.small_piece_nodes[:3])})" if s.small_piece_nodes
+           else ""),
         f"spilled        {s.spill_bytes / 1e6:.2f} MB; between operators through HBM {s.scratch_bytes / 1e6:.2f} MB",
     ]
     lines += _listed("reloaded", [f"{factor:5.1f}x  {name}" for name, factor in s.reloads] or

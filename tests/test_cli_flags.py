@@ -149,7 +149,7 @@ def test_workdir_takes_the_temporary_files(tmp, capsys, monkeypatch):
     """check compiles into a temporary bundle: with --workdir it is made there (and removed after)."""
     loaded = []
     real_load = runtime.load
-    monkeypatch.setattr(runtime, "load", lambda path: loaded.append(str(path)) or real_load(path))
+    monkeypatch.setattr(runtime, "load", lambda path, **kw: loaded.append(str(path)) or real_load(path, **kw))
     work = f"{tmp}/work/deeper"
     assert main(["-q", "check", MODEL, "--workdir", work]) == 0
     assert "ok" in capsys.readouterr().out

@@ -161,3 +161,22 @@ def test_only_outputs_copied_from_inputs_may_skip_sbuf():
     a = roofline(compile_model(add), target)
     assert (a.read_bytes, a.written_bytes, a.copy_bytes) == (2 * nbytes, nbytes, 0)
     assert a.memory_ns == pytest.approx(3 * nbytes / target.core_dma_gbps)
+
+
+def test_a_depthwise_weight_counts_its_data_not_its_zeros():
+    """A depthwise convolution's weights are laid out as diagonal blocks, mostly zeros; the roofline needs only
+    the model's own weights (it counted the blocks, 128 times as many bytes, and flattered MobileNet's ratio)."""
+    from onnx import TensorProto, helper
+    from neuronx_cc_lite.compiler import compile_model
+    from tests.conftest import make_model
+
+    c = 128
+    w = np.random.default_rng(0).standard_normal((c, 1, 3, 3)).astype(np.float32)
+    node = helper.make_node("Conv", ["x", "w"], ["y"], group=c, kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+    model = make_model([node], {"x": ([1, c, 28, 28], TensorProto.FLOAT)}, {"y": ([1, c, 28, 28], TensorProto.FLOAT)},
+                       {"w": w})
+    bundle = compile_model(model)
+    line = roofline(bundle, get_target("trn1"))
+    activations = 2 * c * 28 * 28 * 4
+    assert line.read_bytes <= c * 28 * 28 * 4 + w.nbytes
+    assert line.min_bytes <= activations + w.nbytes

@@ -162,6 +162,25 @@ PLANNED_TRIES = 4  # then schedules that count live bytes, planned after, each w
 BUDGET_STEP = 0.85  # after a plan that found no room, the next schedule keeps this much of the bytes live before
 
 
+def whole_accumulations(instrs: list[PendingInstr], preds: list[list[int]]) -> list[list[int]]:
+    """The dependencies with one more rule: the instruction that opens a PSUM tile waits for everything the
+    tile's later writers wait for (that comes before it in lowering order). A matmul accumulating over several
+    inputs could otherwise open its bank as soon as its first input is ready and hold it while the rest wait for
+    a bank of their own: eight attention heads' score banks, each waiting for the rest of K, whose projection
+    waits for a bank, deadlocked BERT-large. Used after such a deadlock: early starts help where none occurs."""
+    writers: dict[Tile, list[int]] = {}
+    for i, p in enumerate(instrs):
+        for a, writes in p.accesses():
+            if writes and isinstance(a, TileAccess) and a.tile.mem is Mem.PSUM:
+                writers.setdefault(a.tile, []).append(i)
+    gated = [list(ps) for ps in preds]
+    for group in writers.values():
+        first, members = group[0], set(group)
+        extra = {j for w in group[1:] for j in preds[w] if j < first and j not in members}
+        gated[first] = sorted(set(gated[first]) | extra)
+    return gated
+
+
 def schedule_within_memory(program: Program) -> bool:
     """List-schedule the program and place its tiles; False (the program as lowered) when no try fitted.
 
@@ -177,6 +196,7 @@ def schedule_within_memory(program: Program) -> bool:
     lowered = list(program.instrs)
     engines = [p.engine for p in lowered]
     preds = dependencies(lowered)
+    plain = preds
     reserve = large_tile_reserve(program, tile_uses(program))
     hold: dict[int, int] = {}
     budget = 1.0
@@ -198,6 +218,8 @@ def schedule_within_memory(program: Program) -> bool:
                       len(e.ahead), e)
             for i in e.ahead:
                 hold[i] = max(hold.get(i, 0), e.waiting + 1)
+            if e.code == "NCC_PSUM_FULL" and preds is plain:
+                preds = whole_accumulations(lowered, plain)
         except CompileError as e:
             if e.code not in ("NCC_SBUF_FULL", "NCC_PSUM_FULL"):
                 raise

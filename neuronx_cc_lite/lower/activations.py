@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from isa.functions import ActFunc, AluOp
+from isa.operand import Engine
 from neuronx_cc_lite.ir import Graph, Node
 from neuronx_cc_lite.lower.context import LowerCtx
 from neuronx_cc_lite.lower.elementwise import Operand, elementwise, floats_only
@@ -59,11 +60,16 @@ def lower_hard_sigmoid(ctx: LowerCtx, node: Node) -> None:
 
 @lowering("HardSwish", check=floats_only, elementwise=True)
 def lower_hard_swish(ctx: LowerCtx, node: Node) -> None:
+    """x * min(relu(x / 6 + 0.5), 1): the relu on ScalarE (a table-less function), the rest in one VectorE
+    instruction, so that VectorE and GpSimdE (which share an SBUF port) make one pass over the tile, not three."""
+    half = ctx.columns.add(np.full(ctx.program.target.partitions, 0.5))
+
     def compute(prog: Program, dst: TileAccess, s: list[Operand]) -> None:
+        assert isinstance(s[0], TileAccess)
         gate = scratch(prog, dst, "gate")
-        ts(prog, gate, s[0], AluOp.multiply, 1 / 6, AluOp.add, 0.5)
-        ts(prog, gate, gate, AluOp.maximum, 0.0, AluOp.minimum, 1.0)
-        tt(prog, dst, s[0], gate, AluOp.multiply)
+        act(prog, gate, s[0], ActFunc.relu, scale=1 / 6, bias=ctx.columns.column(half, dst.partitions))
+        prog.emit("scalar_tensor_tensor", Engine.DVE, dst=dst, src=gate, op0=AluOp.minimum, scalar=1.0,
+                  op1=AluOp.multiply, b=s[0])
 
     elementwise(ctx, node, compute)
 

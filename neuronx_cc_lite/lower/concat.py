@@ -36,7 +36,10 @@ def _check_concat(node: Node, g: Graph) -> str | None:
 def lower_concat(ctx: LowerCtx, node: Node) -> None:
     axis = _axis(node, ctx.graph, None)
     assert isinstance(axis, int)
-    out = ctx.output(node.outputs[0])
+    # the first input's rows stay on partitions when the concatenation runs along other axes: its slices are
+    # then copies within the partitions of an on-chip home (codegen/on_chip.py)
+    rows = ctx.partition_axes(node.inputs[0])
+    out = ctx.output(node.outputs[0], rows if rows is not None and not rows[0] <= axis < rows[1] else None)
     at = 0
     for name in node.inputs:
         source = ctx.view(name)

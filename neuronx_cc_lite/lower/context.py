@@ -180,12 +180,21 @@ class LowerCtx:
 
     def partition_axes(self, name: str) -> tuple[int, int] | None:
         """The axes of a computed tensor its producer put on partitions, in the tensor's (possibly reshaped) shape:
-        None when unknown or when the tensor is read through a view that is not all of it."""
+        None when unknown. A view that is not all of the tensor (a Slice of a reshaped matmul result, RoPE's halves
+        of each head) keeps the producer's rows when they lie along one of its axes, whole, and the producer had
+        nothing outside them (its layout is rows x inner)."""
         view = self.views.get(name)
-        if view is None or view.tensor.layout is None or view.offset or not view.is_contiguous or \
-                view.size * view.dtype.size != view.tensor.nbytes:
+        if view is None or view.tensor.layout is None:
             return None
         outer, rows, inner = view.tensor.layout
+        if view.offset or not view.is_contiguous or view.size * view.dtype.size != view.tensor.nbytes:
+            if outer != 1 or rows <= 1 or view.offset >= inner:
+                return None
+            axis = next((k for k, (n, stride) in enumerate(zip(view.shape, view.strides))
+                         if n == rows and stride == inner), None)
+            if axis is None or any(n > 1 for n in view.shape[:axis]):
+                return None
+            return axis, axis + 1
         shape = view.shape
         firsts = [k for k in range(len(shape) + 1) if math.prod(shape[:k]) == outer]
         lasts = [k for k in range(len(shape) + 1) if math.prod(shape[k:]) == inner]

@@ -18,6 +18,7 @@ from isa.functions import AluOp
 from isa.operand import Engine
 from neuronx_cc_lite.ir import Node
 from neuronx_cc_lite.lower.context import LowerCtx
+from neuronx_cc_lite.lower.cumsum_pe import cumsum_on_pe
 from neuronx_cc_lite.lower.elementwise import small_integers_ok, tile_free_max
 from neuronx_cc_lite.lower.instr import fill, ts, tt
 from neuronx_cc_lite.lower.program import TileAccess
@@ -50,6 +51,8 @@ def _cumulative(ctx: LowerCtx, node: Node, op: AluOp, identity: float) -> None:
     rank = len(x.shape)
     axis = int(np.asarray(ctx.graph.tensors[node.inputs[1]].value).reshape(-1)[0]) % max(rank, 1)
     exclusive, reverse = bool(node.attrs.get("exclusive", 0)), bool(node.attrs.get("reverse", 0))
+    if rank > 0 and x.size > 0 and cumsum_on_pe(ctx, node, axis):  # along a sequence of rows: cumsum_pe.py
+        return
     out = ctx.output(node.outputs[0])
     if rank == 0 or x.size == 0:
         return

@@ -9,12 +9,13 @@ instruction for are short sequences of these (activations.py, logic.py).
 
 from __future__ import annotations
 
+import math
 from typing import Callable
 
 import numpy as np
 
 from isa.functions import ActFunc, AluOp
-from isa.operand import Engine
+from isa.operand import MAX_FREE_DIMS, Engine
 from neuronx_cc_lite.integer_ranges import integer_ranges, type_range
 from neuronx_cc_lite.ir import Graph, Node
 from neuronx_cc_lite.lower.context import LowerCtx, device_dtype
@@ -66,6 +67,9 @@ def elementwise(ctx: LowerCtx, node: Node, compute: Compute, inputs: list[str] |
         p, f = o.shape[0], free_size(o)
         operands: list[Operand] = list(values)  # type: ignore[arg-type]
         for i, view in zip(loaded, ins):
+            if isinstance(view, HbmView) and (spread := broadcast_load(prog, view, names[i])) is not None:
+                operands[i] = spread
+                continue
             t = prog.sbuf(p, f, ctx.view(names[i]).dtype, names[i])
             for first, piece in view.pieces if isinstance(view, RowPieces) else ((0, view),):
                 prog.dma(t.ap(first=first, partitions=piece.shape[0]), piece)
@@ -73,6 +77,41 @@ def elementwise(ctx: LowerCtx, node: Node, compute: Compute, inputs: list[str] |
         result = prog.sbuf(p, f, o.dtype, node.outputs[0])
         compute(prog, result.ap(), operands)
         prog.dma(o, result.ap())
+
+
+def broadcast_load(prog: Program, view: HbmView, name: str) -> TileAccess | None:
+    """An input repeated along free axes (stride 0: a [rows, 1] mean, a mask row) loaded once per partition, and
+    read back with stride 0 along those axes: a DMA of the repeated view would move one element per piece. None
+    when the view repeats nothing, or its pattern would need more axes than an access has."""
+    free, strides = view.shape[1:], view.strides[1:]
+    repeated = [n > 1 and st == 0 for n, st in zip(free, strides)]
+    if not any(repeated):
+        return None
+    kept = tuple(1 if r else n for n, r in zip(free, repeated))
+    dims, step = [], 1
+    for n, r in reversed(list(zip(free, repeated))):
+        dims.append((n, 0 if r else step))
+        step *= 1 if r else n
+    dims = _merged(list(reversed(dims)))
+    if len(dims) > MAX_FREE_DIMS:
+        return None
+    compact = HbmView(view.tensor, view.dtype, (view.shape[0], *kept), (view.strides[0], *strides), view.offset)
+    t = prog.sbuf(view.shape[0], max(1, math.prod(kept)), view.dtype, name)
+    prog.dma(t.ap(), compact)
+    return t.ap(tuple(dims))
+
+
+def _merged(dims: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Drop size-1 axes and merge an axis into the one outside it when they walk as one."""
+    out: list[tuple[int, int]] = []
+    for n, st in dims:
+        if n == 1:
+            continue
+        if out and out[-1][1] == st * n:
+            out[-1] = (out[-1][0] * n, st)
+        else:
+            out.append((n, st))
+    return out or [(1, 1)]
 
 
 def unary(func: ActFunc, scale: float = 1.0) -> Compute:

@@ -23,6 +23,9 @@ class HbmTensor:
     offset: int | None = None  # bytes, set by the HBM layout
     # (outer, rows, inner) sizes: how its producer lays it out on partitions (codegen/on_chip.py), if known
     layout: tuple[int, int, int] | None = None
+    # a weight laid out with zeros (a depthwise convolution's diagonal blocks): the bytes of the model's own data
+    # it holds, which is all a program needs to read (the roofline counts these)
+    needed: int | None = None
 
 
 def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:

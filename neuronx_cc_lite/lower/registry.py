@@ -27,12 +27,16 @@ class Lowering:
     # each output element is a function of the same-index elements of its inputs, broadcast (numpy's rules): such
     # an op commutes with a transpose of all its operands (passes/sink_transposes.py)
     elementwise: bool = False
+    # the output has the first input's shape and type: said here for the ops ONNX's shape inference leaves open
+    # (GroupNormalization, a function without an inference of its own)
+    shaped_like_input: bool = False
 
 
 LOWERINGS: dict[str, Lowering] = {}
 # Ops the compiler's own passes create (fused operators), in the compiler's domain.
 INTERNAL_DOMAIN = "ai.neuronx_cc_lite"
-INTERNAL_OPS = {"MatMulEpilogue", "ConvEpilogue", "AllReduce", "AllGather", "ReduceScatter", "SaturatingCast"}
+INTERNAL_OPS = {"MatMulEpilogue", "ConvEpilogue", "GroupNormActivation", "AllReduce", "AllGather", "ReduceScatter",
+                "SaturatingCast"}
 
 
 # Ops without a lowering that a pass removes when it can (an If whose condition folds, a NonZero over constants):
@@ -51,11 +55,13 @@ def kept_by_pass(*ops: str):  # type: ignore[no-untyped-def]
 
 
 def lowering(*ops: str, check: Check | None = None, since: int = 1,  # type: ignore[no-untyped-def]
-             constant_inputs: tuple[int, ...] = (), moves_data: bool = False, elementwise: bool = False):
+             constant_inputs: tuple[int, ...] = (), moves_data: bool = False, elementwise: bool = False,
+             shaped_like_input: bool = False):
     def register(fn: Lower) -> Lower:
         for op in ops:
             assert op not in LOWERINGS, f"two lowerings for {op}"
-            LOWERINGS[op] = Lowering(op, fn, check, since, constant_inputs, moves_data, elementwise)
+            LOWERINGS[op] = Lowering(op, fn, check, since, constant_inputs, moves_data, elementwise,
+                                     shaped_like_input)
         return fn
 
     return register

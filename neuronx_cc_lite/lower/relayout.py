@@ -100,8 +100,16 @@ def transpose_hbm(prog: Program, dst: HbmView, src: HbmView, shape: tuple[int, .
 def dma_hbm(prog: Program, dst: HbmView, src: HbmView) -> None:
     """HBM to HBM between views of one shape by DMA alone. The axes both views walk alike are merged first; the
     outermost left is spread over up to pmax partitions per dma_copy, so that one instruction moves pmax rows of
-    a four-dimensional pattern."""
-    shape, (d_strides, s_strides) = coalesce([dst, src])
+    a four-dimensional pattern. When a tensor's producer recorded how it lays it out on partitions, the axis of
+    its rows goes on partitions instead: then keep-on-chip can map the copy onto that tensor's home (a Concat of
+    slices of a matmul's result along the head axis stays on chip)."""
+    rows = _rows_axis(dst, src)
+    if rows is not None:
+        order = (rows, *(a for a in range(len(dst.shape)) if a != rows))
+        dst, src = dst.transpose(order), src.transpose(order)
+        shape, (d_strides, s_strides) = coalesce([dst, src], keep_first=True)
+    else:
+        shape, (d_strides, s_strides) = coalesce([dst, src])
     if len(shape) < 2:  # one row
         shape, d_strides, s_strides = (1, *(shape or (1,))), (0, *(d_strides or (1,))), (0, *(s_strides or (1,)))
     free, d_free, s_free = shape[1:], d_strides[1:], s_strides[1:]
@@ -117,3 +125,17 @@ def dma_hbm(prog: Program, dst: HbmView, src: HbmView) -> None:
                                     tuple(zip(free[outer:], d_free[outer:]))),
                       src=HbmAccess(src.tensor, src.dtype, rows, s_strides[0], s_off,
                                     tuple(zip(free[outer:], s_free[outer:]))))
+
+
+def _rows_axis(dst: HbmView, src: HbmView) -> int | None:
+    """The axis of the views that walks the rows of the source's recorded layout (else the destination's):
+    the one whose stride is the layout's row length."""
+    for view in (src, dst):
+        layout = view.tensor.layout
+        if layout is None or layout[1] <= 1:
+            continue
+        row = layout[2]
+        for axis, (n, stride) in enumerate(zip(view.shape, view.strides)):
+            if n > 1 and stride == row:
+                return axis
+    return None

@@ -8,6 +8,14 @@
 - the RMSNorm of Llama-style models as torch.onnx writes it,
       Pow(2), ReduceMean, Add(eps), Sqrt, Reciprocal, Mul(x), [Mul(weight)]   (or Div(x, Sqrt) for the last two)
   -> RMSNormalization (opset 23's op: one pass over each row, as LayerNormalization);
+- GroupNorm as torch.onnx writes it (both exporters),
+      Reshape(x, [N, G, -1]), InstanceNormalization(scale [G], bias [G]), Reshape(back to x's shape),
+      [Mul(gamma [C, 1, ...])], [Add(beta [C, 1, ...])]
+  -> GroupNormalization (opset 21's op: scale and bias per channel; each group's statistics over all its channels
+     in one pass, instead of G rows of C/G * H * W elements read piece by piece);
+- a GroupNormalization followed by SiLU (x * Sigmoid(x)), Relu, Sigmoid or Tanh, as a diffusion UNet's ResNet
+  block has it -> GroupNormActivation (the compiler's own op): ScalarE applies the function to each tile as the
+  normalisation leaves it, instead of two more passes over the tensor;
 - a 2D convolution whose stride is its kernel (a ViT's patch embedding: non-overlapping patches, no padding)
   -> Reshape and Transpose of the input into patches, one MatMul (a Gemm with the bias) with the kernel as a
      [C*kh*kw, M] matrix, and Reshape and Transpose back: one matmul instead of a convolution of 16x16 taps.
@@ -24,6 +32,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from neuronx_cc_lite.ir import Graph, Node, Tensor
+from neuronx_cc_lite.lower.registry import INTERNAL_DOMAIN
+
+# Single-input activations a GroupNormalization takes on (besides SiLU, written as x * Sigmoid(x))
+GROUP_NORM_ACTIVATIONS = ("Relu", "Sigmoid", "Tanh")
 
 
 @dataclass
@@ -234,6 +246,83 @@ def _rms_norm(m: _Matcher, square: Node) -> tuple[Node, list[Node]] | None:
     return Node("RMSNormalization", last.name, [x, scale], [out], {"axis": axes[0], "epsilon": eps}), matched
 
 
+def _channel_vector(m: _Matcher, name: str, shape: tuple[int, ...]) -> np.ndarray | None:
+    """A constant with one value per channel of an [N, C, ...] tensor (shape [C, 1, ...] or broadcasting alike),
+    as a [C] vector; None for anything else."""
+    t = m.g.tensors.get(name)
+    if t is None or not t.is_constant or t.value.dtype.kind != "f" or len(t.value.shape) > len(shape):
+        return None
+    full = (1,) * (len(shape) - len(t.value.shape)) + tuple(t.value.shape)
+    if full[0] != 1 or full[1] not in (1, shape[1]) or any(n != 1 for n in full[2:]):
+        return None
+    return np.broadcast_to(t.value.reshape(-1), (shape[1],)).astype(np.float32)
+
+
+def _group_norm(m: _Matcher, norm: Node) -> tuple[Node, list[Node]] | None:
+    g = m.g
+    split = m.node(norm.inputs[0], "Reshape")
+    if split is None or len(norm.inputs) < 3:
+        return None
+    x = split.inputs[0]
+    shape, grouped = g.tensors[x].shape, g.tensors[norm.inputs[0]].shape
+    if shape is None or grouped is None or len(shape) < 3 or len(grouped) != 3 or grouped[0] != shape[0] or \
+            shape[1] % grouped[1] or grouped[2] != math.prod(shape[1:]) // grouped[1]:
+        return None
+    groups = grouped[1]
+    params = [g.tensors[n] for n in norm.inputs[1:3]]
+    if not all(p.is_constant and p.value.size == groups for p in params):
+        return None
+    merge = m.user(norm.outputs[0], "Reshape")
+    if merge is None or g.tensors[merge.outputs[0]].shape != shape:
+        return None
+    # InstanceNormalization's per-group scale and bias, repeated over each group's channels, then the per-channel
+    # affine after it folded in: gamma * (s * n + b) + beta
+    per_group = shape[1] // groups
+    scale, bias = (np.repeat(p.value.reshape(-1).astype(np.float32), per_group) for p in params)
+    matched, out = [split, norm, merge], merge.outputs[0]
+    for op in ("Mul", "Add"):
+        nxt = m.user(out, op)
+        vector = _channel_vector(m, _other(nxt, out) or "", shape) if nxt is not None else None
+        if nxt is None or vector is None or g.tensors[nxt.outputs[0]].shape != shape or not m.only_used_by(out, nxt):
+            break
+        if op == "Mul":
+            scale, bias = scale * vector, bias * vector
+        else:
+            bias = bias + vector
+        matched.append(nxt)
+        out = nxt.outputs[0]
+    last = matched[-1]
+    names = []
+    for suffix, value in (("scale", scale), ("bias", bias)):
+        name = g.fresh(f"{last.name}/{suffix}")
+        dtype = g.tensors[x].dtype  # GroupNormalization's scale and bias have its input's type
+        g.tensors[name] = Tensor(name, (shape[1],), dtype, value.astype(dtype))
+        names.append(name)
+    attrs = {"num_groups": groups, "epsilon": float(norm.attrs.get("epsilon", 1e-5))}
+    return Node("GroupNormalization", last.name, [x, *names], [out], attrs, opset=21), matched
+
+
+def _group_norm_activation(m: _Matcher, norm: Node) -> tuple[Node, list[Node]] | None:
+    if norm.domain not in ("", "ai.onnx") or m.g.opset_of(norm) < 21:
+        return None
+    y = norm.outputs[0]
+    users = m.users.get(y, [])
+    gate = m.user(y, "Sigmoid")
+    if len(users) == 2 and gate is not None:  # SiLU: y * Sigmoid(y)
+        mul = m.user(y, "Mul")
+        if mul is None or sorted(mul.inputs) != sorted([y, gate.outputs[0]]):
+            return None
+        matched, function = [norm, gate, mul], "Silu"
+    elif len(users) == 1 and users[0].op in GROUP_NORM_ACTIVATIONS:
+        matched, function = [norm, users[0]], users[0].op
+    else:
+        return None
+    last = matched[-1]
+    attrs = {**norm.attrs, "activation": function}
+    return Node("GroupNormActivation", last.name, list(norm.inputs), list(last.outputs), attrs, INTERNAL_DOMAIN,
+                opset=21), matched
+
+
 def _inner_values_private(m: _Matcher, matched: list[Node]) -> bool:
     """Every value the pattern produces, but its final output, is used only inside the pattern."""
     final = matched[-1]
@@ -288,7 +377,8 @@ def _patchify(m: _Matcher, conv: Node) -> tuple[list[Node], list[Node]] | None:
 
 
 REWRITES = (("ReduceMean", _layer_norm), ("Erf", _gelu_erf), ("Tanh", _gelu_tanh), ("Pow", _rms_norm),
-            ("Conv", _patchify))
+            ("Conv", _patchify), ("InstanceNormalization", _group_norm),
+            ("GroupNormalization", _group_norm_activation))
 
 
 def run(g: Graph) -> Graph:

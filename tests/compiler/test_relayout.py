@@ -64,3 +64,35 @@ def test_small_transpose_stays_one_dma():
     bundle = compile_model(_transpose([16, 24], [1, 0]))
     ops = {i.op for core in bundle.cores for s in core.values() for i in s.instructions}
     assert "nc_transpose" not in ops
+
+
+def rope_after_projection(seq: int = 128, heads: int = 4, dim: int = 64):
+    """x @ Wq -> [seq, heads, dim] -> q*cos + cat(-q2, q1)*sin, as a Llama export's RoPE reads its projection."""
+    rng = np.random.default_rng(1)
+    hidden = heads * dim
+    shape = np.array([seq, heads, dim], np.int64)
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["q"]),
+             helper.make_node("Reshape", ["q", "shape"], ["qh"]),
+             helper.make_node("Slice", ["qh", "zero", "half", "last"], ["q1"]),
+             helper.make_node("Slice", ["qh", "half", "end", "last"], ["q2"]),
+             helper.make_node("Neg", ["q2"], ["n2"]),
+             helper.make_node("Concat", ["n2", "q1"], ["rot"], axis=-1),
+             helper.make_node("Mul", ["rot", "sin"], ["b"]),
+             helper.make_node("Mul", ["qh", "cos"], ["a"]),
+             helper.make_node("Add", ["a", "b"], ["y"])]
+    weights = {"w": rng.standard_normal((hidden, hidden)).astype(np.float32) / 16, "shape": shape,
+               "cos": rng.standard_normal((seq, 1, dim)).astype(np.float32),
+               "sin": rng.standard_normal((seq, 1, dim)).astype(np.float32),
+               "zero": np.array([0], np.int64), "half": np.array([dim // 2], np.int64),
+               "end": np.array([dim], np.int64), "last": np.array([-1], np.int64)}
+    return make_model(nodes, {"x": ([seq, hidden], TensorProto.FLOAT)},
+                      {"y": ([seq, heads, dim], TensorProto.FLOAT)}, weights)
+
+
+def test_rope_halves_and_their_concat_stay_on_chip(tmp):
+    """The slices of each head and their Concat keep the projection's rows on partitions: no tensor of the
+    layer goes through HBM (it did: the Concat's copies merged tokens and heads into rows)."""
+    model = rope_after_projection()
+    assert compile_model(model).stats["through_hbm"] == 0
+    ours, ref = run_both(model, tmp)
+    np.testing.assert_allclose(ours["y"], ref["y"], rtol=1e-4, atol=1e-4)
