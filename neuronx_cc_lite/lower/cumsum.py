@@ -51,7 +51,7 @@ def _cumulative(ctx: LowerCtx, node: Node, op: AluOp, identity: float) -> None:
     rank = len(x.shape)
     axis = int(np.asarray(ctx.graph.tensors[node.inputs[1]].value).reshape(-1)[0]) % max(rank, 1)
     exclusive, reverse = bool(node.attrs.get("exclusive", 0)), bool(node.attrs.get("reverse", 0))
-    if rank > 0 and x.size > 0 and cumsum_on_pe(ctx, node, axis):  # along a sequence of rows: cumsum_pe.py
+    if op is AluOp.add and rank > 0 and x.size > 0 and cumsum_on_pe(ctx, node, axis):  # sums along rows on PE
         return
     out = ctx.output(node.outputs[0])
     if rank == 0 or x.size == 0:
