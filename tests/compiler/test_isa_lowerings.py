@@ -25,7 +25,7 @@ def _uses(case_id: str) -> set[str]:
 @pytest.mark.parametrize("case_id, engine_instrs", [
     ("TopK_k20_ties_and_infinities", {"max8", "nc_find_index8", "nc_match_replace8", "select_reduce"}),
     ("TopK_row_shorter_than_8", {"max8", "nc_find_index8"}),
-    ("CumSum_axis1_00", {"tensor_tensor_scan"}),
+    ("CumSum_long_exclusive", {"tensor_tensor_scan"}),  # a plain CumSum along rows runs on PE (cumsum_pe.py)
     ("CumProd_axis1_00", {"tensor_tensor_scan"}),
     ("Gather_shuffle", {"nc_stream_shuffle"}),
     ("Gather_local", {"local_gather"}),
