@@ -182,6 +182,9 @@ def assemble(text: str, weights_from: Bundle | None = None) -> Bundle:
             if not cores:
                 raise ParseError(f"line {lineno}: .stream before .core")
             stream = cores[-1].setdefault(rest.strip(), Stream([], []))
+        elif word == ".part":
+            raise ParseError(f"line {lineno}: the listing of a bundle with host parts (--fallback host) is for "
+                             "reading; it does not assemble")
         elif word.startswith("."):
             raise ParseError(f"line {lineno}: unknown directive {word}")
         else:

@@ -23,6 +23,11 @@ Archive (stored, fixed timestamps, sorted names, so that equal bundles are equal
   asked, and shared between bundles that declare the same ones (a prefill and a decode program);
 - debug.json: for each stream, the ONNX node each instruction came from.
 
+A partitioned bundle (compiled with `--fallback host`) has no cores of its own: its manifest lists the model's
+inputs and outputs (name, type, shape; null for what is known only at run time) and its parts in the order they
+run, each with its kind, file and the names it reads and makes; `part<K>.neff` is a chip part (a whole bundle, read
+and checked as one), `part<K>.onnx` a host part (an ONNX model the runtime runs on the CPU).
+
 Large bundles: `write` streams the members into the file (the header, with the payload's size and hash, last) and
 `read` checks the hash reading a piece at a time and maps weights.bin instead of reading it, so a bundle's weights
 are never held twice in memory.
@@ -50,7 +55,7 @@ from isa.errors import BundleError, IsaError
 from isa.files import open_regular, replacing
 from isa.instructions import Instruction
 from isa.limits import MAX_INSTRUCTIONS, MAX_INSTRUCTIONS_PER_STREAM, MAX_MANIFEST_BYTES
-from isa.manifest import check_manifest, parse_json
+from isa.manifest import check_manifest, check_parts_manifest, parse_json
 
 MAGIC = b"NXCLNEFF"
 FORMAT_VERSION = 2  # 2: ranks, replica groups, collectives, tensors placed per rank
@@ -87,9 +92,10 @@ class TensorInfo:
     read from its placements, which together cover it."""
 
     name: str
+    # a partitioned bundle's output may have -1 for a dimension known only at run time, or None for its whole shape
     shape: tuple[int, ...]
     dtype: str  # numpy name of what the user passes or receives
-    device_dtype: str  # DType name of the bytes in HBM
+    device_dtype: str  # DType name of the bytes in HBM ("" in a partitioned bundle: each part has its own)
     placements: tuple[Placement, ...]
 
     @classmethod
@@ -166,6 +172,25 @@ class Stream:
 
 
 @dataclass
+class Part:
+    """One piece of a partitioned bundle (compiled with `--fallback host`), the pieces run in order: a chip part is
+    a program of its own (`bundle`, a whole bundle), a host part an ONNX model (`onnx`, its bytes) the runtime runs
+    on the CPU. Each reads `inputs` (model inputs and earlier parts' outputs) and makes `outputs`; `ops` counts a
+    host part's operators (what `info` and `profile` show of it)."""
+
+    kind: str  # "chip" or "host"
+    inputs: list[str]
+    outputs: list[str]
+    bundle: Bundle | None = None
+    onnx: bytes = b""
+    ops: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def file(self) -> str:
+        return "neff" if self.kind == "chip" else "onnx"
+
+
+@dataclass
 class Bundle:
     target: str
     hbm_size: int
@@ -180,10 +205,18 @@ class Bundle:
     lnc: int = 1  # physical cores per rank
     groups: list[tuple[int, ...]] = field(default_factory=list)  # replica groups of the collectives
     state: list[TensorInfo] = field(default_factory=list)  # device state: persists in HBM across runs
+    # A partitioned bundle: its parts, in the order they run (no cores of its own; inputs and outputs are the
+    # model's, without placements, a dimension known only at run time given as -1, a shape not known at all as None)
+    parts: list[Part] = field(default_factory=list)
 
     @property
     def ranks(self) -> int:
         return len(self.cores)
+
+    @property
+    def chip_parts(self) -> list[Bundle]:
+        """The programs that run on the chip: the bundle itself, or its chip parts."""
+        return [p.bundle for p in self.parts if p.bundle is not None] if self.parts else [self]
 
 
 def _stream_path(core: int, name: str) -> str:
@@ -256,8 +289,54 @@ class _Window(io.RawIOBase):
         return h.digest()
 
 
+def _part_path(k: int, part: Part) -> str:
+    return f"part{k}.{part.file}"
+
+
+def _write_members(files: dict[str, bytes], out: BinaryIO) -> zipfile.ZipFile:
+    """An archive into `out` holding `files` (in name order, stored, fixed timestamps); returned open, for members
+    to stream after them."""
+    z = zipfile.ZipFile(out, "w", zipfile.ZIP_STORED)
+    for name in sorted(files):
+        info = zipfile.ZipInfo(name, date_time=_ZIP_TIME)
+        info.external_attr = 0o644 << 16
+        z.writestr(info, files[name])
+    return z
+
+
+def _write_parts(bundle: Bundle, out: BinaryIO) -> None:
+    """The archive of a partitioned bundle: its manifest and each part's file (a chip part's bundle, a host part's
+    ONNX model)."""
+    manifest = {
+        "target": bundle.target,
+        "inputs": [signature_json(t) for t in bundle.inputs],
+        "outputs": [signature_json(t) for t in bundle.outputs],
+        "parts": [{"kind": p.kind, "file": _part_path(k, p), "inputs": p.inputs, "outputs": p.outputs, "ops": p.ops}
+                  for k, p in enumerate(bundle.parts)],
+        "compiler": bundle.compiler,
+        "flags": bundle.flags,
+        "stats": bundle.stats,
+    }
+    files = {"manifest.json": json.dumps(manifest, indent=1, sort_keys=True).encode()}
+    for k, p in enumerate(bundle.parts):
+        if (p.kind == "chip") != (p.bundle is not None):
+            raise BundleError(f"part {k} is a {p.kind} part " + ("without" if p.kind == "chip" else "with") +
+                              " a chip program")
+        files[_part_path(k, p)] = to_bytes(p.bundle) if p.bundle is not None else p.onnx
+    _write_members(files, out).close()
+
+
+def signature_json(t: TensorInfo) -> dict[str, Any]:
+    """A partitioned bundle's input or output: name, type and shape (None for a dimension known at run time)."""
+    shape = None if t.shape is None else [n if n >= 0 else None for n in t.shape]
+    return {"name": t.name, "dtype": t.dtype, "shape": shape}
+
+
 def _write_archive(bundle: Bundle, out: BinaryIO) -> None:
     """The zip archive of a bundle into `out`, its members streamed: weights.bin is written segment by segment."""
+    if bundle.parts:
+        _write_parts(bundle, out)
+        return
     manifest = {
         "target": bundle.target,
         "hbm_size": bundle.hbm_size,
@@ -287,18 +366,14 @@ def _write_archive(bundle: Bundle, out: BinaryIO) -> None:
                 raise BundleError(f"rank {c} {name} has {len(s.instructions)} instructions; a stream holds at most "
                                   f"{MAX_INSTRUCTIONS_PER_STREAM} (isa/limits.py)")
             files[_stream_path(c, name)] = encode_stream(s.instructions)
-    with zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as z:
-        for name in sorted(files):
-            info = zipfile.ZipInfo(name, date_time=_ZIP_TIME)
-            info.external_attr = 0o644 << 16
-            data = files[name]
-            if data is not None:
-                z.writestr(info, data)
-                continue
-            info.file_size = sum(len(s.data) for s in bundle.weights)  # as writestr sets it: it decides zip64
-            with z.open(info, "w") as member:
-                for s in bundle.weights:
-                    member.write(s.data)
+    with _write_members({k: v for k, v in files.items() if v is not None}, out) as z:
+        # weights.bin sorts last of the members: streamed after the others, the order is still by name
+        info = zipfile.ZipInfo("weights.bin", date_time=_ZIP_TIME)
+        info.external_attr = 0o644 << 16
+        info.file_size = sum(len(s.data) for s in bundle.weights)  # as writestr sets it: it decides zip64
+        with z.open(info, "w") as member:
+            for s in bundle.weights:
+                member.write(s.data)
 
 
 def _header(bundle: Bundle, payload_size: int, digest: bytes) -> bytes:
@@ -469,6 +544,11 @@ def _parse(f: BinaryIO, size: int, whole: Callable[[], memoryview], maps: list[m
         with zipfile.ZipFile(_Window(f, HEADER_SIZE, header.payload_size)) as z:
             members = _members(z, header.payload_size)
             manifest = parse_json(_read(z, members, "manifest.json", MAX_MANIFEST_BYTES), "manifest.json")
+            if isinstance(manifest, dict) and "parts" in manifest:
+                bundle = _parse_parts(z, members, manifest)
+                if bundle.target != header.target or header.num_cores:
+                    raise BundleError("header and manifest disagree on the target or the number of ranks")
+                return bundle
             check_manifest(manifest)
             debug = parse_json(_read(z, members, "debug.json", MAX_MANIFEST_BYTES), "debug.json")
             cores, total = [], 0
@@ -524,6 +604,24 @@ def _parse(f: BinaryIO, size: int, whole: Callable[[], memoryview], maps: list[m
     if bundle.target != header.target or len(bundle.cores) != header.num_cores:
         raise BundleError("header and manifest disagree on the target or the number of ranks")
     return bundle
+
+
+def _parse_parts(z: zipfile.ZipFile, members: dict[str, zipfile.ZipInfo], manifest: Any) -> Bundle:
+    """A partitioned bundle: each chip part a bundle of its own, checked as any bundle; each host part's ONNX
+    bytes as they are (the runtime's onnxruntime checks them as it loads them)."""
+    check_parts_manifest(manifest)
+    parts = []
+    for k, p in enumerate(manifest["parts"]):
+        data = _read(z, members, p["file"])
+        nested = from_bytes(data) if p["kind"] == "chip" else None
+        if nested is not None and (nested.parts or nested.target != manifest["target"]):
+            raise BundleError(f"part {k} is not a chip program for {manifest['target']}")
+        parts.append(Part(p["kind"], list(p["inputs"]), list(p["outputs"]), nested,
+                          b"" if nested is not None else data, dict(p["ops"])))
+    signature = [[TensorInfo(t["name"], None if t["shape"] is None else tuple(-1 if n is None else n for n in t["shape"]),
+                             t["dtype"], "", ()) for t in manifest[kind]] for kind in ("inputs", "outputs")]
+    return Bundle(target=manifest["target"], hbm_size=0, inputs=signature[0], outputs=signature[1], cores=[],
+                  compiler=manifest["compiler"], flags=manifest["flags"], stats=manifest["stats"], parts=parts)
 
 
 def _digest(f: BinaryIO, start: int, length: int, h: Any, done: Callable[[int, int], None] = lambda n, of: None) -> Any:

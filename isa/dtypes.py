@@ -85,3 +85,12 @@ def not_held(values: np.ndarray, held: DType) -> np.ndarray | None:
     else:
         return None
     return outside if outside.any() else None
+
+
+def numpy_type(name: str | np.dtype) -> np.dtype:
+    """The numpy type a tensor's type name (a bundle's `dtype`) names. ml_dtypes' names come first: to numpy alone
+    "int4", "uint4", "int2" and "uint2" are the 4- and 2-byte integers."""
+    if not isinstance(name, str):
+        return np.dtype(name)
+    found = getattr(ml_dtypes, name, None)
+    return np.dtype(found) if isinstance(found, type) else np.dtype(name)

@@ -327,17 +327,19 @@ def _transpose_cycles(instr: Instruction, target: Any) -> int:
 _ONE_PASS_OPS = frozenset({AluOp.add, AluOp.subtract, AluOp.multiply})
 
 
-def _two_input_cycles(first: str, op: str) -> Cycles:
+def _two_input_cycles(first: str, op: str, second: str | None = "b") -> Cycles:
     """tensor_tensor (and scalar_tensor_tensor, 'approximately the same latency'): N when one input is in PSUM
     and the other in SBUF, or both in SBUF with every type bf16, the operator add, subtract or multiply and the
-    inputs contiguous; 2N otherwise."""
+    inputs contiguous; 2N otherwise. `second` None: the second input is the predicate (tensor_copy_predicated's
+    table: N with one input in PSUM, 2N with both in SBUF)."""
     def cycles(instr: Instruction, target: Any) -> int:
-        a, b, d = instr.args[first], instr.args["b"], instr.args["dst"]
+        a, b, d = instr.args[first], instr.args[second or "predicate"], instr.args["dst"]
         n = _free(instr)
         if (a.mem is Mem.PSUM) != (b.mem is Mem.PSUM):
             return n
         contiguous = all(o.dims[-1][1] == 1 or o.dims[-1][0] == 1 for o in (a, b))
-        if all(o.dtype.name == "bf16" for o in (a, b, d)) and instr.args[op] in _ONE_PASS_OPS and contiguous:
+        if second and all(o.dtype.name == "bf16" for o in (a, b, d)) and instr.args[op] in _ONE_PASS_OPS \
+                and contiguous:
             return n
         return 2 * n
     return cycles
@@ -372,6 +374,153 @@ def _check_bn_aggr(instr: Instruction, target: Any) -> Iterator[str]:
         yield f"dst must be {s.num_partitions}x2, got {d.num_partitions}x{d.free_size}"
     if s.dtype.name != "fp32":
         yield "bn_aggr reads bn_stats' fp32 statistics: src must be fp32"
+
+MAX8_FMAX = 16384  # elements per partition max8, nc_find_index8 and nc_match_replace8 read at most (nki.isa)
+LOCAL_GATHER_MAX_INDICES = 4096  # indices a GpSimd core gathers with at most (nki.isa.local_gather)
+
+
+def _check_max8(instr: Instruction, target: Any) -> Iterator[str]:
+    d, s = instr.args["dst"], instr.args["src"]
+    if not 8 <= s.free_size <= MAX8_FMAX:
+        yield f"src holds {s.free_size} elements per partition; max8 reads 8 to {MAX8_FMAX}"
+    if (d.num_partitions, d.free_size) != (s.num_partitions, 8):
+        yield f"dst must be {s.num_partitions}x8, got {d.num_partitions}x{d.free_size}"
+
+
+_INDEX_TYPES = ("uint16", "uint32")
+
+
+def _check_find_index8(instr: Instruction, target: Any) -> Iterator[str]:
+    d, data, vals = instr.args["dst"], instr.args["data"], instr.args["vals"]
+    if not 8 <= data.free_size <= MAX8_FMAX:
+        yield f"data holds {data.free_size} elements per partition; nc_find_index8 reads 8 to {MAX8_FMAX}"
+    for name, o in (("vals", vals), ("dst", d)):
+        if (o.num_partitions, o.free_size) != (data.num_partitions, 8):
+            yield f"{name} must be {data.num_partitions}x8, got {o.num_partitions}x{o.free_size}"
+    if d.dtype.name not in _INDEX_TYPES:
+        yield f"dst holds indices: uint16 or uint32, not {d.dtype.name}"
+
+
+def _check_match_replace8(instr: Instruction, target: Any) -> Iterator[str]:
+    d, data, vals, index = instr.args["dst"], instr.args["data"], instr.args["vals"], instr.args["dst_idx"]
+    yield from _same_elements(instr, ("data",))
+    if data.free_size > MAX8_FMAX:
+        yield f"data holds {data.free_size} elements per partition; nc_match_replace8 reads at most " \
+              f"{MAX8_FMAX}"
+    for name, o in (("vals", vals), ("dst_idx", index)):
+        if o is not None and (o.num_partitions, o.free_size) != (data.num_partitions, 8):
+            yield f"{name} must be {data.num_partitions}x8, got {o.num_partitions}x{o.free_size}"
+    if index is not None and index.dtype.name not in _INDEX_TYPES:
+        yield f"dst_idx holds indices: uint16 or uint32, not {index.dtype.name}"
+    if d.dtype != data.dtype:
+        yield f"the replaced data keeps its type: dst is {d.dtype.name}, data {data.dtype.name}"
+
+
+def _check_scan(instr: Instruction, target: Any) -> Iterator[str]:
+    yield from _same_elements(instr, ("data0", "data1"))
+    yield from _per_partition_scalars(instr, ("initial",))
+    if instr.args["data0"].mem == Mem.PSUM and instr.args["data1"].mem == Mem.PSUM:
+        yield "the two inputs cannot both be in PSUM"
+
+
+def _check_affine_select(instr: Instruction, target: Any) -> Iterator[str]:
+    yield from _same_elements(instr, ("src",))
+    if len(instr.args["steps"]) != len(instr.args["dst"].dims):
+        yield "affine_select needs one step per free dimension of dst"
+    if instr.args["cmp"] not in COMPARISONS:
+        yield f"the predicate compares with {', '.join(o.name for o in sorted(COMPARISONS))}, not " \
+              f"{instr.args['cmp'].name}"
+
+
+def _check_dropout(instr: Instruction, target: Any) -> Iterator[str]:
+    yield from _same_elements(instr, ("src",))
+    yield from _per_partition_scalars(instr, ("prob",))
+
+
+QUADRANT = 32  # partitions a stream shuffle permutes within (nki.isa.nc_stream_shuffle)
+SHUFFLE_KEEP = 255  # a shuffle mask entry that leaves its destination partition as it is
+
+
+def _check_shuffle(instr: Instruction, target: Any) -> Iterator[str]:
+    d, s, mask = instr.args["dst"], instr.args["src"], instr.args["mask"]
+    if d.free_size != s.free_size or d.num_partitions != s.num_partitions:
+        yield f"dst is {d.num_partitions}x{d.free_size} elements but src is {s.num_partitions}x{s.free_size}"
+    if s.num_partitions % QUADRANT:
+        yield f"a shuffle moves whole quadrants: {s.num_partitions} partitions is not a multiple of {QUADRANT}"
+    if d.dtype != s.dtype:
+        yield f"a shuffle keeps its type: dst is {d.dtype.name}, src {s.dtype.name}"
+    if len(mask) != QUADRANT or any(not (0 <= m < QUADRANT or m == SHUFFLE_KEEP) for m in mask):
+        yield f"the mask names, for each of {QUADRANT} partitions, a source partition of its quadrant or " \
+              f"{SHUFFLE_KEEP} (kept)"
+    elif any(q * QUADRANT + m >= s.num_partitions for q in range(-(-d.num_partitions // QUADRANT))
+             for i, m in enumerate(mask) if m != SHUFFLE_KEEP and q * QUADRANT + i < d.num_partitions):
+        yield "the mask names a partition src does not have"
+    for o in (d, s):
+        if o.start_partition % QUADRANT:
+            yield f"a shuffle starts on a quadrant boundary (a multiple of {QUADRANT}), not {o.start_partition}"
+
+
+GPSIMD_CORE_PARTITIONS = 16  # the SBUF partitions each of GpSimdE's eight cores reads (nki.isa.local_gather)
+LOCAL_GATHER_RUNS = (1, 2, 4, 8, 16, 32)
+
+
+def _check_local_gather(instr: Instruction, target: Any) -> Iterator[str]:
+    d, s, index = instr.args["dst"], instr.args["src"], instr.args["index"]
+    run, valid = instr.args["elems"], instr.args["valid"]
+    if s.num_partitions % GPSIMD_CORE_PARTITIONS or s.start_partition % GPSIMD_CORE_PARTITIONS:
+        yield f"src spans whole {GPSIMD_CORE_PARTITIONS}-partition groups of GpSimdE's cores"
+    if index.num_partitions != s.num_partitions or index.start_partition != s.start_partition:
+        yield "index lies on the partitions src does"
+    if index.dtype.name != "uint16":
+        yield f"index holds uint16 element offsets, not {index.dtype.name}"
+    if run not in LOCAL_GATHER_RUNS:
+        yield f"elems (elements gathered per index) is one of {', '.join(map(str, LOCAL_GATHER_RUNS))}"
+    per_core = index.free_size * GPSIMD_CORE_PARTITIONS
+    if not 0 < valid <= min(per_core, LOCAL_GATHER_MAX_INDICES):
+        yield f"valid indices per core must be 1 to {min(per_core, LOCAL_GATHER_MAX_INDICES)}"
+    if (d.num_partitions, d.free_size) != (s.num_partitions, valid * run):
+        yield f"dst must be {s.num_partitions}x{valid * run}, got {d.num_partitions}x{d.free_size}"
+    if d.dtype != s.dtype:
+        yield f"a gather keeps its type: dst is {d.dtype.name}, src {s.dtype.name}"
+
+
+def _local_gather_cycles(instr: Instruction, target: Any) -> int:
+    """150 + valid * elems / C GpSimd cycles (costs.py adds the 150), C = ((28 + t e) / (t e)) / min(4 / dtype
+    size, e), t = 4, as the nki.isa reference gives it."""
+    run, t = instr.args["elems"], 4
+    c = ((28 + t * run) / (t * run)) / min(4 / instr.args["src"].dtype.size, run)
+    return math.ceil(instr.args["valid"] * run / c)
+
+
+def _check_select_reduce(instr: Instruction, target: Any) -> Iterator[str]:
+    yield from _same_elements(instr, ("on_true", "predicate"))
+    yield from _per_partition_scalars(instr, ("on_false", "reduce"))
+    if instr.args["on_true"].mem == Mem.PSUM and instr.args["predicate"].mem == Mem.PSUM:
+        yield "on_true and predicate cannot both be in PSUM"
+    if instr.args["predicate"].dtype.is_float:
+        yield f"the predicate is an integer tile, not {instr.args['predicate'].dtype.name}"
+
+
+def _check_partition_reduce(instr: Instruction, target: Any) -> Iterator[str]:
+    d, s = instr.args["dst"], instr.args["src"]
+    if instr.args["op"] not in PARTITION_REDUCE_OPS:
+        yield f"tensor_partition_reduce reduces with {', '.join(o.name for o in sorted(PARTITION_REDUCE_OPS))}, " \
+              f"not {instr.args['op'].name}"
+    if (d.num_partitions, d.free_size) != (1, s.free_size):
+        yield f"dst must be 1x{s.free_size}, got {d.num_partitions}x{d.free_size}"
+
+
+def _partition_reduce_cycles(instr: Instruction, target: Any) -> int:
+    """The reference gives no figure (an estimate): the partitions combined one after another, each row of N
+    elements at 16 a cycle (a GpSimd core's 512-bit SIMD unit on fp32), with no credit for the eight cores
+    working in parallel."""
+    s = instr.args["src"]
+    return s.num_partitions * s.free_size // GPSIMD_CORE_PARTITIONS
+
+
+COMPARISONS = frozenset({AluOp.equal, AluOp.not_equal, AluOp.greater, AluOp.greater_equal, AluOp.less,
+                         AluOp.less_equal})
+PARTITION_REDUCE_OPS = frozenset({AluOp.add, AluOp.maximum, AluOp.bitwise_or, AluOp.bitwise_and})
 
 # ---- the table ------------------------------------------------------------------------------------------------
 
@@ -454,6 +603,62 @@ _ROWS = (
            (dst(*_ON_CHIP), Field("value", Kind.FLOAT)),
            _streaming, None,
            "fill dst with value"),
+    OpSpec("max8", 0x39, frozenset({Engine.DVE}),
+           (dst(*_ON_CHIP), src("src", *_ON_CHIP)),
+           lambda i, t: _free(i, "src"), _check_max8,
+           "dst[p] = the 8 largest values of src[p], largest first (N cycles)"),
+    OpSpec("nc_find_index8", 0x3A, frozenset({Engine.DVE}),
+           (dst(*_ON_CHIP), src("data", *_ON_CHIP), src("vals", *_ON_CHIP)),
+           lambda i, t: _free(i, "data"), _check_find_index8,
+           "dst[p, j] = where vals[p, j] first occurs in data[p]; equal vals take its occurrences in order; one not "
+           "found gets the all-ones index (N cycles)"),
+    OpSpec("nc_match_replace8", 0x3B, frozenset({Engine.DVE}),
+           (dst(*_ON_CHIP), src("data", *_ON_CHIP), src("vals", *_ON_CHIP), Field("imm", Kind.FLOAT),
+            Field("dst_idx", Kind.OPERAND, optional=True, writes=True, mems=frozenset(_ON_CHIP))),
+           lambda i, t: _free(i, "data"), _check_match_replace8,
+           "dst = data with the first occurrence of each of vals[p] (vals taken from the last, each occurrence "
+           "once) replaced by imm; dst_idx, when given, receives where each was (N cycles)"),
+    OpSpec("tensor_tensor_scan", 0x3C, frozenset({Engine.DVE}),
+           (dst(*_ON_CHIP), src("data0", *_ON_CHIP), src("data1", *_ON_CHIP),
+            Field("initial", Kind.SCALAR, mems=frozenset(_ON_CHIP)), Field("op0", Kind.ENUM, AluOp),
+            Field("op1", Kind.ENUM, AluOp), Field("reverse0", Kind.BOOL), Field("reverse1", Kind.BOOL)),
+           lambda i, t: 2 * _free(i), _check_scan,
+           "dst[p, i] = (data0[p, i] op0 dst[p, i-1]) op1 data1[p, i] along the free axes, dst[p, -1] = initial, "
+           "in fp32; a reverse flag swaps its operator's sides (2N cycles)"),
+    OpSpec("dropout", 0x3D, frozenset({Engine.DVE}),
+           (dst(*_ON_CHIP), src("src", *_ON_CHIP), Field("prob", Kind.SCALAR, mems=frozenset(_ON_CHIP)),
+            Field("seed", Kind.INT)),
+           _streaming, _check_dropout,
+           "dst = src, or 0 with probability prob: element (p, i) is dropped when u(seed, p, i) < prob, u uniform in "
+           "[0, 1) from a counter-based generator (N cycles)"),
+    OpSpec("nc_stream_shuffle", 0x3E, frozenset({Engine.DVE}),
+           (dst(*_ON_CHIP), src("src", *_ON_CHIP), Field("mask", Kind.INTS)),
+           lambda i, t: _free(i, "src"), _check_shuffle,
+           "in each quadrant of 32 partitions, dst partition i = src partition mask[i] (255: dst keeps it) (N "
+           "cycles)"),
+    OpSpec("select_reduce", 0x3F, frozenset({Engine.DVE}),
+           (dst(*_ON_CHIP), src("predicate", *_ON_CHIP), src("on_true", *_ON_CHIP),
+            Field("on_false", Kind.SCALAR, mems=frozenset(_ON_CHIP)), Field("reverse", Kind.BOOL),
+            Field("reduce", Kind.OPERAND, optional=True, writes=True, mems=frozenset(_ON_CHIP))),
+           _two_input_cycles("on_true", "reverse", None), _check_select_reduce,
+           "dst = on_true where predicate is non-zero (zero, with reverse), else on_false; reduce, when given, "
+           "receives the maximum of dst along the free axes (cycles: tensor_copy_predicated's, an estimate)"),
+    OpSpec("affine_select", 0x41, frozenset({Engine.POOL}),
+           (dst(Mem.SBUF), src("src", Mem.SBUF), Field("offset", Kind.INT), Field("channel_multiplier", Kind.INT),
+            Field("steps", Kind.INTS), Field("cmp", Kind.ENUM, AluOp), Field("fill", Kind.FLOAT)),
+           _streaming, _check_affine_select,
+           "dst[p, i...] = src[p, i...] where cmp(offset + p * channel_multiplier + sum(steps[k] * i[k]), 0), else "
+           "fill (GPSIMD_START + N cycles)"),
+    OpSpec("local_gather", 0x42, frozenset({Engine.POOL}),
+           (dst(Mem.SBUF), src("src", Mem.SBUF), src("index", Mem.SBUF), Field("elems", Kind.INT),
+            Field("valid", Kind.INT)),
+           _local_gather_cycles, _check_local_gather,
+           "per group of 16 partitions (a GpSimd core): the group's first `valid` indices, read down the partitions "
+           "then along them, are element offsets; dst[p, k, e] = src[p, index_k + e] for e < elems"),
+    OpSpec("tensor_partition_reduce", 0x43, frozenset({Engine.POOL}),
+           (dst(Mem.SBUF), src("src", Mem.SBUF), Field("op", Kind.ENUM, AluOp)),
+           _partition_reduce_cycles, _check_partition_reduce,
+           "dst[0, i] = src[0, i] op src[1, i] op ... over the partitions (cycles: an estimate, see the hook)"),
     OpSpec("iota", 0x40, frozenset({Engine.POOL}),
            (dst(Mem.SBUF), Field("base", Kind.INT), Field("channel_multiplier", Kind.INT),
             Field("steps", Kind.INTS)),

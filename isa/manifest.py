@@ -142,3 +142,51 @@ def check_manifest(m: Any) -> None:
         _str(t["kind"], f"hbm_tensors[{k}].kind")
         _int(t["hbm_offset"], f"hbm_tensors[{k}].hbm_offset")
         _int(t["size"], f"hbm_tensors[{k}].size")
+
+
+def check_parts_manifest(m: Any) -> None:
+    """The manifest of a partitioned bundle: the model's inputs and outputs (a dimension known only at run time is
+    null), and its parts in order, each reading only model inputs and earlier parts' outputs."""
+    m = _object(m, "", ("target", "inputs", "outputs", "parts", "compiler", "flags", "stats"))
+    _str(m["target"], "target")
+    _str(m["compiler"], "compiler")
+    _object(m["flags"], "flags", ())
+    _object(m["stats"], "stats", ())
+    known: set[str] = set()
+    for kind in ("inputs", "outputs"):
+        for k, t in enumerate(_list(m[kind], kind)):
+            t = _object(t, f"{kind}[{k}]", ("name", "dtype", "shape"))
+            _str(t["name"], f"{kind}[{k}].name")
+            try:
+                np.dtype(_str(t["dtype"], f"{kind}[{k}].dtype"))
+            except TypeError:
+                raise BundleError(f"manifest {kind}[{k}].dtype: {t['dtype']!r} is not a numpy type") from None
+            if t["shape"] is None and kind == "outputs":  # a shape known only at run time, even its rank
+                continue
+            shape = _list(t["shape"], f"{kind}[{k}].shape")
+            if len(shape) > MAX_TENSOR_DIMS:
+                raise BundleError(f"manifest {kind}[{k}]: {len(shape)} dimensions, at most {MAX_TENSOR_DIMS}")
+            for n in shape:
+                if kind == "inputs" or n is not None:
+                    _int(n, f"{kind}[{k}].shape", 0, MAX_TENSOR_ELEMENTS)
+        if kind == "inputs":
+            known = {t["name"] for t in m["inputs"]}
+    parts = _list(m["parts"], "parts")
+    if not parts:
+        raise BundleError("manifest parts: a partitioned bundle has at least one part")
+    for k, p in enumerate(parts):
+        at = f"parts[{k}]"
+        p = _object(p, at, ("kind", "file", "inputs", "outputs", "ops"))
+        if p["kind"] not in ("chip", "host"):
+            raise BundleError(f"manifest {at}.kind: {p['kind']!r} is neither chip nor host")
+        _str(p["file"], f"{at}.file")
+        for name in _list(p["inputs"], f"{at}.inputs"):
+            if _str(name, f"{at}.inputs") not in known:
+                raise BundleError(f"manifest {at}: input {name!r} is neither a model input nor an earlier part's "
+                                  "output")
+        known |= {_str(name, f"{at}.outputs") for name in _list(p["outputs"], f"{at}.outputs")}
+        for op, count in _object(p["ops"], f"{at}.ops", ()).items():
+            _int(count, f"{at}.ops[{op!r}]")
+    for k, t in enumerate(m["outputs"]):
+        if t["name"] not in known:
+            raise BundleError(f"manifest outputs[{k}]: {t['name']!r} is made by no part")

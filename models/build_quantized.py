@@ -1,12 +1,17 @@
 """Build the quantized example models in models/ with onnxruntime's quantizer (seeded weights and calibration data,
 no downloads).
 
-    python models/build_quantized.py       # writes models/cnn_qdq.onnx, models/attention_int8.onnx
+    python models/build_quantized.py       # writes models/cnn_qdq.onnx, models/attention_int8.onnx,
+                                           # models/cnn_qoperator.onnx
 
 - cnn_qdq: a small CNN on a [1,3,16,16] image (Conv 3x3 to 8 channels + Relu, MaxPool 2x2, Conv 3x3 to 16
   channels + Relu, a residual Add of a 1x1 Conv, GlobalAveragePool, Flatten, Gemm to 10 logits) quantized by
   `quantize_static` in QDQ format: uint8 activations, int8 weights per output channel, calibrated (MinMax) on 8
   seeded standard-normal images. Every float op sits between DequantizeLinear and QuantizeLinear pairs.
+- cnn_qoperator: a CNN with a LeakyRelu branch and a Sigmoid-gated one, concatenated, a residual Add, AveragePool,
+  GlobalAveragePool and a Gemm, quantized by `quantize_static` in QOperator format (the same types): onnxruntime's
+  com.microsoft contrib ops QLinearLeakyRelu, QLinearSigmoid, QLinearMul, QLinearConcat, QLinearAdd,
+  QLinearAveragePool, QLinearGlobalAveragePool and QGemm around QLinearConv.
 - attention_int8: a transformer-style block on [1,8,32] (Q/K/V projections, scaled dot-product attention with
   Softmax, output projection, a residual, a Relu MLP 32 -> 64 -> 32) quantized by `quantize_dynamic`: each MatMul
   with a constant weight becomes DynamicQuantizeLinear of its input, MatMulInteger with the int8 weight, and a
@@ -63,6 +68,38 @@ def _cnn_float(rng: np.random.Generator) -> onnx.ModelProto:
         helper.make_node("Gemm", ["f", "fc.weight", "fc.bias"], ["logits"], name="fc", transB=1),
     ]
     return _model("cnn_qdq", nodes, [helper.make_tensor_value_info("input", TensorProto.FLOAT, IMAGE)],
+                  [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 10])], weights)
+
+
+def _gated_cnn_float(rng: np.random.Generator) -> onnx.ModelProto:
+    """A CNN whose every op has a QOperator form: two branches (LeakyRelu; Sigmoid gating by Mul), concatenated,
+    a residual Add, an AveragePool, GlobalAveragePool and a Gemm."""
+    def conv(cout: int, cin: int, k: int) -> np.ndarray:
+        return (rng.standard_normal((cout, cin, k, k)) * np.sqrt(2 / (cin * k * k))).astype(np.float32)
+
+    weights = {"stem.weight": conv(8, 3, 3), "stem.bias": rng.uniform(-0.1, 0.1, 8).astype(np.float32),
+               "left.weight": conv(8, 8, 3), "left.bias": rng.uniform(-0.1, 0.1, 8).astype(np.float32),
+               "gate.weight": conv(8, 8, 1), "gate.bias": rng.uniform(-0.1, 0.1, 8).astype(np.float32),
+               "mix.weight": conv(16, 16, 1), "mix.bias": rng.uniform(-0.1, 0.1, 16).astype(np.float32),
+               "fc.weight": (rng.standard_normal((10, 16)) / 4).astype(np.float32),
+               "fc.bias": rng.uniform(-0.1, 0.1, 10).astype(np.float32)}
+    nodes = [
+        helper.make_node("Conv", ["input", "stem.weight", "stem.bias"], ["c0"], name="stem", pads=[1] * 4),
+        helper.make_node("Relu", ["c0"], ["r0"], name="stem_relu"),
+        helper.make_node("Conv", ["r0", "left.weight", "left.bias"], ["c1"], name="left", pads=[1] * 4),
+        helper.make_node("LeakyRelu", ["c1"], ["l1"], name="left_act", alpha=0.1),
+        helper.make_node("Conv", ["r0", "gate.weight", "gate.bias"], ["c2"], name="gate"),
+        helper.make_node("Sigmoid", ["c2"], ["s2"], name="gate_act"),
+        helper.make_node("Mul", ["r0", "s2"], ["gated"], name="gated"),
+        helper.make_node("Concat", ["l1", "gated"], ["both"], name="concat", axis=1),
+        helper.make_node("Conv", ["both", "mix.weight", "mix.bias"], ["c3"], name="mix"),
+        helper.make_node("Add", ["c3", "both"], ["sum"], name="residual"),
+        helper.make_node("AveragePool", ["sum"], ["pooled"], name="pool", kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("GlobalAveragePool", ["pooled"], ["g"], name="gap"),
+        helper.make_node("Flatten", ["g"], ["f"], name="flatten"),
+        helper.make_node("Gemm", ["f", "fc.weight", "fc.bias"], ["logits"], name="fc", transB=1),
+    ]
+    return _model("cnn_qoperator", nodes, [helper.make_tensor_value_info("input", TensorProto.FLOAT, IMAGE)],
                   [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 10])], weights)
 
 
@@ -126,13 +163,19 @@ def cnn_qdq() -> onnx.ModelProto:
         weight_type=QuantType.QInt8, reduce_range=True))
 
 
+def cnn_qoperator() -> onnx.ModelProto:
+    return _quantized(_gated_cnn_float(np.random.default_rng(2)), lambda src, dst: quantize_static(
+        src, dst, _Images(3), quant_format=QuantFormat.QOperator, per_channel=True,
+        activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8, reduce_range=True))
+
+
 def attention_int8() -> onnx.ModelProto:
     return _quantized(_attention_float(np.random.default_rng(0)), lambda src, dst: quantize_dynamic(
         src, dst, weight_type=QuantType.QInt8, reduce_range=True))
 
 
 def build() -> dict[str, onnx.ModelProto]:
-    return {"cnn_qdq": cnn_qdq(), "attention_int8": attention_int8()}
+    return {"cnn_qdq": cnn_qdq(), "attention_int8": attention_int8(), "cnn_qoperator": cnn_qoperator()}
 
 
 def main() -> None:

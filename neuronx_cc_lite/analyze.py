@@ -87,3 +87,18 @@ def analyze(nodes: list[ModelNode], after_passes: Graph, reasons: list[tuple[Nod
     holders = {n.holder for n in nodes}
     unsupported = [(node, why, holder_of(node.name, holders)) for node, why in reasons]
     return Report(nodes, unsupported, Counter(n.op for n in after_passes.nodes))
+
+
+def split_text(after_passes: Graph, refused: list[tuple[Node, str]]) -> str:
+    """How `--fallback host` cuts the graph: its parts in the order they run, each with its operators and what
+    it reads and makes."""
+    from neuronx_cc_lite.partition.host import host_nodes, split
+
+    parts = split(after_passes, host_nodes(after_passes, refused))
+    lines = [f"with --fallback host: {len(parts)} parts, run in turn"]
+    for k, p in enumerate(parts):
+        ops = ", ".join(f"{op} {n}" for op, n in sorted(Counter(n.op for n in p.nodes).items()))
+        where = "chip" if p.kind == "chip" else "host (onnxruntime)"
+        lines.append(f"part {k}: {where}, {len(p.nodes)} nodes: {ops}")
+        lines.append(f"    reads {', '.join(p.inputs) or 'nothing'}; makes {', '.join(p.outputs)}")
+    return "\n".join(lines) + "\n"

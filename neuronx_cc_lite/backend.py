@@ -47,8 +47,9 @@ from neuronx_cc_lite.compiler import Options, compile_model
 from neuronx_cc_lite.compiler import prepare as prepare_graph
 from neuronx_cc_lite.errors import CompileError, UnsupportedError
 from neuronx_cc_lite.frontend import load_model
+from neuronx_cc_lite.ir import upstream
 from neuronx_cc_lite.lower import unsupported_nodes
-from neuronx_cc_lite.lower.registry import parameter_inputs
+from neuronx_cc_lite.lower.registry import compile_time_values
 from neuronx_cc_lite.passes.verify import verify
 
 # Error codes that say the compiler is broken rather than that the model is unsupported: never a skip.
@@ -170,34 +171,29 @@ class NeuronBackendRep(BackendRep):
         return result(*[outputs[name] for name in self.output_names])
 
 
+# Ops whose outputs depend only on their input's shape: a value computed through them needs no input's values
+SHAPE_READERS = frozenset({"Shape", "Size"})
+
+
 def _parameters(model: onnx.ModelProto) -> list[str]:
-    """The graph inputs some lowering needs as compile-time constants, and those that decide control flow (an If's
-    condition, a Loop's trip count, as `--input-value` pins them; a Loop's first condition when it is an input), in
-    input order."""
+    """The graph inputs some lowering or expansion needs as compile-time constants (directly or computed from them:
+    a window's size through its Cast), and those that decide control flow (an If's condition, a Loop's trip count,
+    as `--input-value` pins them; a Loop's first condition when it is an input), in input order."""
     inits = {i.name for i in model.graph.initializer}
     inputs = [vi.name for vi in model.graph.input if vi.name not in inits]
-    found = parameter_inputs([(n.op_type, list(n.input)) for n in model.graph.node], set(inputs))
     tensors = {vi.name for vi in model.graph.input if vi.name in inputs and vi.type.HasField("tensor_type")}
+    needed = compile_time_values([(n.op_type, list(n.input)) for n in model.graph.node])
+    found = _inputs_behind(sorted(needed), model.graph, tensors, SHAPE_READERS)
     deciding = [n.input[0] for n in model.graph.node if n.op_type in ("If", "Loop") and n.input]
     found |= _inputs_behind(deciding, model.graph, tensors)  # a sequence's length is no value to build in
     found |= {n.input[1] for n in model.graph.node if n.op_type == "Loop" and len(n.input) > 1} & tensors
     return [name for name in inputs if name in found]
 
 
-def _inputs_behind(names: list[str], graph: onnx.GraphProto, inputs: set[str]) -> set[str]:
-    """The graph inputs the values `names` are computed from."""
-    producers = {o: n for n in graph.node for o in n.output}
-    found, seen, stack = set(), set(), list(names)
-    while stack:
-        name = stack.pop()
-        if name in seen:
-            continue
-        seen.add(name)
-        if name in inputs:
-            found.add(name)
-        elif name in producers:
-            stack.extend(i for i in producers[name].input if i)
-    return found
+def _inputs_behind(names: list[str], graph: onnx.GraphProto, inputs: set[str],
+                   stop: frozenset[str] = frozenset()) -> set[str]:
+    """The graph inputs the values `names` are computed from (not through the ops in `stop`)."""
+    return upstream(graph, names, stop) & inputs
 
 
 def _freeze(model: onnx.ModelProto, values: Mapping[str, np.ndarray]) -> onnx.ModelProto:

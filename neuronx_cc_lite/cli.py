@@ -152,6 +152,10 @@ def _add_compile_options(p: argparse.ArgumentParser) -> None:
                         f"the tile program after {', '.join(STAGE_NAMES)}; or all")
     p.add_argument("--stop-after", metavar="PASS", help="stop after a pass or stage and print its IR instead of "
                                                         "compiling")
+    p.add_argument("--fallback", choices=("none", "host"), default="none",
+                   help="host: run what the chip cannot (operators without a lowering, outputs whose size depends on "
+                        "the data: NonZero, NonMaxSuppression) on the CPU with onnxruntime, between chip parts; "
+                        "none: refuse the model, naming every such node")
     p.add_argument("--tp", type=int, default=1, metavar="N",
                    help="tensor parallelism: shard the model over N ranks, Megatron-style (linear pairs by columns "
                         "then rows, attention by heads, embeddings by vocabulary), with the collectives between them")
@@ -183,7 +187,7 @@ def _options(args: argparse.Namespace) -> Any:
     return Options(target=TARGET_ALIASES.get(args.target, args.target), input_shapes=dict(args.input_shape),
                    input_values=dict(args.input_value), state=dict(args.state),
                    dump_ir_after=frozenset(dump), stop_after=args.stop_after, auto_cast=args.auto_cast,
-                   auto_cast_type=args.auto_cast_type, tp=args.tp, dp=args.dp, lnc=args.lnc,
+                   auto_cast_type=args.auto_cast_type, tp=args.tp, dp=args.dp, lnc=args.lnc, fallback=args.fallback,
                    optimize=min(args.optimize, 2),  # -O3 is -O2 until some pass runs only at 3
                    model_type=args.model_type)
 
@@ -247,9 +251,14 @@ def cmd_compile(args: argparse.Namespace) -> int:
         _check_paths(args)  # the default name, as one given is checked before any work
     b = _compile_cached(args, options, args.model, args.output)
     log.debug(f"wrote {args.output}: {os.path.getsize(args.output)} bytes")
-    total = sum(len(s.instructions) for s in b.cores[0].values())
-    log.info(f"compiled {args.model} -> {args.output} for {b.target} in {progress.since_start():.2f} s: "
-             f"{total} instructions ({instruction_counts(b.cores[0])}), {b.hbm_size} bytes of HBM")
+    chips = [(f"chip part {k}: ", p.bundle) for k, p in enumerate(b.parts) if p.bundle] if b.parts else [("", b)]
+    for part, chip in chips:
+        total = sum(len(s.instructions) for s in chip.cores[0].values())
+        log.info(f"compiled {args.model} -> {args.output} for {b.target} in {progress.since_start():.2f} s: {part}"
+                 f"{total} instructions ({instruction_counts(chip.cores[0])}), {chip.hbm_size} bytes of HBM")
+    for k, p in enumerate(b.parts):
+        if p.kind == "host":
+            log.info(f"host part {k}: {', '.join(f'{op} x{n}' for op, n in p.ops.items())} (onnxruntime on the CPU)")
     return 0
 
 
@@ -359,6 +368,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         inputs = holder["inputs"]
     if args.profile and args.policy != "clock":
         raise UsageError("--profile needs simulated time: use it with --policy clock")
+    if (args.state_in or args.state_out) and model.bundle.parts:
+        raise UsageError("a bundle with host parts keeps no device state: run it without --state-in/--state-out")
     if args.state_in:
         for name, value in _load_npz(args.state_in, {t.name: t for t in model.bundle.state}).items():
             model.state.write(name, value)
@@ -371,11 +382,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.profile:
         import json
 
-        from runtime.profile import chrome_trace, utilization_table
+        from runtime.profile import utilization_table
 
-        trace = chrome_trace(model)
+        trace = _trace_module(model).chrome_trace(model)
         _write_atomic(args.profile, lambda f: f.write(json.dumps(trace).encode()))
-        log.info(utilization_table(stats))
+        if not model.bundle.parts:
+            log.info(utilization_table(stats))
     if args.state_out:
         state = {name: model.state.read(name) for name in model.state.names}
         _write_atomic(args.state_out, lambda f: np.savez(f, **state))
@@ -384,13 +396,34 @@ def cmd_run(args: argparse.Namespace) -> int:
     else:
         for name, value in outputs.items():
             print(f"{name}: {value.dtype}{list(value.shape)}\n{value}")
+    log.info(f"ran {args.bundle}: {stats.instructions} instructions ({args.policy} policy); {_timing(model)}")
+    return 0
+
+
+def _trace_module(model: Any) -> Any:
+    """Where the profile of a model's run comes from: runtime/profile.py, or runtime/host_profile.py for a bundle
+    with host parts."""
+    if model.bundle.parts:
+        from runtime import host_profile
+
+        return host_profile
+    from runtime import profile
+
+    return profile
+
+
+def _timing(model: Any) -> str:
+    """The last run's simulated latency and end-to-end time, as `run` and `check` report them."""
+    stats = model.last_run
+    if model.bundle.parts:
+        return (f"{stats.device_ns / 1000:.2f} us simulated on the device, {stats.host_ns / 1000:.2f} us on the "
+                f"host (onnxruntime, measured), {stats.elapsed_ns / 1000:.2f} us end to end with the launches and "
+                f"the {stats.transfer_bytes} B copied between host and device")
     from runtime.profile import host_overhead_us
 
     host_us = host_overhead_us(model.bundle, model.target)
-    log.info(f"ran {args.bundle}: {stats.instructions} instructions, {stats.elapsed_ns / 1000:.2f} us simulated "
-             f"({args.policy} policy); {stats.elapsed_ns / 1000 + host_us:.2f} us end to end with the runtime's "
-             f"launch and input/output copies ({host_us:.2f} us)")
-    return 0
+    return (f"{stats.elapsed_ns / 1000:.2f} us simulated; {stats.elapsed_ns / 1000 + host_us:.2f} us end to end "
+            f"with the runtime's launch and input/output copies ({host_us:.2f} us)")
 
 
 def _mpi_job() -> Any:
@@ -564,6 +597,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
         inputs.update(_load_npz(args.inputs, {i.name: i for i in model.inputs}))
     with progress.simulating(model):
         model.run(inputs, trace=True)
+    if model.bundle.parts:
+        return _profile_parts(args, model)
     summary = summarize(model, top=args.top)
     print(summary_text(summary))
     if args.json:
@@ -574,6 +609,22 @@ def cmd_profile(args: argparse.Namespace) -> int:
 
         page = render_html(model.bundle, model.last_run, summary, title=os.path.basename(args.bundle))
         _write_atomic(args.html, lambda f: f.write(page.encode()))
+    return 0
+
+
+def _profile_parts(args: argparse.Namespace, model: Any) -> int:
+    """`profile` of a bundle with host parts: each part's figures and the end to end (runtime/host_profile.py)."""
+    import json
+
+    from runtime import host_profile
+
+    if args.html:
+        raise UsageError("--html draws one chip program's timeline; this bundle has host parts: use run --profile "
+                         "TRACE.json for the timeline of every part")
+    print(host_profile.summary_lines(model, args.top))
+    if args.json:
+        text = json.dumps(host_profile.summary(model, args.top), indent=1)
+        _write_atomic(args.json, lambda f: f.write(text.encode()))
     return 0
 
 
@@ -590,12 +641,19 @@ def cmd_disasm(args: argparse.Namespace) -> int:
         raise UsageError(f"unknown engine {', '.join(unknown)} for --engine: a {b.target} core has "
                          f"{', '.join(stream_names(0))} and DMA0..DMA{queues - 1} (DMA: every queue)")
     if streams and "DMA" in streams:
-        streams |= {name for core in b.cores for name in core if name.startswith("DMA")}
+        streams |= {name for chip in b.chip_parts for core in chip.cores for name in core if name.startswith("DMA")}
     cores = set(args.core) if args.core else None
-    if cores and not cores <= set(range(len(b.cores))):
-        raise UsageError(f"no core {', '.join(map(str, sorted(cores - set(range(len(b.cores))))))} for --core: "
-                         f"the bundle has {len(b.cores)} core(s), numbered from 0")
-    sys.stdout.write(disassemble(b, data=not args.no_data, cores=cores, streams=streams))
+    ranks = max(len(chip.cores) for chip in b.chip_parts)
+    if cores and not cores <= set(range(ranks)):
+        raise UsageError(f"no core {', '.join(map(str, sorted(cores - set(range(ranks)))))} for --core: "
+                         f"the bundle has {ranks} core(s), numbered from 0")
+    for k, part in enumerate(b.parts):  # a bundle with host parts: each part in order (a listing to read)
+        sys.stdout.write(f".part {k} {part.kind} " + json.dumps({"inputs": part.inputs, "outputs": part.outputs,
+                                                                 **({"ops": part.ops} if part.ops else {})}) + "\n")
+        if part.bundle is not None:
+            sys.stdout.write(disassemble(part.bundle, data=not args.no_data, cores=cores, streams=streams))
+    if not b.parts:
+        sys.stdout.write(disassemble(b, data=not args.no_data, cores=cores, streams=streams))
     return 0
 
 
@@ -653,6 +711,12 @@ def bundle_info(path: str) -> dict[str, Any]:
     header = bundle_format.read_header(head)
     b = bundle_format.read(path)  # streamed, the weights mapped and never touched: a 2 GB bundle costs no 2 GB
     target = _target_of(b.target)
+    if b.parts:
+        return {"bundle": path, "format_version": header.version, "payload_bytes": header.payload_size,
+                "sha256": header.sha256.hex(), "target": header.target, "compiler": b.compiler, "flags": b.flags,
+                "stats": b.stats, "inputs": [bundle_format.signature_json(t) for t in b.inputs],
+                "outputs": [bundle_format.signature_json(t) for t in b.outputs],
+                "parts": [_part_info(k, p, target) for k, p in enumerate(b.parts)]}
     memories = {}
     for mem, capacity in ((Mem.SBUF, target.sbuf_partition_bytes), (Mem.PSUM, target.psum_partition_bytes)):
         row, partitions = on_chip_peak(b, mem)
@@ -678,12 +742,56 @@ def bundle_info(path: str) -> dict[str, Any]:
     }
 
 
+def _part_info(k: int, part: Any, target: Target) -> dict[str, Any]:
+    """A part of a bundle with host parts: what it reads and makes; a chip part's instructions and latency (the
+    simulator's timing, no values), a host part's operators."""
+    from runtime.profile import estimated_latency_ns, host_overhead_us
+
+    info: dict[str, Any] = {"part": k, "kind": part.kind, "inputs": part.inputs, "outputs": part.outputs}
+    if part.bundle is None:
+        return {**info, "ops": part.ops, "onnx_bytes": len(part.onnx)}
+    return {**info, "streams": [{name: len(s.instructions) for name, s in core.items()} for core in part.bundle.cores],
+            "hbm_bytes": part.bundle.hbm_size, "estimated_latency_us": estimated_latency_ns(part.bundle, target) / 1000,
+            "host_overhead_us": host_overhead_us(part.bundle, target)}
+
+
+def _print_parts(info: dict[str, Any]) -> None:
+    print(f"bundle        {info['bundle']}")
+    print(f"format        version {info['format_version']}, payload {info['payload_bytes']} bytes, sha256 "
+          f"{info['sha256']}")
+    print(f"target        {info['target']}, {len(info['parts'])} parts run in turn on the chip and the host")
+    print(f"compiler      {info['compiler']}")
+    print(f"flags         {json.dumps(info['flags'], sort_keys=True)}")
+    for kind in ("input", "output"):
+        for t in info[f"{kind}s"]:
+            shape = "[?]" if t["shape"] is None else str(["?" if n is None else n for n in t["shape"]])
+            print(f"{kind:<13} {t['name']}: {t['dtype']}{shape.replace(chr(39), '')}"
+                  + (" (its shape depends on the values)" if "?" in shape else ""))
+    device = launches = 0.0
+    for p in info["parts"]:
+        where = f"reads {', '.join(p['inputs'])}; makes {', '.join(p['outputs'])}"
+        if p["kind"] == "host":
+            print(f"part {p['part']:<8} host (onnxruntime): {', '.join(f'{op} x{n}' for op, n in p['ops'].items())}; "
+                  f"{where}")
+            continue
+        device += p["estimated_latency_us"]
+        launches += p["host_overhead_us"]
+        counts = ", ".join(f"{name} {n}" for name, n in p["streams"][0].items())
+        print(f"part {p['part']:<8} chip: {counts}; {p['estimated_latency_us']:.2f} us estimated + "
+              f"{p['host_overhead_us']:.2f} us launch and copies; {where}")
+    print(f"latency       {device:.2f} us on the device and {launches:.2f} us of launches and copies, estimated; the "
+          "host parts' time is measured when they run (profile)")
+
+
 def cmd_info(args: argparse.Namespace) -> int:
     import json
 
     info = bundle_info(args.bundle)
     if args.json:
         print(json.dumps(info, indent=1))
+        return 0
+    if "parts" in info:
+        _print_parts(info)
         return 0
     print(f"bundle        {info['bundle']}")
     print(f"format        version {info['format_version']}, payload {info['payload_bytes']} bytes, sha256 "
@@ -766,21 +874,15 @@ def cmd_check(args: argparse.Namespace) -> int:
         print(f"{name:<24} {str(list(value.shape)):<18} {abs_err:>12.3e} {rel_err:>12.3e} {rms_err:>10.2e}  "
               f"{'ok' if good else 'MISMATCH'}" + (f" ({misplaced} inf or NaN not where onnxruntime has them)"
                                                    if misplaced else ""))
-    stats = model.last_run
-    from runtime.profile import host_overhead_us
-
-    host_us = host_overhead_us(model.bundle, model.target)
-    print(f"simulated {stats.elapsed_ns / 1000:.2f} us, {stats.instructions} instructions; "
-          f"{stats.elapsed_ns / 1000 + host_us:.2f} us end to end with the runtime's overhead ({host_us:.2f} us)")
+    print(f"{model.last_run.instructions} instructions; {_timing(model)}")
     return 0 if ok else 1
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:
-    from neuronx_cc_lite.analyze import analyze, model_nodes
+    from neuronx_cc_lite.analyze import analyze, model_nodes, split_text
     from neuronx_cc_lite.frontend import import_file
-    from neuronx_cc_lite.lower import LOWERINGS, why_unsupported
+    from neuronx_cc_lite.partition.host import refusals
     from neuronx_cc_lite.passes import run_pipeline
-    from neuronx_cc_lite.passes.verify import not_static
 
     options = _options(args)
     with progress.phase("import"):
@@ -790,9 +892,12 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         graph = run_pipeline(imported)
     # An op the device has no lowering for is named as such; for the others a shape that is not static comes first,
     # as in compile (their declared checks read static shapes).
-    reasons = [(n, (n.op in LOWERINGS and not_static(n, graph)) or why_unsupported(n, graph)) for n in graph.nodes]
-    report = analyze(nodes, graph, [(n, why) for n, why in reasons if why])
+    found = refusals(graph)
+    report = analyze(nodes, graph, found)
     sys.stdout.write(report.text())
+    if options.fallback == "host" and found:
+        sys.stdout.write(split_text(graph, found))
+        return 0
     return 0 if not report.unsupported else 1
 
 

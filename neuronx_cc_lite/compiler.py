@@ -2,7 +2,9 @@
 
     frontend -> passes (verified after each) -> [partition: one graph per rank] -> per rank: lower -> keep on chip
              -> schedule -> allocate -> lay out HBM -> emit + synchronise -> package (every rank's streams)
-with the tile program verified after each stage that changes it.
+with the tile program verified after each stage that changes it. What the chip cannot run is refused, every node
+named, or with --fallback host cut out into host parts (compile_parts: chip parts compiled as above, host parts
+carried as ONNX).
 """
 
 from __future__ import annotations
@@ -10,13 +12,14 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numpy as np
 import onnx
 
-from isa.bundle import Bundle, HbmTensorInfo, Placement, Segment, Stream, TensorInfo
+from isa.bundle import Bundle, HbmTensorInfo, Part, Placement, Segment, Stream, TensorInfo
 from isa.dtypes import DType
 from isa.operand import stream_engine
 from isa.target import Target, get_target
@@ -25,16 +28,17 @@ from neuronx_cc_lite.codegen.emit import emit
 from neuronx_cc_lite.codegen.on_chip import HOME_FRACTION, Report, keep_on_chip
 from neuronx_cc_lite.codegen.stages import Stages
 from neuronx_cc_lite.declared import DECLARED_FLAG, Absent
-from neuronx_cc_lite.errors import CompileError, UnsupportedError
+from neuronx_cc_lite.errors import CompileError
 from neuronx_cc_lite.flops import copy_bytes, model_flops
-from neuronx_cc_lite.frontend import import_file, import_model
+from neuronx_cc_lite.frontend import CONVERT_TO, converted_up, import_file, import_model, load_model
 from neuronx_cc_lite.input_ranges import input_ranges
 from neuronx_cc_lite.integer_ranges import integer_ranges
-from neuronx_cc_lite.ir import Graph, model_node_of
-from neuronx_cc_lite.lower import lower_graph, unsupported_nodes
+from neuronx_cc_lite.ir import Graph, Node, model_node_of
+from neuronx_cc_lite.lower import lower_graph
 from neuronx_cc_lite.lower.context import LowerCtx
 from neuronx_cc_lite.lower.program import HbmAccess, Program, TileAccess
 from neuronx_cc_lite.partition import RankGraph, partition
+from neuronx_cc_lite.partition.host import FALLBACKS, HOST, chip_graph, host_model, host_nodes, refusal, refusals, split
 from neuronx_cc_lite.passes import run_pipeline, split_attention
 from neuronx_cc_lite.passes.verify import verify
 from neuronx_cc_lite.precision import MODES, TYPES
@@ -57,6 +61,7 @@ class Options:
     dp: int = 1  # replica groups, each on its share of the batch
     lnc: int | None = None  # physical cores per rank; None: the target's default
     input_values: dict[str, Any] = field(default_factory=dict)  # inputs pinned to constants (numbers, nested lists)
+    fallback: str = "none"  # "host": what the chip cannot run goes to the CPU (partition/host.py)
     model_type: str | None = None  # what neuronx-cc users state (--model-type): recorded, not used yet
     state: dict[str, str] = field(default_factory=dict)  # device state: input -> the output holding its next value
     decoder: dict[str, Any] | None = None  # a generate step over a KV cache on the device (generate/kv_cache.py)
@@ -70,6 +75,8 @@ class Options:
                                  "optimize": self.optimize}
         if self.tp * self.dp > 1 or self.lnc is not None:
             flags.update(tp=self.tp, dp=self.dp, lnc=self.lnc)
+        if self.fallback != "none":
+            flags["fallback"] = self.fallback
         if self.input_values:  # the program depends on them: they are part of the cache key
             flags["input_values"] = {k: np.asarray(v).tolist() for k, v in sorted(self.input_values.items())}
         if self.model_type is not None:
@@ -86,6 +93,9 @@ class Options:
         if self.auto_cast_type not in TYPES:
             raise CompileError("NCC_OPTION", f"the auto-cast type (--auto-cast-type, auto_cast_type=) must be one of "
                                              f"{', '.join(TYPES)}")
+        if self.fallback not in FALLBACKS:
+            raise CompileError("NCC_OPTION", f"the fallback (--fallback, fallback=) must be one of "
+                                             f"{', '.join(FALLBACKS)}")
         if self.optimize not in (1, 2):
             raise CompileError("NCC_OPTION", "the optimisation level must be 1 or 2")
         for flag, value in (("tp", self.tp), ("dp", self.dp)):
@@ -112,7 +122,28 @@ class Options:
 
 def prepare(model: str | os.PathLike[str] | onnx.ModelProto, options: Options,
             dump: Callable[[str, str], None] | None = None) -> Graph:
-    """Frontend and passes: the graph that lowering receives."""
+    """Frontend and passes: the graph that lowering receives. A model of an older opset with nodes the chip cannot
+    run as written is converted up (frontend.converted_up: Upsample, TopK-1, Sum-6, ...) and taken in that form
+    when the chip can run more of it."""
+    graph = _imported(model, options, dump)
+    found = refusals(graph) if graph.opset < CONVERT_TO else []
+    if found:
+        newer = converted_up(model if isinstance(model, onnx.ModelProto) else load_model(model))
+        if newer is not None:
+            try:
+                again = _imported(newer, options, None)
+            except CompileError:
+                return graph
+            fewer = refusals(again)
+            if len(fewer) < len(found):
+                log.info(f"converted from opset {graph.opset} to {again.opset}: the chip runs {len(found) - len(fewer)} "
+                         f"more of its nodes in that form")
+                return again
+    return graph
+
+
+def _imported(model: str | os.PathLike[str] | onnx.ModelProto, options: Options,
+              dump: Callable[[str, str], None] | None) -> Graph:
     with phase("import"):
         if isinstance(model, onnx.ModelProto):
             graph = import_model(model, options.input_shapes, options.input_values)
@@ -147,10 +178,17 @@ def compile_graph(graph: Graph, options: Options, dump: Callable[[str, str], Non
     """The bundle of a graph after the passes: one rank's program, or (--tp, --dp) every rank's. `dump` receives
     the tile program after the stages options.dump_ir_after names (rank 0's)."""
     target = _target(options.target)
+    verify(graph, "the pass pipeline")
+    found = refusals(graph)
+    if found and options.fallback == HOST:
+        if graph.state:  # a host part would have to hand the device state over: not done
+            raise CompileError("NCC_OPTION", f"device state ({', '.join(graph.state)}) with host parts is not "
+                                             "supported: compile without --fallback host")
+        options.check()
+        return compile_parts(graph, options, target, found)
+    if found:
+        raise refusal(found)
     verify(graph, "the pass pipeline", require_static=True)
-    unsupported = unsupported_nodes(graph)
-    if unsupported:
-        raise UnsupportedError(unsupported)
     options.check()
     cast = DType[options.auto_cast_type] if options.auto_cast != "none" else None
     facts = {"model_flops": model_flops(graph), "copy_bytes": copy_bytes(graph)}  # for the roofline
@@ -185,6 +223,37 @@ def compile_graph(graph: Graph, options: Options, dump: Callable[[str, str], Non
     with phase("package"):
         return _logged(_bundle(compiled, inputs, outputs, groups, options, target, cast, facts, ranges, bounds,
                                graph.model_ops, state))
+
+
+def compile_parts(graph: Graph, options: Options, target: Target, found: list[tuple[Node, str]]) -> Bundle:
+    """--fallback host: the graph cut into chip and host parts (partition/host.py); each chip part compiled as a
+    graph of its own, each host part carried as ONNX."""
+    if options.tp * options.dp > 1:
+        raise CompileError("NCC_OPTION", f"--fallback host runs a model on one rank; {len(found)} node(s) of this one "
+                                         "go to the host, so --tp and --dp cannot shard it")
+    parts = split(graph, host_nodes(graph, found))
+    for name in graph.outputs:
+        if name in graph.tensors and graph.tensors[name].is_constant:
+            raise CompileError("NCC_UNSUPPORTED", f"output {name!r} is a constant, which a partitioned bundle does "
+                                                  "not carry; compile without --fallback host")
+    log.info(f"--fallback host: {len(parts)} parts, " + ", ".join(
+        f"{p.kind} {len(p.nodes)} node(s)" for p in parts) + f"; on the host: "
+        + ", ".join(f"{op} x{k}" for op, k in sorted(Counter(n.op for n, _ in found).items())))
+    built = []
+    for k, p in enumerate(parts):
+        if p.kind == HOST:
+            built.append(Part(HOST, p.inputs, p.outputs, onnx=host_model(graph, p, k),
+                              ops=dict(sorted(Counter(n.op for n in p.nodes).items()))))
+        else:
+            built.append(Part(p.kind, p.inputs, p.outputs, compile_graph(chip_graph(graph, p, k), options)))
+
+    def signature(name: str) -> TensorInfo:
+        t = graph.tensors[name]
+        return TensorInfo(name, t.shape, np.dtype(t.dtype).name if t.dtype is not None else "float32", "", ())  # type: ignore[arg-type]
+
+    return Bundle(target=target.name, hbm_size=0, inputs=[signature(n) for n in graph.inputs],
+                  outputs=[signature(n) for n in graph.outputs], cores=[], compiler=f"neuronx-cc-lite {__version__}",
+                  flags=options.flags(), stats={"host_nodes": len(found)}, parts=built)
 
 
 @dataclass

@@ -21,7 +21,8 @@ class CompileError(Exception):
 class UnsupportedError(CompileError):
     """One or more nodes the compiler cannot lower; `nodes` holds (name, op, reason) for each."""
 
-    def __init__(self, nodes: list[tuple[str, str, str]]) -> None:
+    def __init__(self, nodes: list[tuple[str, str, str]], message: str | None = None, code: str = "NCC_UNSUPPORTED",
+                 node: str | None = None, op: str | None = None) -> None:
         self.nodes = nodes
         listed = "; ".join(f"{name!r} ({op}): {reason}" for name, op, reason in nodes)
-        super().__init__("NCC_UNSUPPORTED", f"{len(nodes)} unsupported node(s): {listed}")
+        super().__init__(code, message or f"{len(nodes)} unsupported node(s): {listed}", node, op)

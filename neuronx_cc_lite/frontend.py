@@ -19,6 +19,7 @@ from typing import Any, Mapping
 
 import numpy as np
 import onnx
+import onnx.version_converter
 from onnx import external_data_helper, helper, numpy_helper
 
 from isa.files import open_regular
@@ -329,6 +330,31 @@ def import_model(model: onnx.ModelProto, input_shapes: Mapping[str, tuple[int, .
         nodes.append(Node(n.op_type, name, list(n.input), list(n.output), attrs, n.domain))
     return Graph(g.name or "main", nodes, tensors, inputs, [o.name for o in g.output], opset,
                  {n.name: n.op for n in nodes})
+
+
+# The opset a model of an older one is converted up to (onnx.version_converter) when the compiler refuses some of its
+# nodes as written: Upsample becomes Resize, TopK-1's attribute k an input, Sum-6 broadcasts as Sum-8 does
+CONVERT_TO = 17
+
+
+def converted_up(model: onnx.ModelProto) -> onnx.ModelProto | None:
+    """The model in opset CONVERT_TO, or None when it is not older or the converter cannot take it."""
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), CONVERT_TO)
+    if opset >= CONVERT_TO:
+        return None
+    try:
+        converted = onnx.version_converter.convert_version(model, CONVERT_TO)
+        onnx.checker.check_model(converted)
+    except Exception:  # noqa: BLE001 - the converter has no adapter for some op: keep the model as it is
+        return None
+    if opset < 11:  # Resize-10 and Upsample sample at x / scale: the converter leaves Resize-11's half_pixel default
+        for node in converted.graph.node:
+            given = {a.name for a in node.attribute}
+            if node.op_type == "Resize" and "coordinate_transformation_mode" not in given:
+                node.attribute.append(helper.make_attribute("coordinate_transformation_mode", "asymmetric"))
+                if "nearest_mode" not in given:
+                    node.attribute.append(helper.make_attribute("nearest_mode", "floor"))
+    return converted
 
 
 def _check_names(g: onnx.GraphProto) -> None:

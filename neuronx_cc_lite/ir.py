@@ -100,6 +100,30 @@ def outer_reads(graph: onnx.GraphProto) -> set[str]:
     return reads - local
 
 
+def upstream(graph: onnx.GraphProto, names: list[str], stop: frozenset[str] = frozenset()) -> set[str]:
+    """`names` and every value of `graph` they are computed from (inputs, initializers and values from outside
+    among them, where the walk stops; it stops too at the outputs of the ops named in `stop`)."""
+    producers = {o: n for n in graph.node for o in n.output if n.op_type not in stop}
+    seen: set[str] = set()
+    stack = list(names)
+    while stack:
+        name = stack.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        if name in producers:
+            stack.extend(i for i in producers[name].input if i)
+    return seen
+
+
+def drop_unused_constants(g: Graph) -> None:
+    """Remove the constants nothing reads: no node's input, no graph output, nothing an If branch or a Loop or Scan
+    body reads from outside (inlining a body makes those inputs again)."""
+    used = {i for n in g.nodes for i in n.inputs} | set(g.outputs) | set(g.inputs) | {
+        name for n in g.nodes for sub in subgraphs(n) for name in outer_reads(sub)}
+    g.tensors = {name: t for name, t in g.tensors.items() if name in used or not t.is_constant}
+
+
 def _format_attr(value: Any) -> str:
     if isinstance(value, np.ndarray):
         return f"tensor<{value.dtype}{list(value.shape)}>"

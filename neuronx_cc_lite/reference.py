@@ -8,6 +8,7 @@ import numpy as np
 import onnx
 
 from isa.bundle import Bundle, TensorInfo
+from isa.dtypes import numpy_type
 
 
 def seeded_inputs(infos: list[TensorInfo], seed: int = 0,
@@ -20,7 +21,7 @@ def seeded_inputs(infos: list[TensorInfo], seed: int = 0,
     ranges = ranges or {}
     inputs = {}
     for info in infos:
-        dtype = np.dtype(info.dtype)
+        dtype = numpy_type(info.dtype)
         if dtype == np.bool_:
             inputs[info.name] = rng.random(info.shape) < 0.5
         elif np.issubdtype(dtype, np.integer) and info.name in ranges:

@@ -14,7 +14,7 @@ import numpy as np
 
 from isa.bundle import Bundle, Placement, TensorInfo
 from isa.collectives import Topology, topology
-from isa.dtypes import DType
+from isa.dtypes import DType, numpy_type
 from isa.target import Target
 from runtime.errors import LoadError
 
@@ -50,7 +50,7 @@ def check_placements(b: Bundle) -> None:
         if info.device_dtype not in DType.__members__:
             raise LoadError(f"tensor {info.name!r} has device type {info.device_dtype!r}, which no engine has")
         try:
-            np.dtype(info.dtype)
+            numpy_type(info.dtype)
         except TypeError:
             raise LoadError(f"tensor {info.name!r} has type {info.dtype!r}, which numpy does not know") from None
         if not info.placements:

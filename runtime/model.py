@@ -28,7 +28,7 @@ import numpy as np
 from isa import bundle as bundle_format
 from isa.collectives import Topology, collective_cost
 from isa.costs import dma_cost, ports, stream_durations
-from isa.dtypes import DType, not_held
+from isa.dtypes import DType, not_held, numpy_type
 from isa.errors import IsaError
 from isa.instructions import Instruction
 from isa.operand import Engine, Mem, Operand, stream_engine
@@ -294,7 +294,7 @@ class Model:
             except NeuronRuntimeError as e:
                 self.host.abort(e)  # under MPI the other processes would wait for this one forever
                 raise
-        pieces = {(info.name, k): self._piece_view(info, p).astype(np.dtype(info.dtype))
+        pieces = {(info.name, k): self._piece_view(info, p).astype(numpy_type(info.dtype))
                   for info in self.outputs for k, p in enumerate(info.placements) if self.host.local(p.rank)}
         self.last_io = IoBytes(to_device, sum(self._piece_view(info, p).nbytes for info in self.outputs
                                               for p in info.placements if self.host.local(p.rank)))
@@ -306,25 +306,9 @@ class Model:
     def check_inputs(self, inputs: Mapping[str, np.ndarray]) -> list[np.ndarray]:
         """The inputs as the run will take them, in the bundle's order; InputError for missing, unknown, mis-shaped,
         mis-typed or out-of-bounds ones."""
-        expected = {info.name for info in self.inputs}
-        missing = [name for name in expected if name not in inputs]
-        unknown = [name for name in inputs if name not in expected]
-        if missing or unknown:
-            parts = []
-            if missing:
-                parts.append(f"missing input(s) {', '.join(sorted(missing))}")
-            if unknown:
-                parts.append(f"unknown input(s) {', '.join(sorted(unknown))}")
-            raise InputError("; ".join(parts) + f" (the model takes {', '.join(i.name for i in self.inputs)})")
-        arrays = []
-        for info in self.inputs:
-            array = np.asarray(inputs[info.name])
-            if array.shape != info.shape:
-                raise InputError(f"input {info.name!r}: shape {list(array.shape)}, expected {list(info.shape)}")
-            if array.dtype != np.dtype(info.dtype):
-                raise InputError(f"input {info.name!r}: dtype {array.dtype}, expected {info.dtype}")
+        arrays = check_inputs(self.inputs, inputs)
+        for info, array in zip(self.inputs, arrays):
             self._check_values(info, array)
-            arrays.append(array)
         return arrays
 
     def _check_values(self, info: bundle_format.TensorInfo, array: np.ndarray) -> None:
@@ -350,6 +334,30 @@ class Model:
         if outside is not None and outside.any():
             at = tuple(int(i) for i in np.argwhere(outside)[0])
             raise InputError(f"input {info.name!r} holds {array[at]} at {list(at)}, {why}")
+
+
+def check_inputs(infos: list[bundle_format.TensorInfo], inputs: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+    """The inputs as arrays in the model's order, each of its name, shape and type, or InputError saying what is
+    wrong."""
+    expected = {info.name for info in infos}
+    missing = [name for name in expected if name not in inputs]
+    unknown = [name for name in inputs if name not in expected]
+    if missing or unknown:
+        parts = []
+        if missing:
+            parts.append(f"missing input(s) {', '.join(sorted(missing))}")
+        if unknown:
+            parts.append(f"unknown input(s) {', '.join(sorted(unknown))}")
+        raise InputError("; ".join(parts) + f" (the model takes {', '.join(i.name for i in infos)})")
+    arrays = []
+    for info in infos:
+        array = np.asarray(inputs[info.name])
+        if array.shape != info.shape:
+            raise InputError(f"input {info.name!r}: shape {list(array.shape)}, expected {list(info.shape)}")
+        if array.dtype != numpy_type(info.dtype):
+            raise InputError(f"input {info.name!r}: dtype {array.dtype}, expected {info.dtype}")
+        arrays.append(array)
+    return arrays
 
 
 POLICIES = ("clock", "random")
@@ -381,7 +389,7 @@ def _assemble(info: bundle_format.TensorInfo, pieces: dict[tuple[str, int], np.n
     first = pieces[info.name, 0]
     if first.shape == info.shape:
         return first
-    out = np.empty(info.shape, np.dtype(info.dtype))
+    out = np.empty(info.shape, numpy_type(info.dtype))
     for k in reversed(range(len(info.placements))):
         out[piece(info, info.placements[k])] = pieces[info.name, k]
     return out
@@ -468,4 +476,12 @@ def load(source: str | os.PathLike[str] | bundle_format.Bundle, collective_algor
             b = bundle_format.read(source, on_progress)
     except IsaError as e:
         raise LoadError(e.args[0] if e.args else type(e).__name__) from None
+    if b.parts:  # compiled with --fallback host: chip and host parts (runtime/host.py)
+        if host is not None and host.processes > 1:
+            raise LoadError("a bundle with host parts runs in one process: run it without mpiexec")
+        if state is not None:
+            raise LoadError("a bundle with host parts keeps no device state: load it without state=")
+        from runtime.host import PartitionedModel
+
+        return PartitionedModel(b, collective_algorithm)  # type: ignore[return-value]
     return Model(b, collective_algorithm, host, state, on_progress)

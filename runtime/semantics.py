@@ -491,9 +491,204 @@ def iota(instr: Instruction, v: Views) -> Issue:
     return _constant(instr, v, values)
 
 
+# ---- selection, search, scans and cross-partition movement (nki.isa's max8 family, scans, selects, shuffles) ----
+
+
+def max8(instr: Instruction, v: Views) -> Issue:
+    src, store = read_f32(v["src"]), write_to(v["dst"])
+
+    def issue() -> Commit:
+        top = -np.sort(-src(), axis=1, kind="stable")[:, :8]
+        return lambda: store(top)
+
+    return issue
+
+
+_NOT_FOUND = np.uint64(0xFFFFFFFF)
+
+
+def _occurrences(row: np.ndarray, vals: np.ndarray, order: range) -> np.ndarray:
+    """For vals[j], j in `order`, the first position of row holding it that no earlier j took (the all-ones index
+    when there is none): equal vals take successive occurrences."""
+    found = np.full(len(vals), _NOT_FOUND, dtype=np.uint64)
+    taken: set[int] = set()
+    for j in order:
+        for k in np.flatnonzero(row == vals[j]):
+            if int(k) not in taken:
+                taken.add(int(k))
+                found[j] = k
+                break
+    return found
+
+
+def nc_find_index8(instr: Instruction, v: Views) -> Issue:
+    """Equal vals take the value's occurrences in ascending order across their columns (the reference's tie rule)."""
+    data, vals, store = read_f32(v["data"]), read_f32(v["vals"]), write_to(v["dst"], wrap=True)
+
+    def issue() -> Commit:
+        rows, wanted = data(), vals()
+        found = np.stack([_occurrences(r, w, range(8)) for r, w in zip(rows, wanted)])
+        return lambda: store(found)
+
+    return issue
+
+
+def nc_match_replace8(instr: Instruction, v: Views) -> Issue:
+    """vals are matched from the last to the first, so equal vals pair with the value's occurrences in descending
+    column order (the reference's rule, the opposite of nc_find_index8's)."""
+    data, vals = snapshot(v["data"]), read_f32(v["vals"])
+    store = write_to(v["dst"])
+    store_index = write_to(v["dst_idx"], wrap=True) if v["dst_idx"] is not None else None
+    imm = F32(instr.args["imm"])
+
+    def issue() -> Commit:
+        rows, wanted = data(), vals()
+        found = np.stack([_occurrences(r.astype(F32), w, range(7, -1, -1)) for r, w in zip(rows, wanted)])
+        replaced = rows.astype(F32)
+        for p, hits in enumerate(found):
+            replaced[p, hits[hits != _NOT_FOUND].astype(np.int64)] = imm
+
+        def commit() -> None:
+            store(replaced)
+            if store_index is not None:
+                store_index(found)
+
+        return commit
+
+    return issue
+
+
+def tensor_tensor_scan(instr: Instruction, v: Views) -> Issue:
+    """Element by element along the free axes, the carried value in fp32 (stored rounded to dst's type)."""
+    a = instr.args
+    data0, data1, initial, store = read_f32(v["data0"]), read_f32(v["data1"]), _scalar(v["initial"]), write_to(v["dst"])
+
+    def issue() -> Commit:
+        x0, x1 = data0(), data1()
+        carried = np.broadcast_to(np.asarray(initial(), F32), (x0.shape[0], 1)).reshape(-1).astype(F32)
+        out = np.empty_like(x0)
+        for i in range(x0.shape[1]):
+            carried = _apply(a["op0"], x0[:, i], carried, a["reverse0"]).astype(F32)
+            carried = (ALU[a["op1"]](x1[:, i], carried) if a["reverse1"] else
+                       ALU[a["op1"]](carried, x1[:, i])).astype(F32)
+            out[:, i] = carried
+        return lambda: store(out)
+
+    return issue
+
+
+def dropout_draws(seed: int, shape: tuple[int, ...]) -> np.ndarray:
+    """u(seed, p, i): the uniform draws in [0, 1) dropout compares with its probability, in fp32 (Philox, keyed
+    by the instruction's seed: the same draws every run, as a counter-based generator gives them)."""
+    return np.random.Generator(np.random.Philox(key=seed & (2**64 - 1))).random(shape, dtype=F32)
+
+
+def dropout(instr: Instruction, v: Views) -> Issue:
+    src, store, prob = read_f32(v["src"]), write_to(v["dst"]), _scalar(v["prob"])
+    seed = instr.args["seed"]
+
+    def issue() -> Commit:
+        x = src()
+        kept = np.where(dropout_draws(seed, x.shape) >= prob(), x, F32(0))
+        return lambda: store(kept)
+
+    return issue
+
+
+def nc_stream_shuffle(instr: Instruction, v: Views) -> Issue:
+    src, old, store = snapshot(v["src"]), snapshot(v["dst"]), write_to(v["dst"])
+    mask = instr.args["mask"]
+
+    def issue() -> Commit:
+        data, result = src(), old()
+        for i in range(result.shape[0]):
+            q, r = divmod(i, len(mask))
+            if mask[r] != 255:
+                result[i] = data[q * len(mask) + mask[r]]
+        return lambda: store(result)
+
+    return issue
+
+
+def select_reduce(instr: Instruction, v: Views) -> Issue:
+    predicate, on_true, on_false = snapshot(v["predicate"]), read_f32(v["on_true"]), _scalar(v["on_false"])
+    store = write_to(v["dst"])
+    store_max = write_to(v["reduce"]) if v["reduce"] is not None else None
+    reverse = instr.args["reverse"]
+
+    def issue() -> Commit:
+        chosen = (predicate() != 0) != reverse
+        result = np.where(chosen, on_true(), on_false()).astype(F32)
+        peak = result.max(axis=1, keepdims=True) if store_max is not None else None
+
+        def commit() -> None:
+            store(result)
+            if store_max is not None:
+                store_max(peak)
+
+        return commit
+
+    return issue
+
+
+def affine_select(instr: Instruction, v: Views) -> Issue:
+    a = instr.args
+    shape = v["dst"].shape
+    grids = np.indices(shape, dtype=np.int64)
+    value = a["offset"] + grids[0] * a["channel_multiplier"]
+    for step, grid in zip(a["steps"], grids[1:]):
+        value = value + step * grid
+    keep = ALU[a["cmp"]](value, 0).astype(bool).reshape(shape[0], -1)
+    src, store, fill_value = read_f32(v["src"]), write_to(v["dst"]), F32(a["fill"])
+
+    def issue() -> Commit:
+        result = np.where(keep, src(), fill_value)
+        return lambda: store(result)
+
+    return issue
+
+
+def local_gather(instr: Instruction, v: Views) -> Issue:
+    """Each group of 16 partitions reads its index slice down the partitions then along them (Fortran order) and
+    gathers, within each of its partitions, `elems` elements at each of the first `valid` offsets."""
+    src, index, store = snapshot(v["src"]), snapshot(v["index"], np.int64), write_to(v["dst"])
+    run, valid = instr.args["elems"], instr.args["valid"]
+
+    def issue() -> Commit:
+        data, offsets = src(), index()
+        out = np.empty((data.shape[0], valid * run), dtype=data.dtype)
+        for g in range(0, data.shape[0], 16):
+            starts = offsets[g:g + 16].reshape(-1, order="F")[:valid]
+            at = (starts[:, None] + np.arange(run)[None, :]).reshape(-1)
+            if at.size and (at.min() < 0 or at.max() >= data.shape[1]):
+                raise AccessError(f"local_gather offset {int(at.max())} outside the {data.shape[1]} elements of a "
+                                  "partition")
+            out[g:g + 16] = data[g:g + 16][:, at]
+        return lambda: store(out)
+
+    return issue
+
+
+def tensor_partition_reduce(instr: Instruction, v: Views) -> Issue:
+    op = instr.args["op"]
+    bits = op in BITVEC_OPS
+    src, store = _alu_input(v["src"], bits), write_to(v["dst"], wrap=bits)
+
+    def issue() -> Commit:
+        rows = src()
+        result = rows[0]
+        for row in rows[1:]:
+            result = ALU[op](result, row)
+        return lambda: store(np.asarray(result).reshape(1, -1))
+
+    return issue
+
+
 HANDLERS: dict[str, Callable[[Instruction, Views], Issue]] = {
     fn.__name__: fn
     for fn in (dma_copy, dma_gather, dma_scatter, nc_matmul, nc_transpose, activation, tensor_tensor, tensor_scalar,
                scalar_tensor_tensor, tensor_copy,
-               tensor_copy_predicated, tensor_reduce, bn_stats, bn_aggr, memset, iota)
+               tensor_copy_predicated, tensor_reduce, bn_stats, bn_aggr, memset, iota, max8, nc_find_index8,
+               nc_match_replace8, tensor_tensor_scan, dropout, nc_stream_shuffle, select_reduce, affine_select,
+               local_gather, tensor_partition_reduce)
 }

@@ -43,6 +43,9 @@ EXCLUDE: list[tuple[str, str]] = [
     (r"^test_bernoulli", "stochastic op: the expected output is one draw of numpy's random generator"),
     (r"^test_training_dropout(_default|_mask|_default_mask)?$",
      "Dropout in training mode with a non-zero ratio: the expected mask is one draw of numpy's random generator"),
+    (r"^test_dft_inverse(_opset19)?$",
+     "the expected output is numpy's complex64 FFT, 1.9e-7 from an exact 0 (-7e-16 in float64) where the test's "
+     "atol is 1e-7: an exact answer (ours, 0) fails it"),
 ]
 
 KINDS = {  # kind for load_model_tests -> BackendTest category

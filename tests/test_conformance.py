@@ -43,6 +43,9 @@ UNSUPPORTED = r"^test_(ai_onnx_ml_\w+|strnormalizer_\w+|hardmax_\w+)_cpu$"
 # Observed: all 50 node tests the selection holds pass (11 Gemm, 10 Reshape, 9 Flatten, 3 each Sub/Mul/Div,
 # 2 each Add/Sigmoid/Tanh/Exp, 1 each MatMul/Relu/Identity).
 MIN_PASSED = 50
+# The whole node suite: 1,661 passed, 0 failed, 211 skipped, 12 excluded (onnx 1.23's 1,884 node tests); at least
+# 1,600, more than onnxruntime's 1,588 on the same tests.
+MIN_WHOLE_PASSED = 1600
 
 
 @pytest.fixture(scope="module")
@@ -167,7 +170,7 @@ def test_whole_node_suite():
     assert len(report.records) > 1500
     bad = [f"{r.name}: {r.reason}" for r in report.records if r.outcome in ("failed", "errored")]
     assert not bad, f"{len(bad)} compatible node test(s) fail:\n" + "\n".join(bad)
-    assert report.count("passed") >= MIN_PASSED
+    assert report.count("passed") >= MIN_WHOLE_PASSED
 
 
 def test_compile_time_inputs_specialise_per_value():
@@ -193,3 +196,23 @@ def test_compile_time_inputs_specialise_per_value():
         np.testing.assert_array_equal(y, x.reshape(shape))
     assert len(rep.compiled) == 2
     assert all([i.name for i in r.model.inputs] == ["x"] for r in rep.compiled.values())
+
+
+def test_inputs_that_fix_a_shape_through_other_ops_are_built_in():
+    """A window's size reaches its Range through a Cast and a Sub (the function's body), a CenterCropPad's target
+    shape its Pad: both are pinned; an input whose shape alone is read (through Shape) is not."""
+    window = make_model([helper.make_node("HannWindow", ["size"], ["y"])], {"size": ([], TensorProto.INT32)},
+                        {"y": (["n"], TensorProto.FLOAT)}, opset=17)
+    expanded = make_model([helper.make_node("Cast", ["size"], ["n"], to=TensorProto.FLOAT),
+                           helper.make_node("Range", ["zero", "n", "one"], ["y"])],
+                          {"size": ([], TensorProto.INT64)}, {"y": (["n"], TensorProto.FLOAT)},
+                          {"zero": np.array(0.0, np.float32), "one": np.array(1.0, np.float32)})
+    by_shape = make_model([helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Reshape", ["x", "s"], ["y"])],
+                          {"x": ([2, 3], TensorProto.FLOAT)}, {"y": ([2, 3], TensorProto.FLOAT)})
+    assert backend._parameters(window) == ["size"] and backend._parameters(expanded) == ["size"]
+    assert backend._parameters(by_shape) == []
+    rep = backend.prepare(window)
+    for size in (5, 8):
+        (y,) = rep.run([np.array(size, np.int32)])
+        n = np.arange(size)
+        np.testing.assert_allclose(y, 0.5 - 0.5 * np.cos(2 * np.pi * n / size), atol=1e-6)

@@ -56,11 +56,11 @@ class TwoHeads(nn.Module):
         return torch.relu(h), h * y
 
 
-class Acos(nn.Module):
-    """Acos: an ONNX operator the compiler does not have."""
+class Det(nn.Module):
+    """Det: an ONNX operator the compiler does not have."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.acos(x) * 2
+        return torch.linalg.det(x) * 2
 
 
 def _model(seed: int, module: nn.Module) -> nn.Module:
@@ -191,8 +191,8 @@ def test_a_trace_refuses_other_shapes_and_dtypes(traced):
 
 
 def test_trace_names_what_it_cannot_compile_or_return():
-    with pytest.raises(CompileError, match="Acos") as error:
-        neuronx_cc_lite.trace(Acos(), torch.rand(4, 4))
+    with pytest.raises(CompileError, match="Det") as error:
+        neuronx_cc_lite.trace(Det(), torch.rand(4, 4))
     assert error.value.code == "NCC_UNSUPPORTED"
 
     class ReturnsList(nn.Module):
@@ -235,8 +235,8 @@ def test_torch_compile_follows_new_weights_and_shapes(chip_runs, fresh_dynamo):
     assert all(flags["optimize"] == 1 for flags in chip_runs.flags)
 
 
-class AcosBetween(nn.Module):
-    """Two linear layers with an operator the compiler does not have (Acos) between them."""
+class DetBetween(nn.Module):
+    """Two linear layers with an operator the compiler does not have (Det) between them."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -244,22 +244,23 @@ class AcosBetween(nn.Module):
         self.second = nn.Linear(16, 4)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.relu(self.second(torch.acos(torch.tanh(self.first(x))) * 2))
+        h = torch.tanh(self.first(x))
+        return torch.relu(self.second(h * torch.linalg.det(h.reshape(-1, 4, 4)).unsqueeze(1)))
 
 
 def test_torch_compile_runs_what_it_supports_on_the_chip_and_the_rest_on_the_cpu(chip_runs, fresh_dynamo, caplog):
     """As torch-neuronx's partitioner: one unsupported operator does not send the whole graph to eager."""
-    model = _model(4, AcosBetween())
+    model = _model(4, DetBetween())
     compiled = torch.compile(model, backend="neuronx_cc_lite")
     for seed in (0, 1):
         x = torch.randn(8, 16, generator=torch.Generator().manual_seed(seed))
         torch.testing.assert_close(compiled(x).detach(), _eager(model, x), rtol=RTOL, atol=ATOL)
-    # per call: the first linear and tanh on the chip, acos on the CPU, the rest on the chip
-    assert chip_runs == [{"input_0": (8, 16)}, {"input_0": (8, 16)}] * 2
+    # per call: the first linear and tanh on the chip, det on the CPU, the rest on the chip
+    assert chip_runs == [{"input_0": (8, 16)}, {"input_0": (8,), "input_1": (8, 16)}] * 2
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1, warnings
-    assert "is split: 1 operator(s) run on the CPU (acos), the rest in 2 part(s) on the chip; NCC_UNSUPPORTED" \
-        in warnings[0] and "(Acos)" in warnings[0]
+    assert "is split: 1 operator(s) run on the CPU (linalg_det), the rest in 2 part(s) on the chip; NCC_UNSUPPORTED" \
+        in warnings[0] and "(Det)" in warnings[0]
 
 
 def test_torch_compile_falls_back_to_eager_on_what_it_cannot_export(transformer, chip_runs, fresh_dynamo, caplog,
@@ -294,7 +295,7 @@ def test_torch_compile_follows_a_rebound_parameter(chip_runs, fresh_dynamo):
 def test_bad_option_values_are_refused(options, code, fresh_dynamo):
     """Not a silent run in eager: the backend refuses them when dynamo hands it a graph, trace before it exports."""
     with pytest.raises(CompileError) as error:
-        backend(torch.fx.symbolic_trace(Acos()), [torch.rand(2)], options=options)
+        backend(torch.fx.symbolic_trace(Det()), [torch.rand(2)], options=options)
     assert error.value.code == code
     with pytest.raises(Exception, match=code):
         torch.compile(nn.Linear(4, 4), backend="neuronx_cc_lite", options=options)(torch.rand(2, 4))
@@ -340,7 +341,7 @@ def test_trace_refuses_a_model_output_object_with_the_return_dict_hint():
 
 def test_the_backend_refuses_unknown_options():
     with pytest.raises(TypeError, match="unknown option.*auto_cats.*known: target"):
-        backend(torch.fx.symbolic_trace(Acos()), [torch.rand(2)], options={"auto_cats": "all"})
+        backend(torch.fx.symbolic_trace(Det()), [torch.rand(2)], options={"auto_cats": "all"})
 
 
 def test_neuronx_cc_lite_imports_without_torch():

@@ -206,6 +206,8 @@ def _all_map(tensor: HbmTensor, layout: Layout, instrs: list[PendingInstr], wher
             a = p.args[name]
             if isinstance(a, HbmAccess) and a.tensor is tensor and home_access(layout, a, probe, pmax) is None:
                 return False
+            if isinstance(a, HbmAccess) and a.tensor is tensor and a.dtype is not tensor.dtype:
+                return False  # its bytes read as another type (BitCast): a copy on chip would convert them
     return True
 
 

@@ -39,6 +39,17 @@ _DEVICE_TYPES = {
     np.dtype(np.uint16): DType.uint16,
     np.dtype(np.uint32): DType.uint32,
     np.dtype(np.bool_): DType.uint8,
+    # ONNX's 4- and 2-bit integers, each held in a byte (sign-extended), as int64 is held in int32
+    np.dtype(ml_dtypes.int4): DType.int8,
+    np.dtype(ml_dtypes.int2): DType.int8,
+    np.dtype(ml_dtypes.uint4): DType.uint8,
+    np.dtype(ml_dtypes.uint2): DType.uint8,
+    # the floats no engine writes, held in a wider float that holds each of their values exactly: a Cast to one
+    # rounds to its grid on the engines (cast.py), the runtime converting at the model's inputs and outputs
+    np.dtype(ml_dtypes.float8_e4m3fnuz): DType.fp16,
+    np.dtype(ml_dtypes.float8_e5m2fnuz): DType.fp16,
+    np.dtype(ml_dtypes.float4_e2m1fn): DType.fp16,
+    np.dtype(ml_dtypes.float8_e8m0fnu): DType.fp32,
 }
 
 

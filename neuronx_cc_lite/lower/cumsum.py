@@ -1,17 +1,21 @@
-"""CumSum: a scan on VectorE along the free axis.
+"""CumSum and CumProd: a scan along the free axis.
 
-The scan axis goes in the free dimension and every other index on partitions (one row per partition). Within a
-tile the inclusive scan is Hillis-Steele: for k = 1, 2, 4, ... below the width, t[:, k:] += t[:, :-k] (reversed:
-t[:, :-k] += t[:, k:]), each step one tensor_tensor that reads before it writes. An axis longer than one tile is
-cut into chunks; each chunk then adds the running total its predecessor ended with (a per-partition scalar).
-`exclusive` scans the input shifted by one place, with a zero where nothing precedes.
+The scan axis goes in the free dimension and every other index on partitions (one row per partition). Forward,
+one VectorE tensor_tensor_scan per tile: dst[i] = (x[i] op dst[i-1]) + 0, in order, as onnxruntime accumulates
+(the zeros are its second operand), its initial value the identity or the running total the tile before ended
+with. Reversed (access patterns never walk backwards), Hillis-Steele within a tile: for k = 1, 2, 4, ... below the
+width, t[:, :-k] op= t[:, k:], each step one tensor_tensor that reads before it writes, then the running total of
+the tile after it combined in. `exclusive` scans the input shifted by one place, with the identity where nothing
+precedes.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from isa.dtypes import DType
 from isa.functions import AluOp
+from isa.operand import Engine
 from neuronx_cc_lite.ir import Node
 from neuronx_cc_lite.lower.context import LowerCtx
 from neuronx_cc_lite.lower.cumsum_pe import cumsum_on_pe
@@ -22,25 +26,32 @@ from neuronx_cc_lite.lower.registry import lowering
 from neuronx_cc_lite.lower.rows import move_to_end, row_boxes
 
 
-def _scan(ctx: LowerCtx, t: TileAccess, width: int, reverse: bool) -> None:
+def _doubling_scan(ctx: LowerCtx, t: TileAccess, width: int, op: AluOp) -> None:
+    """The reversed inclusive scan of a tile in place, Hillis-Steele."""
     k = 1
     while k < width:
         later, earlier = t.tile.region(k, width - k), t.tile.region(0, width - k)
-        if reverse:
-            tt(ctx.program, earlier, earlier, later, AluOp.add)
-        else:
-            tt(ctx.program, later, later, earlier, AluOp.add)
+        tt(ctx.program, earlier, earlier, later, op)
         k *= 2
 
 
 @lowering("CumSum", check=small_integers_ok, since=11, constant_inputs=(1,))
 def lower_cumsum(ctx: LowerCtx, node: Node) -> None:
+    _cumulative(ctx, node, AluOp.add, 0.0)
+
+
+@lowering("CumProd", check=small_integers_ok, since=26, constant_inputs=(1,))
+def lower_cumprod(ctx: LowerCtx, node: Node) -> None:
+    _cumulative(ctx, node, AluOp.multiply, 1.0)
+
+
+def _cumulative(ctx: LowerCtx, node: Node, op: AluOp, identity: float) -> None:
     prog = ctx.program
     x = ctx.view(node.inputs[0])
     rank = len(x.shape)
     axis = int(np.asarray(ctx.graph.tensors[node.inputs[1]].value).reshape(-1)[0]) % max(rank, 1)
     exclusive, reverse = bool(node.attrs.get("exclusive", 0)), bool(node.attrs.get("reverse", 0))
-    if rank > 0 and x.size > 0 and cumsum_on_pe(ctx, node, axis):  # along a sequence of rows: cumsum_pe.py
+    if op is AluOp.add and rank > 0 and x.size > 0 and cumsum_on_pe(ctx, node, axis):  # sums along rows on PE
         return
     out = ctx.output(node.outputs[0])
     if rank == 0 or x.size == 0:
@@ -53,7 +64,8 @@ def lower_cumsum(ctx: LowerCtx, node: Node) -> None:
     for row, dst in row_boxes([move_to_end(x, (axis,)), move_to_end(out, (axis,))], rank - 1,
                               prog.target.partitions):
         rows = row.shape[0]
-        carry: TileAccess | None = None
+        carry: TileAccess | float = identity
+        zeros = None
         for c0, c1 in chunks:
             width = c1 - c0
             t = prog.sbuf(rows, width, out.dtype, node.outputs[0])
@@ -61,11 +73,18 @@ def lower_cumsum(ctx: LowerCtx, node: Node) -> None:
             shift = (1 if reverse else -1) if exclusive else 0
             lo, hi = max(0, c0 + shift), min(n, c1 + shift)
             if hi - lo < width:
-                fill(prog, t.ap(), 0.0)
+                fill(prog, t.ap(), identity)
             if hi > lo:
                 prog.dma(t.region(lo - (c0 + shift), hi - lo), row.slice(1, lo, hi))
-            _scan(ctx, t.ap(), width, reverse)
-            if carry is not None:
-                ts(prog, t.ap(), t.ap(), AluOp.add, carry)
+            if reverse:
+                _doubling_scan(ctx, t.ap(), width, op)
+                if not isinstance(carry, float):
+                    ts(prog, t.ap(), t.ap(), op, carry)
+            else:
+                if zeros is None or zeros.tile.free < width:
+                    zeros = prog.sbuf(rows, width, DType.fp32, f"{node.name}/zeros").ap()
+                    fill(prog, zeros, 0.0)
+                prog.emit("tensor_tensor_scan", Engine.DVE, dst=t.ap(), data0=t.ap(), data1=zeros.tile.region(0, width),
+                          initial=carry, op0=op, op1=AluOp.add, reverse0=False, reverse1=False)
             carry = t.region(0 if reverse else width - 1, 1)
             prog.dma(dst.slice(1, c0, c1), t.ap())

@@ -85,14 +85,17 @@ def lower_layer_norm_feature_major(ctx: LowerCtx, node: Node) -> None:
             prog.dma(rows.ap(), x.box((t0, 0), (tt_, h)))
             y = prog.sbuf(tt_, h, DType.fp32, f"{node.name}/y")
             normalize_rows(prog, tt_, h, rows.ap(), y.ap(), eps)
-            turned = prog.sbuf(min(pmax, h), len(features) * tt_, out.dtype, f"{node.name}/y^T")
+            # turned and scaled in fp32, rounded once to the output's type, as the op computes
+            turned = prog.sbuf(min(pmax, h), len(features) * tt_, DType.fp32, f"{node.name}/y^T")
             transpose_pieces(prog, [Piece(y.region(h0, hb), turned, j * tt_) for j, (h0, hb) in enumerate(features)],
                              node.name)
+            done = turned if out.dtype is DType.fp32 else prog.sbuf(min(pmax, h), len(features) * tt_, out.dtype,
+                                                                    f"{node.name}/y^T_out")
             for j, (h0, hb) in enumerate(features):
-                region = turned.region(j * tt_, tt_, 0, hb)
-                prog.emit("tensor_scalar", Engine.DVE, dst=region, src=region, op0=AluOp.multiply,
+                region, result = turned.region(j * tt_, tt_, 0, hb), done.region(j * tt_, tt_, 0, hb)
+                prog.emit("tensor_scalar", Engine.DVE, dst=result, src=region, op0=AluOp.multiply,
                           scalar0=gamma(h0, hb), reverse0=False, op1=AluOp.add, scalar1=beta(h0, hb), reverse1=False)
-                prog.dma(out.box((t0, h0), (tt_, hb)).transpose((1, 0)), region)
+                prog.dma(out.box((t0, h0), (tt_, hb)).transpose((1, 0)), result)
         return
     eps_column = prog.sbuf(pmax, 1, DType.fp32, f"{node.name}/eps")
     prog.emit("memset", Engine.DVE, dst=eps_column.ap(), value=eps)

@@ -12,13 +12,26 @@ from __future__ import annotations
 
 import numpy as np
 
+from isa.dtypes import DType
+from isa.functions import AluOp
+from isa.operand import Engine
 from neuronx_cc_lite.ir import Graph, Node
 from neuronx_cc_lite.lower.context import LowerCtx
 from neuronx_cc_lite.lower.elementwise import elementwise, tile_free_max
 from neuronx_cc_lite.lower.hbm import HbmView
-from neuronx_cc_lite.lower.instr import fill, select
+from neuronx_cc_lite.lower.instr import fill, select, ts
+from neuronx_cc_lite.lower.operands import blocks
 from neuronx_cc_lite.lower.registry import lowering
 from neuronx_cc_lite.lower.tiling import boxes, free_size
+
+
+# Trilu on affine_select for matrices of at least this many rows (measured on inf2, against the mask: 8 matrices of
+# 64x64, 6.9 us against 14.3; 4x12 of 128x128, 29.7 against 53.6; 64 of 32x32, 18.0 against 19.4; 64 of 16x16,
+# stacked side by side, 15.3 against 11.1)
+AFFINE_SELECT_MIN_ROWS = 32
+# what affine_select takes: floats, and 8- and 16-bit integers (nki.isa)
+AFFINE_SELECT_TYPES = frozenset({DType.fp32, DType.bf16, DType.fp16, DType.fp8_e4m3, DType.fp8_e5m2, DType.int8,
+                                 DType.uint8, DType.int16, DType.uint16})
 
 
 def _constant_input(node: Node, g: Graph, index: int) -> np.ndarray | None:
@@ -142,19 +155,54 @@ def lower_depth_space(ctx: LowerCtx, node: Node) -> None:
     copy_view(ctx, node.outputs[0], view)
 
 
-def _check_dropout(node: Node, g: Graph) -> str | None:
+def _training(node: Node, g: Graph) -> bool:
     training = _constant_input(node, g, 2)
-    if training is not None and bool(training) or node.attrs.get("is_test", 1) == 0:
-        return "Dropout in training mode is not supported (inference only)"
+    return (training is not None and bool(training)) or node.attrs.get("is_test", 1) == 0
+
+
+def _ratio(node: Node, g: Graph) -> float:
+    ratio = _constant_input(node, g, 1)
+    return float(ratio.reshape(-1)[0]) if ratio is not None else float(node.attrs.get("ratio", 0.5))
+
+
+def _check_dropout(node: Node, g: Graph) -> str | None:
+    if _training(node, g) and not 0 <= _ratio(node, g) < 1:
+        return f"Dropout in training mode with ratio {_ratio(node, g)} (0 <= ratio < 1)"
+    if _training(node, g) and g.tensors[node.inputs[0]].dtype.kind != "f":
+        return "Dropout in training mode on a float tensor only"
     return None
 
 
 @lowering("Dropout", check=_check_dropout, constant_inputs=(1, 2), elementwise=True)
 def lower_dropout(ctx: LowerCtx, node: Node) -> None:
-    """Inference: the identity, and a mask of ones when asked for."""
-    ctx.alias(node.outputs[0], ctx.view(node.inputs[0]))
-    if len(node.outputs) > 1 and node.outputs[1]:
-        _fill_output(ctx, node.outputs[1], 1.0)
+    """Inference: the identity, and a mask of ones when asked for. Training: VectorE's dropout zeroes each element
+    with probability `ratio` and the kept ones are scaled by 1 / (1 - ratio); the mask is the same draws applied
+    to ones. The draws are the dropout instruction's (keyed by the node's `seed`, else 0, and the tile), so a
+    bundle gives the same mask every run, as a seeded framework does."""
+    if not _training(node, ctx.graph):
+        ctx.alias(node.outputs[0], ctx.view(node.inputs[0]))
+        if len(node.outputs) > 1 and node.outputs[1]:
+            _fill_output(ctx, node.outputs[1], 1.0)
+        return
+    prog = ctx.program
+    ratio = _ratio(node, ctx.graph)
+    seed = int(node.attrs.get("seed", 0))
+    x, y = ctx.view(node.inputs[0]), ctx.output(node.outputs[0])
+    mask = ctx.output(node.outputs[1]) if len(node.outputs) > 1 and node.outputs[1] else None
+    views = [y, x] + ([mask] if mask is not None else [])
+    for k, (dst, src, *rest) in enumerate(boxes(views, prog.target.partitions, tile_free_max(ctx))):
+        p, f = dst.shape[0], free_size(dst)
+        t = prog.sbuf(p, f, x.dtype, node.outputs[0])
+        prog.dma(t.ap(), src)
+        tile_seed = seed * 1_000_003 + k  # a tile's own draws
+        prog.emit("dropout", Engine.DVE, dst=t.ap(), src=t.ap(), prob=ratio, seed=tile_seed)
+        ts(prog, t.ap(), t.ap(), AluOp.multiply, 1.0 / (1.0 - ratio))
+        prog.dma(dst, t.ap())
+        if rest:
+            kept = prog.sbuf(p, f, rest[0].dtype, node.outputs[1])
+            fill(prog, kept.ap(), 1.0)
+            prog.emit("dropout", Engine.DVE, dst=kept.ap(), src=kept.ap(), prob=ratio, seed=tile_seed)
+            prog.dma(rest[0], kept.ap())
 
 
 def _fill_output(ctx: LowerCtx, name: str, value: float) -> None:
@@ -173,14 +221,64 @@ def lower_constant_of_shape(ctx: LowerCtx, node: Node) -> None:
     _fill_output(ctx, node.outputs[0], float(np.asarray(value).reshape(-1)[0]) if value is not None else 0.0)
 
 
+def _range_values(node: Node, g: Graph) -> tuple[float, float, int]:
+    start, limit, delta = (float(np.asarray(g.tensors[i].value).reshape(-1)[0]) for i in node.inputs[:3])
+    return start, delta, max(int(np.ceil((limit - start) / delta)), 0)
+
+
+def _check_range(node: Node, g: Graph) -> str | None:
+    start, delta, n = _range_values(node, g)
+    if n == 0:
+        return "an empty Range"
+    if g.tensors[node.outputs[0]].dtype.kind in "iu" and max(abs(start), abs(start + delta * (n - 1))) >= 2**24:
+        return "an integer Range past 2**24 (computed in fp32)"
+    return None
+
+
+@lowering("Range", check=_check_range, since=11, constant_inputs=(0, 1, 2))
+def lower_range(ctx: LowerCtx, node: Node) -> None:
+    """start + i * delta, i from GpSimdE's iota, on one partition a tile at a time. (Reached only when the result
+    is too large to fold into the bundle: its inputs are constants.)"""
+    prog = ctx.program
+    start, delta, n = _range_values(node, ctx.graph)
+    out = ctx.output(node.outputs[0])
+    for c0, w in blocks(n, tile_free_max(ctx)):
+        t = prog.sbuf(1, w, DType.fp32, f"{node.name}/i")
+        prog.emit("iota", Engine.POOL, dst=t.ap(), base=c0, channel_multiplier=0, steps=(1,))
+        values = prog.sbuf(1, w, out.dtype, node.outputs[0])
+        ts(prog, values.ap(), t.ap(), AluOp.multiply, delta, AluOp.add, start)
+        prog.dma(out.box((c0,), (w,)).split_axis(0, (1, w)), values.ap())
+
+
 @lowering("Trilu", since=14, constant_inputs=(1,))
 def lower_trilu(ctx: LowerCtx, node: Node) -> None:
-    """Keep the upper (or lower) triangle: a constant mask of the last two axes selects the input over zeros."""
+    """Keep the upper (or lower) triangle. Matrices of at least 32 rows go rows on partitions, and GpSimdE's
+    affine_select keeps element (i, j) where j - i - k >= 0 (upper; lower: i + k - j >= 0), the affine expression
+    evaluated as it streams, zero elsewhere: one instruction per tile, no mask to load. Smaller matrices (which
+    would leave most partitions idle) and the types affine_select does not take (32-bit integers) select against a
+    constant mask of the last two axes instead, every partition busy."""
     shape = ctx.shape(node.inputs[0])
     k = _constant_input(node, ctx.graph, 1)
     k = int(k.reshape(-1)[0]) if k is not None else 0
+    upper = bool(node.attrs.get("upper", 1))
+    rows, cols = shape[-2:]
+    x = ctx.view(node.inputs[0])
+    if x.dtype in AFFINE_SELECT_TYPES and x.size and rows >= AFFINE_SELECT_MIN_ROWS:
+        prog, out = ctx.program, ctx.output(node.outputs[0])
+        for index in np.ndindex(*shape[:-2]):
+            src, dst = x.at(index), out.at(index)
+            for r0, p in blocks(rows, prog.target.partitions):
+                for c0, w in blocks(cols, tile_free_max(ctx)):
+                    t = prog.sbuf(p, w, x.dtype, f"{node.name}/tile").ap()
+                    prog.dma(t, src.box((r0, c0), (p, w)))
+                    # the element at partition q, column j of this tile is (r0 + q, c0 + j)
+                    offset, per_row, per_col = (c0 - r0 - k, -1, 1) if upper else (r0 + k - c0, 1, -1)
+                    prog.emit("affine_select", Engine.POOL, dst=t, src=t, offset=offset,
+                              channel_multiplier=per_row, steps=(per_col,), cmp=AluOp.greater_equal, fill=0.0)
+                    prog.dma(dst.box((r0, c0), (p, w)), t)
+        return
     ones = np.ones(shape[-2:], dtype=np.bool_)
-    mask = np.triu(ones, k) if node.attrs.get("upper", 1) else np.tril(ones, k)
+    mask = np.triu(ones, k) if upper else np.tril(ones, k)
     mask_name = ctx.constant(f"{node.name}/mask", mask)
 
     def compute(prog, dst, s):  # type: ignore[no-untyped-def]

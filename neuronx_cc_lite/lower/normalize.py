@@ -279,8 +279,12 @@ def lower_layer_norm(ctx: LowerCtx, node: Node) -> None:
             prog.dma(view, neg_mean if i == 1 else rstd)
 
     def body(prog: Program, p: int, n: int, x: TileAccess, y: TileAccess, extra: list[HbmView]) -> None:
-        neg_mean, rstd = normalize_rows(prog, p, n, x, y, eps, subtract_mean=not rms)
-        _apply_affine(prog, p, n, y, extra[:len(affine)], [AluOp.multiply, AluOp.add])
+        # normalised and scaled in fp32, rounded once to a narrower output's type, as the op computes
+        work = y if y.tile.dtype is DType.fp32 or not affine else _row_tile(prog, p, n, "normalized")
+        neg_mean, rstd = normalize_rows(prog, p, n, x, work, eps, subtract_mean=not rms)
+        _apply_affine(prog, p, n, work, extra[:len(affine)], [AluOp.multiply, AluOp.add])
+        if work is not y:
+            copy(prog, y, work)
         store_stats(prog, neg_mean, rstd, extra[len(affine):])
 
     def streamed(prog: Program, p: int, n: int, row: HbmView, dst: HbmView, extra: list[HbmView],

@@ -1,7 +1,8 @@
 """Reductions (ReduceSum, ReduceMean, ReduceMax, ... ArgMax, ArgMin) along any axes.
 
 The reduced axes are moved to the end of the input view, rows go on partitions (rows.py), and VectorE reduces
-each row with `tensor_reduce`. A row longer than a tile is reduced piece by piece, the partial results combined
+each row with `tensor_reduce` (a sum, mean or max over a few leading axes reduces down the partitions instead, on
+GpSimdE: `_across_partitions`). A row longer than a tile is reduced piece by piece, the partial results combined
 with `tensor_tensor`. What a reduction needs before (abs, square, exp after subtracting the max) or after (scale
 by 1/n, sqrt, log) runs on the same tiles, on ScalarE or VectorE.
 """
@@ -107,6 +108,41 @@ def reduce_rows(prog: Program, row: HbmView, p: int, length: int, r: Reduction, 
     return acc
 
 
+# Reductions over leading axes of at most pmax rows that reduce down the partitions on GpSimdE instead
+PARTITION_REDUCTIONS = {"ReduceSum": AluOp.add, "ReduceMean": AluOp.add, "ReduceMax": AluOp.maximum}
+
+
+def _across_partitions(ctx: LowerCtx, node: Node, x: HbmView, axes: tuple[int, ...]) -> bool:
+    """ReduceSum, ReduceMean or ReduceMax of float data over its leading axes, 2 to pmax rows of them, keeping at
+    least pmax elements: moving the reduced axes to the end would give groups of pmax short strided rows, so the
+    rows load as they lie, one per partition, and GpSimdE's `tensor_partition_reduce` reduces down the partitions
+    (fp32). Returns whether it lowered the node."""
+    prog = ctx.program
+    length = math.prod(x.shape[a] for a in axes)
+    if node.op not in PARTITION_REDUCTIONS or not x.dtype.is_float or axes != tuple(range(len(axes))):
+        return False
+    kept = x.size // length
+    rows = x.reshape((length, kept))
+    if rows is None or not 1 < length <= prog.target.partitions or kept < prog.target.partitions:
+        return False
+    out = ctx.output(node.outputs[0]).reshape((1, kept))
+    assert out is not None  # a fresh output is contiguous
+    for start, piece in free_chunks(rows, tile_free_max(ctx)):
+        f = piece.shape[1]
+        t = prog.sbuf(length, f, x.dtype, f"{node.name}/x")
+        prog.dma(t.ap(), piece)
+        result = prog.sbuf(1, f, DType.fp32, f"{node.name}/acc")
+        prog.emit("tensor_partition_reduce", Engine.POOL, dst=result.ap(), src=t.ap(),
+                  op=PARTITION_REDUCTIONS[node.op])
+        if node.op == "ReduceMean" or out.dtype is not DType.fp32:
+            scaled = prog.sbuf(1, f, out.dtype, f"{node.name}/out")
+            prog.emit("tensor_scalar", Engine.DVE, dst=scaled.ap(), src=result.ap(), op0=AluOp.multiply,
+                      scalar0=1.0 / length if node.op == "ReduceMean" else 1.0, reverse0=False, reverse1=False)
+            result = scaled
+        prog.dma(out.box((0, start), (1, f)), result.ap())
+    return True
+
+
 @lowering(*REDUCTIONS, check=_check_reduce, constant_inputs=(1,))
 def lower_reduce(ctx: LowerCtx, node: Node) -> None:
     prog = ctx.program
@@ -118,6 +154,8 @@ def lower_reduce(ctx: LowerCtx, node: Node) -> None:
             ctx.alias(node.outputs[0], x)
             return
         axes = tuple(range(rank))
+    if _across_partitions(ctx, node, x, axes):
+        return
     kept = tuple(n for a, n in enumerate(x.shape) if a not in axes)
     length = math.prod(x.shape[a] for a in axes)
     out = ctx.output(node.outputs[0])

@@ -90,13 +90,22 @@ def why_unsupported(node: Node, g: Graph) -> str | None:
     return unheld or (entry.check(node, g) if entry.check else None)
 
 
-def parameter_inputs(nodes: list[tuple[str, list[str]]], graph_inputs: set[str]) -> set[str]:
-    """The graph inputs that feed an input some lowering needs at compile time. `nodes`: (op, inputs) pairs."""
+# Inputs of ops without a lowering of their own (a pass expands them; the version converter makes Upsample a
+# Resize) that are needed at compile time, as a lowering's constant inputs are: sizes and shapes, a Compress's
+# condition, a DFT's length and axis, Upsample's scales
+PASS_CONSTANT_INPUTS: dict[str, tuple[int, ...]] = {
+    "Compress": (1,), "ReverseSequence": (1,), "DFT": (1, 2), "CenterCropPad": (1,), "HannWindow": (0,),
+    "HammingWindow": (0,), "BlackmanWindow": (0,), "Upsample": (1,)}
+
+
+def compile_time_values(nodes: list[tuple[str, list[str]]]) -> set[str]:
+    """The values some lowering or expansion needs at compile time (axes, shapes, sizes, a Compress's condition).
+    `nodes`: (op, inputs) pairs."""
     found = set()
     for op, inputs in nodes:
         entry = LOWERINGS.get(op)
-        for i in entry.constant_inputs if entry else ():
-            if len(inputs) > i and inputs[i] in graph_inputs:
+        for i in entry.constant_inputs if entry else PASS_CONSTANT_INPUTS.get(op, ()):
+            if len(inputs) > i and inputs[i]:
                 found.add(inputs[i])
     return found
 

@@ -1,9 +1,14 @@
-"""TopK along one axis: k rounds of selection on VectorE, each row on its own partition.
+"""TopK along one axis, each row on its own partition, 8 at a time with VectorE's max8 family:
 
-Per round: the row's maximum (of the negated row for the smallest), the first index holding it among the
-elements not yet taken (iota where equal and untaken, n elsewhere, then a min reduction: ties go to the lower
-index, as ONNX asks), both written to column j of the outputs, and that element marked taken and set to -inf.
-The values come out sorted whatever `sorted` says, which ONNX allows.
+    max8            the row's 8 largest values, largest first
+    nc_find_index8  where each first occurs; equal values take their occurrences in ascending order, so ties go
+                    to the lower index, as ONNX asks
+    nc_match_replace8  (between rounds of 8) those occurrences replaced by -inf, out of the next round
+
+The smallest are the largest of the negated row. A row shorter than 8 is padded with -inf past its end (the
+padding sorts last and is never among the k <= n taken). When more than one round runs, the row's own -inf values
+are first raised to the lowest finite fp32 value, so that no round can take a replaced element for one of them
+(they come back as -inf; a row holding -3.4028235e38 itself reads it back as -inf).
 """
 
 from __future__ import annotations
@@ -17,14 +22,14 @@ from neuronx_cc_lite.errors import CompileError
 from neuronx_cc_lite.ir import Graph, Node
 from neuronx_cc_lite.lower.context import LowerCtx
 from neuronx_cc_lite.lower.elementwise import small_integers_ok, tile_free_max
-from neuronx_cc_lite.lower.instr import copy, fill, select, ts, tt
-from neuronx_cc_lite.lower.program import Program, TileAccess
+from neuronx_cc_lite.lower.instr import copy, fill, ts
 from neuronx_cc_lite.lower.registry import lowering
 from neuronx_cc_lite.lower.rows import move_to_end, row_boxes
 
-# Each round costs about ten instructions per row group: beyond this many the node is refused rather than
-# unrolled into a program of tens of thousands of instructions.
+# Each round of 8 costs about six instructions per row group: beyond this many the node is refused rather than
+# unrolled into a program of thousands of instructions.
 MAX_K = 256
+LOWEST = float(np.finfo(np.float32).min)
 
 
 def _k(node: Node, g: Graph) -> int:
@@ -35,24 +40,6 @@ def _check_topk(node: Node, g: Graph) -> str | None:
     if _k(node, g) > MAX_K:
         return f"TopK with k = {_k(node, g)} (at most {MAX_K})"
     return small_integers_ok(node, g)
-
-
-def _select_round(prog: Program, j: int, work: TileAccess, taken: TileAccess, index: TileAccess,
-                  scratch: tuple[TileAccess, TileAccess, TileAccess, TileAccess], values: TileAccess,
-                  indices: TileAccess, n: int, negate: bool) -> None:
-    peak, first, hit, lowest = scratch
-    prog.emit("tensor_reduce", Engine.DVE, dst=peak, src=work, op=AluOp.maximum, axes=1)
-    ts(prog, hit, work, AluOp.equal, peak)
-    tt(prog, hit, hit, taken, AluOp.greater)  # equal to the peak and not taken yet
-    ts(prog, hit, hit, AluOp.subtract, 1.0, AluOp.multiply, float(n), reverse0=True)  # 0 at hits, n elsewhere
-    tt(prog, hit, hit, index, AluOp.add)
-    prog.emit("tensor_reduce", Engine.DVE, dst=first, src=hit, op=AluOp.minimum, axes=1)
-    column = values.tile.region(j, 1, values.first, values.partitions)
-    ts(prog, column, peak, AluOp.multiply, -1.0 if negate else 1.0)
-    copy(prog, indices.tile.region(j, 1, indices.first, indices.partitions), first)
-    ts(prog, hit, index, AluOp.equal, first)
-    tt(prog, taken, taken, hit, AluOp.maximum)
-    select(prog, work, lowest, hit)  # out of the next rounds' maxima (`taken` tells it from a real -inf)
 
 
 @lowering("TopK", check=_check_topk, since=10, constant_inputs=(1,))
@@ -71,20 +58,34 @@ def lower_topk(ctx: LowerCtx, node: Node) -> None:
     views = [move_to_end(v, (axis,)) for v in (x, *outs)]
     for row, vals_dst, idx_dst in row_boxes(views, rank - 1, prog.target.partitions):
         p = row.shape[0]
-        work = prog.sbuf(p, n, DType.fp32, f"{node.name}/work").ap()
-        prog.dma(work, row)
+        work = prog.sbuf(p, max(n, 8), DType.fp32, f"{node.name}/work").ap()
+        row_part = work.tile.region(0, n)
+        prog.dma(row_part, row)
         if negate:
-            ts(prog, work, work, AluOp.multiply, -1.0)
-        index = prog.sbuf(p, n, DType.fp32, f"{node.name}/iota").ap()
-        prog.emit("iota", Engine.POOL, dst=index, base=0, channel_multiplier=0, steps=(1,))
-        taken = prog.sbuf(p, n, DType.fp32, f"{node.name}/taken").ap()
-        fill(prog, taken, 0.0)
-        scratch = (prog.sbuf(p, 1, DType.fp32, "peak").ap(), prog.sbuf(p, 1, DType.fp32, "first").ap(),
-                   prog.sbuf(p, n, DType.fp32, "hit").ap(), prog.sbuf(p, n, DType.fp32, "lowest").ap())
-        fill(prog, scratch[3], float("-inf"))
+            ts(prog, row_part, row_part, AluOp.multiply, -1.0)
+        if n < 8:
+            fill(prog, work.tile.region(n, 8 - n), float("-inf"))
         values = prog.sbuf(p, k, vals_dst.dtype, node.outputs[0]).ap()
         indices = prog.sbuf(p, k, idx_dst.dtype, node.outputs[1]).ap()
-        for j in range(k):
-            _select_round(prog, j, work, taken, index, scratch, values, indices, n, negate)
+        top = prog.sbuf(p, 8, DType.fp32, f"{node.name}/top8").ap()
+        found = prog.sbuf(p, 8, DType.uint32, f"{node.name}/index8").ap()
+        rounds = -(-k // 8)
+        if rounds > 1:
+            ts(prog, work, work, AluOp.maximum, LOWEST)
+        for r in range(rounds):
+            prog.emit("max8", Engine.DVE, dst=top, src=work)
+            prog.emit("nc_find_index8", Engine.DVE, dst=found, data=work, vals=top)
+            take = min(8, k - 8 * r)
+            chosen = top.tile.region(0, take)
+            if rounds > 1:  # the raised -inf values back to -inf
+                finite = prog.sbuf(p, take, DType.uint8, f"{node.name}/finite").ap()
+                ts(prog, finite, chosen, AluOp.greater, LOWEST)
+                prog.emit("select_reduce", Engine.DVE, dst=chosen, predicate=finite, on_true=chosen,
+                          on_false=float("-inf"), reverse=False, reduce=None)
+            ts(prog, values.tile.region(8 * r, take), chosen, AluOp.multiply, -1.0 if negate else 1.0)
+            copy(prog, indices.tile.region(8 * r, take), found.tile.region(0, take))
+            if r < rounds - 1:
+                prog.emit("nc_match_replace8", Engine.DVE, dst=work, data=work, vals=top, imm=float("-inf"),
+                          dst_idx=None)
         prog.dma(vals_dst, values)
         prog.dma(idx_dst, indices)

@@ -34,6 +34,9 @@ class Pass:
 
 
 PIPELINE: list[Pass] = [
+    Pass("expand-qoperator", "expand_qoperator",
+         "onnxruntime's QOperator contrib ops (QLinearAdd, QLinearConcat, ...) are their Q/DQ form; first, as ONNX's "
+         "shape inference has no schema for them and leaves what follows them untyped"),
     Pass("fold-constants", "fold_constants",
          "shape arithmetic and constant subgraphs are compile-time work; they also settle computed shapes, and a "
          "function op over constants (a Range over static shapes) becomes a value, not a body"),
@@ -47,8 +50,17 @@ PIPELINE: list[Pass] = [
          "ops ONNX defines as functions of simpler ops need no lowering of their own"),
     Pass("fold-function-bodies", "fold_constants",
          "the bodies just expanded hold shape arithmetic of their own (Attention's Shape, Gather and Range)"),
+    Pass("expand-constant-maps", "expand_constant_maps",
+         "a Compress whose condition, a ReverseSequence whose lengths, a DFT whose length and axis are known now is "
+         "a Gather or a MatMul by a constant; after the function bodies, whose sizes fold there"),
     Pass("expand-einsum", "expand_einsum",
          "an Einsum of one or two operands is a ReduceSum, Transposes and a MatMul, which lower already"),
+    Pass("expand-math", "expand_math",
+         "the inverse trigonometric and hyperbolic functions are a few of the functions ScalarE has (atan, sqrt, "
+         "log, exp)"),
+    Pass("expand-roi-align", "expand_roi_align",
+         "RoiAlign's bilinear sampling separates by axis: two batched matmuls by interpolation matrices computed "
+         "from the regions, which PE runs"),
     Pass("expand-recurrent", "expand_recurrent",
          "an LSTM, GRU or RNN over a static sequence length is a chain of matmuls and activations, one step each, "
          "which the fusion after it folds together"),

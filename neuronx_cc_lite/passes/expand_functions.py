@@ -22,7 +22,7 @@ from onnx import helper
 from neuronx_cc_lite.frontend import attr_value
 from neuronx_cc_lite.ir import Graph, Node, Tensor
 from neuronx_cc_lite.lower.registry import LOWERINGS
-from neuronx_cc_lite.passes.fold_constants import infer_node, to_onnx_node
+from neuronx_cc_lite.passes.fold_constants import fold_nodes, to_onnx_node
 
 MAX_ROUNDS = 8  # function bodies nest a few levels at most; the bound stops a body that expands into itself
 
@@ -114,14 +114,7 @@ def run(g: Graph) -> Graph:
         g.nodes = nodes
         if not changed:
             break
-        _settle_types(g)
+        # the new values' types, so that a later round can expand context-dependent bodies (which need their input
+        # types): folded, as a body's shape arithmetic (a Reshape's computed target) settles the shapes after it
+        g.nodes = fold_nodes(g.nodes, g)
     return g
-
-
-def _settle_types(g: Graph) -> None:
-    """Types of the new internal values, node by node, so that a later round can expand context-dependent
-    bodies (which need their input types)."""
-    for node in g.nodes:
-        if any(o and g.tensors[o].shape is None for o in node.outputs) and all(
-                g.tensors[i].shape is not None for i in node.inputs if i):
-            infer_node(node, g)

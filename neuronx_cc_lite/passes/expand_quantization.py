@@ -27,6 +27,7 @@ a per-row scale of QLinearMatMul's left operand) is left as it is, for lowering 
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 from onnx import helper
 
@@ -38,7 +39,8 @@ F32 = np.dtype(np.float32)
 # The opset the expansions are written in: Cast with `saturate` (fp8), Clip with bound inputs, Round, ReduceMin
 # without axes reducing everything. Below it (QuantizeLinear-10) these ops did not exist or meant otherwise.
 OPSET = 19
-_INTEGER_TYPES = tuple(np.dtype(t) for t in (np.int8, np.uint8, np.int16, np.uint16, np.int32))
+_INTEGER_TYPES = tuple(np.dtype(t) for t in (np.int8, np.uint8, np.int16, np.uint16, np.int32, ml_dtypes.int4,
+                                              ml_dtypes.uint4, ml_dtypes.int2, ml_dtypes.uint2))
 
 
 class _Builder:

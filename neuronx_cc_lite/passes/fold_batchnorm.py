@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from neuronx_cc_lite.ir import Graph, Node, Tensor
+from neuronx_cc_lite.ir import Graph, Node, Tensor, drop_unused_constants
 from neuronx_cc_lite.lower.batchnorm import inference_only, scale_shift
 
 
@@ -83,6 +83,5 @@ def run(g: Graph) -> Graph:
             del g.tensors[y]
             removed.add(id(bn))
     g.nodes = [n for n in g.nodes if id(n) not in removed]
-    used = {i for n in g.nodes for i in n.inputs} | set(g.outputs) | set(g.inputs)
-    g.tensors = {name: t for name, t in g.tensors.items() if name in used or not t.is_constant}
+    drop_unused_constants(g)
     return g

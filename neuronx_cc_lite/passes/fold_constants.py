@@ -22,7 +22,7 @@ from onnx.reference import ReferenceEvaluator
 
 from neuronx_cc_lite.declared import declared, is_declared
 from neuronx_cc_lite.errors import CompileError
-from neuronx_cc_lite.ir import Graph, Node, Tensor, outer_reads, subgraphs
+from neuronx_cc_lite.ir import Graph, Node, Tensor, drop_unused_constants, subgraphs
 from neuronx_cc_lite.lower.registry import LOWERINGS, kept_by_pass
 from neuronx_cc_lite.reference import onnxruntime_session
 
@@ -39,8 +39,10 @@ def _attribute(name: str, value: Any) -> onnx.AttributeProto:
 
 
 def to_onnx_node(node: Node) -> onnx.NodeProto:
+    """The node as ONNX has it. An empty list attribute is left out: its type is lost on import (frontend.attr_value
+    makes lists tuples), and ONNX cannot write an untyped one."""
     proto = helper.make_node(node.op, node.inputs, node.outputs, name=node.name, domain=node.domain or None)
-    proto.attribute.extend(_attribute(k, v) for k, v in node.attrs.items())
+    proto.attribute.extend(_attribute(k, v) for k, v in node.attrs.items() if not (isinstance(v, tuple) and not v))
     return proto
 
 
@@ -48,11 +50,28 @@ def _value_info(t: Tensor) -> onnx.ValueInfoProto:
     return helper.make_tensor_value_info(t.name, helper.np_dtype_to_tensor_dtype(t.dtype), t.shape)
 
 
+def known_value(t: Tensor) -> np.ndarray | None:
+    """The tensor's value when compile time knows it: a constant's, or an empty tensor's (a static shape with a
+    zero dimension holds no element to wait for, whoever makes it). Not an empty string tensor: a graph input the
+    device cannot hold would stay behind its folded reader."""
+    if t.is_constant:
+        return t.value
+    if t.shape is not None and t.dtype is not None and 0 in t.shape and np.dtype(t.dtype) != np.object_:
+        return np.zeros(t.shape, t.dtype)
+    return None
+
+
+# ops whose outputs depend on their input's shape and type only: they fold once the shape is static
+_SHAPE_ONLY = {"EyeLike"}
+
+
 def _one_node_model(node: Node, g: Graph) -> onnx.ModelProto:
-    consts = {i: g.tensors[i] for i in node.inputs if i}  # a node may read one constant twice
+    consts = {i: known_value(g.tensors[i]) for i in node.inputs if i}  # a node may read one constant twice
+    if node.op in _SHAPE_ONLY:  # any values of the input's shape and type will do
+        consts = {i: np.zeros(g.tensors[i].shape, g.tensors[i].dtype) if v is None else v for i, v in consts.items()}
     outputs = [onnx.ValueInfoProto(name=o) for o in node.outputs if o]  # typed by the evaluator
     graph = helper.make_graph([to_onnx_node(node)], "fold", [], outputs,
-                              [numpy_helper.from_array(t.value, t.name) for t in consts.values()])
+                              [numpy_helper.from_array(v, name) for name, v in consts.items()])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid(node.domain or "", g.opset_of(node))])
 
 
@@ -97,6 +116,10 @@ def why_kept(node: Node, g: Graph) -> str:
 
 
 def infer_node(node: Node, g: Graph) -> None:
+    """The node's output types and static shapes, from ONNX's shape inference; a node of another domain than ONNX's
+    (onnxruntime's com.microsoft) has no schema here and keeps untyped outputs, for lowering to refuse by domain."""
+    if node.domain not in ("", "ai.onnx"):
+        return
     try:
         schema = onnx.defs.get_schema(node.op, g.opset_of(node), node.domain or "")
     except onnx.defs.SchemaError:
@@ -130,7 +153,10 @@ def _foldable(node: Node, g: Graph) -> bool:
     if node.op in ("Shape", "Size"):
         t = g.tensors[node.inputs[0]]
         return t.shape is not None
-    return all(g.tensors[i].is_constant for i in node.inputs if i)
+    if node.op in _SHAPE_ONLY:
+        t = g.tensors[node.inputs[0]]
+        return t.shape is not None and t.dtype is not None
+    return all(known_value(g.tensors[i]) is not None for i in node.inputs if i)
 
 
 def _fold_shape(node: Node, g: Graph) -> list[np.ndarray]:
@@ -187,8 +213,5 @@ def fold_nodes(nodes: list[Node], g: Graph) -> list[Node]:
 
 def run(g: Graph) -> Graph:
     g.nodes = fold_nodes(g.nodes, g)
-    # a constant an If branch or a Loop body reads from outside stays: inlining them makes it an input again
-    used = {i for n in g.nodes for i in n.inputs} | set(g.outputs) | set(g.inputs) | {
-        name for n in g.nodes for sub in subgraphs(n) for name in outer_reads(sub)}
-    g.tensors = {name: t for name, t in g.tensors.items() if name in used or not t.is_constant}
+    drop_unused_constants(g)
     return g

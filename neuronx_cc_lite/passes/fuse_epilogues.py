@@ -27,8 +27,12 @@ ACTIVATIONS = ("Relu", "Gelu", "Tanh", "Sigmoid")
 
 
 def _sole_user(g: Graph, users: dict[str, list[Node]], name: str) -> Node | None:
+    """The one node reading `name`, when the fusion may swallow the value: nothing else reads it and it is fp32. An
+    fp16 or bf16 model's values are rounded to their type between ops, as ONNX defines each op: a fused epilogue
+    would skip that rounding."""
     found = users.get(name, [])
-    return found[0] if len(found) == 1 and name not in g.outputs else None
+    exact = g.tensors[name].dtype == np.float32
+    return found[0] if len(found) == 1 and name not in g.outputs and exact else None
 
 
 def _bias_row(g: Graph, name: str, out_shape: tuple[int, ...]) -> np.ndarray | None:

@@ -1,7 +1,9 @@
 """Inline control flow that compile time decides: the device runs straight-line code only.
 
     If(cond)                   cond a constant: the chosen branch's nodes, spliced in place
-    Loop(M, cond, v0...)       M a constant: M copies of the body, the carried values threaded from copy to copy
+    Loop(M, cond, v0...)       M a constant: M copies of the body, the carried values threaded from copy to copy;
+                               a while loop (M beyond the copy limit, torch's INT64_MAX) as many copies as its
+                               exit, folded copy by copy, takes (a condition on its counter and constants)
     Scan(s0..., x...)          the scan axis static: a copy of the body per slice of the scan inputs
 
 Instantiating a body: its inputs are bound to the values that feed them, the names it defines get a prefix unique
@@ -37,7 +39,7 @@ from onnx import numpy_helper
 
 from neuronx_cc_lite.errors import CompileError
 from neuronx_cc_lite.frontend import _constant_value, attr_value
-from neuronx_cc_lite.ir import Graph, Node, Tensor
+from neuronx_cc_lite.ir import Graph, Node, Tensor, upstream
 from neuronx_cc_lite.lower.registry import kept_by_pass
 from neuronx_cc_lite.passes import fold_constants
 
@@ -63,12 +65,19 @@ def run(g: Graph) -> Graph:
     return g
 
 
+class _RunTimeExit(Exception):
+    """A while loop (a trip count beyond MAX_BODY_COPIES) whose exit the unrolling cannot see: it stays a Loop."""
+
+
 def _replace(node: Node, g: Graph) -> list[Node] | None:
     """The nodes that replace a control-flow node, or None to keep it."""
     if node.op == "If" and g.tensors[node.inputs[0]].is_constant:
         return _inline_if(node, g)
     if node.op == "Loop" and _trip_count(node, g) is not None:
-        return _unroll_loop(node, g)
+        try:
+            return _unroll_loop(node, g)
+        except _RunTimeExit:
+            return None
     if node.op == "Scan" and _scan_length(node, g) is not None:
         return _unroll_scan(node, g)
     return None
@@ -85,6 +94,11 @@ def why_kept(node: Node, g: Graph) -> str | None:
     if node.op == "Loop":
         if len(node.inputs) < 1 or not node.inputs[0]:
             return "a Loop without a trip count (a while loop) cannot be unrolled"
+        trips = _trip_count(node, g)
+        if trips is not None:
+            return (f"a while loop (its trip count {trips}) whose exit condition depends on values known only at run "
+                    "time; a while loop unrolls when its condition follows from its counter, the values it carries "
+                    "from constants, and constants")
         return (f"its trip count {node.inputs[0]!r} is known only at run time{_depends_on(node.inputs[0], g)}; a "
                 "Loop compiles when it folds to a constant (pin the input with --input-value NAME=VALUE)")
     if node.op == "Scan" and g.opset_of(node) < 9 and node.inputs[0]:
@@ -275,7 +289,10 @@ def _trip_count(node: Node, g: Graph) -> int | None:
 def _unroll_loop(node: Node, g: Graph) -> list[Node]:
     body: onnx.GraphProto = node.attrs["body"]
     trips = max(_trip_count(node, g) or 0, 0)
-    _limit(node, trips, body)
+    # a while loop (torch writes INT64_MAX for "no limit") unrolls while its exit folds, up to the limits
+    bounded = trips <= MAX_BODY_COPIES or not _exit_reads_values(body)
+    if bounded:
+        _limit(node, trips, body)
     carried = node.inputs[2:]
     scans = len(body.output) - 1 - len(carried)
     w = _Writer(node, g)
@@ -288,6 +305,12 @@ def _unroll_loop(node: Node, g: Graph) -> list[Node]:
     for i in range(trips):
         if running is False:
             break
+        if not bounded and running is not True:
+            raise _RunTimeExit
+        if not bounded and (i == MAX_BODY_COPIES or (i + 1) * len(body.node) > MAX_UNROLLED_NODES):
+            raise CompileError("NCC_UNSUPPORTED", f"a while loop whose exit has not come after {i} copies of its "
+                               f"{len(body.node)}-node body; the limits are {MAX_BODY_COPIES} copies and "
+                               f"{MAX_UNROLLED_NODES} nodes", node.name, node.op)
         bound = {formal[0]: w.const(i), formal[1]: true if running is True else running,
                  **dict(zip(formal[2:], values))}
         results = w.body(body, f"{node.name}/iter{i}/", bound)
@@ -313,6 +336,14 @@ def _unroll_loop(node: Node, g: Graph) -> list[Node]:
                            node.name, node.op)
     stacked = [w.stack(parts, 0) for parts in per_iteration]
     return _bind(w.nodes, [*values, *stacked], node.outputs, g, f"{node.name}/")
+
+
+def _exit_reads_values(body: onnx.GraphProto) -> bool:
+    """Whether the body's exit condition reads more than the condition it was given and constants (its counter, a
+    carried value, a value from outside): only then can the loop end before its trip count."""
+    given = {body.input[1].name} if len(body.input) > 1 else set()
+    made = {o for n in body.node for o in n.output} | {i.name for i in body.initializer}
+    return bool(upstream(body, [body.output[0].name]) - made - given)
 
 
 def _static(name: str, g: Graph) -> str | bool:

@@ -72,6 +72,8 @@ def _one_step(g: Graph, x: str, y: str, chain: list[Node]) -> list[Node] | None:
     > 1 must each step by the next one's stride times its size, the last by 1: then they split x's order into
     those sizes (the Reshape, y's axes of size 1 first), and y puts them in its own order (the Transpose)."""
     src, dst = g.tensors[x], g.tensors[y]
+    if any(g.tensors[n.outputs[0]].shape is None for n in chain) or src.shape is None:
+        return None  # a shape left to run time (refused, or a host part's): nothing to simplify
     if src.size > MAX_TRACKED or src.size != dst.size or src.size < 2:
         return None
     value = np.arange(src.size, dtype=np.int32).reshape(src.shape)
@@ -156,12 +158,13 @@ def _scalars_after_matmul(g: Graph) -> None:
 
 
 def _scalar_factor(g: Graph, n: Node) -> tuple[str, float] | None:
-    """(x, s) when the node is x * s, s * x or x / s with s a scalar constant of a float type."""
+    """(x, s) when the node is x * s, s * x or x / s with s a scalar constant, in fp32. A narrower type's product
+    (an fp16 model's Q * scale) is rounded to it before the MatMul reads it: moving the scale would skip that."""
     if n.op not in ("Mul", "Div") or len(n.inputs) != 2:
         return None
     a, b = (g.tensors[i] for i in n.inputs)
     out = g.tensors[n.outputs[0]]
-    if out.shape != (a.shape if b.is_constant else b.shape) or out.dtype.kind != "f":
+    if out.shape != (a.shape if b.is_constant else b.shape) or out.dtype != np.float32:
         return None
     if b.is_constant and b.value.size == 1:
         s = float(b.value.reshape(-1)[0])

@@ -43,8 +43,8 @@ def _sink(g: Graph, transpose: Node) -> list[Node]:
     """Move `transpose` below all its readers; the Transposes it leaves below them (none when it cannot move)."""
     result = transpose.outputs[0]
     readers = g.consumers().get(result, [])
-    if not readers or result in g.outputs:
-        return []
+    if not readers or result in g.outputs or g.tensors[transpose.inputs[0]].shape is None:
+        return []  # nothing to sink into, or a shape known only at run time (a host partition's)
     producers = g.producers()
     perm = _perm(g, transpose)
     rewrites = []
@@ -65,7 +65,8 @@ def _commuted(g: Graph, node: Node, perm: list[int], producers: dict[str, Node])
     """The nodes that compute `node`'s output with the Transposes (perm) of its operands moved below it; None
     when it is not one of the rewrites."""
     rank, inv = len(perm), [int(k) for k in np.argsort(perm)]
-    if node.domain or len(node.outputs) != 1 or len(g.tensors[node.outputs[0]].shape) != rank:
+    shape = g.tensors[node.outputs[0]].shape if len(node.outputs) == 1 else None
+    if node.domain or shape is None or len(shape) != rank:
         return None
 
     def untransposed(name: str) -> str | None:

@@ -321,3 +321,79 @@ def test_analyze_lists_control_flow_it_cannot_unroll(tmp_path, capsys, model):
 def test_the_ir_dump_shows_a_kept_body_by_its_size():
     text = print_graph(prepare(_loop_model(None, scan=False), Options(stop_after="inline-control-flow")))
     assert "body=graph<body: 9 nodes>" in text and "MatMul" not in text
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# While loops: torch's `while` exports a Loop of INT64_MAX trips whose condition the body computes
+
+NO_LIMIT = np.iinfo(np.int64).max
+
+
+def _while_model(exit_on: str, scan: bool = True) -> onnx.ModelProto:
+    """h = tanh(h @ w + x) while the condition holds; a counter j carried from 0. `exit_on`: "counter" (j + 1 < 5,
+    a carried counter), "iteration" (i + 1 < 3, the loop's own iteration number) or "values" (h = h / 2 while
+    max |h| > 0.05)."""
+    body_nodes = [_const("one", 1, np.int64), helper.make_node("Add", ["j_in", "one"], ["j_out"]),
+                  helper.make_node("MatMul", ["h_in", "w"], ["hw"]), helper.make_node("Add", ["hw", "x"], ["pre"]),
+                  helper.make_node("Tanh", ["pre"], ["h_out"])]
+    if exit_on == "counter":
+        body_nodes += [_const("five", 5, np.int64), helper.make_node("Less", ["j_out", "five"], ["c_out"])]
+    elif exit_on == "iteration":
+        body_nodes += [_const("three", 3, np.int64), helper.make_node("Add", ["i", "one"], ["i1"]),
+                       helper.make_node("Less", ["i1", "three"], ["c_out"])]
+    else:  # h shrinks by a half each time (the tanh of x alone bounds it) until max |h| <= 0.05: 6 to 10 times
+        body_nodes[2:] = [_const("half", 0.5), helper.make_node("Mul", ["h_in", "half"], ["h_out"])]
+        body_nodes += [_const("limit", 0.05), helper.make_node("Abs", ["h_out"], ["size"]),
+                       helper.make_node("ReduceMax", ["size"], ["top"], keepdims=0),
+                       helper.make_node("Greater", ["top", "limit"], ["c_out"])]
+    outputs = [("c_out", B, []), ("j_out", I64, []), ("h_out", F, [1, 4])]
+    if scan:
+        body_nodes.append(helper.make_node("Identity", ["h_out"], ["h_scan"]))
+        outputs.append(("h_scan", F, [1, 4]))
+    body = _graph("body", body_nodes, [("i", I64, []), ("c_in", B, []), ("j_in", I64, []), ("h_in", F, [1, 4])],
+                  outputs)
+    loop_outputs = ["j_last", "h_last", *(["hs"] if scan else [])]
+    nodes = [helper.make_node("Loop", ["M", "start", "j0", "h0"], loop_outputs, name="while", body=body)]
+    outs = {"j_last": ([], I64), "h_last": ([1, 4], F)}
+    if scan:
+        outs["hs"] = ([{"counter": 5, "iteration": 3}[exit_on], 1, 4], F)
+    return make_model(nodes, {"x": ([1, 4], F), "h0": ([1, 4], F)}, outs,
+                      {"w": W, "M": np.array(NO_LIMIT, np.int64), "start": np.array(True),
+                       "j0": np.array(0, np.int64)}, opset=13)
+
+
+def _while_feeds(seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {"x": rng.standard_normal((1, 4)).astype(np.float32), "h0": rng.standard_normal((1, 4)).astype(np.float32)}
+
+
+@pytest.mark.parametrize("exit_on, copies", [("counter", 5), ("iteration", 3)])
+def test_a_while_loop_bounded_by_a_counter_is_unrolled(tmp_path, exit_on, copies):
+    model = _while_model(exit_on)
+    ops = _ops(model)
+    assert "Loop" not in ops and ops.count("Tanh") == copies and "Where" not in ops
+    _compare(model, str(tmp_path), _while_feeds())
+
+
+def test_a_while_loop_on_values_is_refused_clearly_or_runs_on_the_host(tmp_path):
+    model = _while_model("values", scan=False)
+    with pytest.raises(UnsupportedError, match=f"node 'while' \\(Loop\\): a while loop \\(its trip count {NO_LIMIT}\\) "
+                                               "whose exit condition depends on values known only at run time"):
+        compile_model(model)
+    b = compile_model(model, Options(fallback="host"))
+    assert [p.kind for p in b.parts] == ["host"]
+    for seed in range(3):
+        feeds = _while_feeds(seed)
+        assert_close(runtime.load(b).run(feeds), onnxruntime_outputs(model, feeds), rtol=1e-4)
+
+
+def test_a_while_loop_without_an_exit_names_the_unroll_limit():
+    """Its condition reads only the one it was given: the trip count is all there is, and it is over the limit."""
+    model = _while_model("counter", scan=False)
+    body = model.graph.node[0].attribute[0].g
+    cond = next(n for n in body.node if n.output[0] == "c_out")
+    body.node.remove(cond)
+    body.node.append(helper.make_node("Identity", ["c_in"], ["c_out"]))
+    with pytest.raises(CompileError, match=f"unrolling it takes {NO_LIMIT} copies") as e:
+        compile_model(model)
+    assert e.value.code == "NCC_UNSUPPORTED" and e.value.node == "while"

@@ -37,3 +37,14 @@ def test_reverse_and_exclusive_keep_the_free_axis_scan(tmp, attrs):
     assert "nc_matmul" not in _ops(model)
     ours, ref = run_both(model, tmp)
     assert_close(ours, ref, rtol=1e-5)
+
+
+def test_a_cumprod_along_rows_is_a_product_not_a_sum(tmp):
+    """CumProd shares the scan's lowering but not the PE path, whose ones-matrices sum (onnxruntime has no CumProd
+    kernel here: numpy is the reference)."""
+    from tests.conftest import compile_to_model
+
+    node = helper.make_node("CumProd", ["x", "axis"], ["y"])
+    model = make_model([node], {"x": ([6, 3], F)}, {"y": ([6, 3], F)}, {"axis": np.array(0, np.int64)}, opset=26)
+    x = np.random.default_rng(0).uniform(0.5, 1.5, (6, 3)).astype(np.float32)
+    np.testing.assert_allclose(compile_to_model(model, tmp).run({"x": x})["y"], np.cumprod(x, axis=0), rtol=1e-6)

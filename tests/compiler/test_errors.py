@@ -11,18 +11,21 @@ from neuronx_cc_lite.errors import CompileError, UnsupportedError
 from tests.conftest import assert_close, make_model, run_both
 
 
-def test_every_unsupported_node_is_named():
+def test_every_unsupported_node_is_named_grouped_by_operator():
     model = make_model(
         [helper.make_node("Relu", ["x"], ["r"], name="ok_relu"),
          helper.make_node("Det", ["r"], ["a"], name="first_bad"),
-         helper.make_node("Det", ["x"], ["b"], name="second_bad")],
-        {"x": ([4, 3, 3], TensorProto.FLOAT)}, {"a": ([4], TensorProto.FLOAT), "b": ([4], TensorProto.FLOAT)})
+         helper.make_node("Det", ["x"], ["b"], name="second_bad"),
+         helper.make_node("MaxUnpool", ["x", "i"], ["c"], name="third_bad", kernel_shape=[2], strides=[2])],
+        {"x": ([4, 3, 3], TensorProto.FLOAT), "i": ([4, 3, 3], TensorProto.INT64)},
+        {"a": ([4], TensorProto.FLOAT), "b": ([4], TensorProto.FLOAT), "c": ([4, 3, 6], TensorProto.FLOAT)})
     with pytest.raises(UnsupportedError) as e:
         compile_model(model)
-    assert [n for n, _, _ in e.value.nodes] == ["first_bad", "second_bad"]
-    text = str(e.value)
-    assert text.startswith("NCC_UNSUPPORTED: 2 unsupported node(s): 'first_bad' (Det)")
-    assert "'second_bad' (Det)" in text and "\n" not in text
+    assert [n for n, _, _ in e.value.nodes] == ["first_bad", "second_bad", "third_bad"]
+    assert str(e.value) == (
+        "NCC_UNSUPPORTED: 3 node(s) of 2 operator(s) the chip cannot run: Det x2 ('first_bad', 'second_bad'): "
+        "operator Det is not supported | MaxUnpool x1 ('third_bad'): operator MaxUnpool is not supported; "
+        "--fallback host runs them on the CPU")
 
 
 def test_integer_arithmetic_is_refused_with_the_reason():

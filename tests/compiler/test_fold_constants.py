@@ -115,3 +115,26 @@ def test_a_result_too_large_to_fold_is_never_computed(monkeypatch):
     assert _ops(model) == ["Expand", "Add"]
     assert calls == []
 
+
+
+def test_a_range_too_large_to_fold_runs_on_the_device(tmp, monkeypatch):
+    """GpSimdE's iota and one tensor_scalar: start + i * delta."""
+    monkeypatch.setattr(fold_constants, "MAX_FOLDED_ELEMENTS", 15)
+    for dtype, start, limit, delta in ((np.int64, 3, -40, -2), (np.float32, 0.5, 9.0, 0.25)):
+        onnx_type = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+        n = int(np.ceil((limit - start) / delta))
+        model = _plus_x([helper.make_node("Range", ["start", "limit", "delta"], ["r"])], ("r", [n], onnx_type), [2, n],
+                        {"start": np.array(start, dtype), "limit": np.array(limit, dtype),
+                         "delta": np.array(delta, dtype)})
+        assert _ops(model) == ["Range", "Cast", "Add"]
+        ours, ref = run_both(model, tmp)
+        np.testing.assert_array_equal(ours["r"], np.arange(start, limit, delta, dtype=dtype))
+        assert_close(ours, ref, rtol=0, atol=0)
+
+
+def test_eyelike_folds_from_its_input_shape(tmp):
+    model = _plus_x([helper.make_node("EyeLike", ["x"], ["eye"], k=1, dtype=TensorProto.INT32)],
+                    ("eye", [3, 4], TensorProto.INT32), [3, 4], {})
+    assert _ops(model) == ["Add"]
+    np.testing.assert_array_equal(_folded(model, "eye"), np.eye(3, 4, k=1, dtype=np.int32))
+    assert_close(*run_both(model, tmp), rtol=0, atol=0)
