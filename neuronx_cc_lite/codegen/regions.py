@@ -148,7 +148,9 @@ class Index:
                 return level
         return len(self.LEVELS) - 1
 
-    def find(self, space: Hashable, box: Box) -> list[Record]:
+    def find(self, space: Hashable, box: Box, known: list[int] | None = None) -> list[Record]:
+        """The live records whose boxes meet `box`. `known` (per stream, the last position every stream still to
+        run knows complete): records at or before it can order nothing more, and die here."""
         found: dict[int, Record] = {}
         p0, p1, b0, b1 = box
         cells, occupied = self.cells, self.occupied
@@ -162,7 +164,8 @@ class Index:
                 bucket = cells[space, level, key]
                 dead = False
                 for r in bucket:  # the hot loop: the overlap test inlined
-                    if not r.alive:
+                    if not r.alive or known is not None and r.index <= known[r.stream]:
+                        r.alive = False
                         dead = True
                         continue
                     b = r.box
