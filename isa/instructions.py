@@ -305,7 +305,7 @@ def _free(instr: Instruction, name: str = "dst") -> int:
     return instr.args[name].free_size
 
 
-def _pe_rate(dtype: Any, target: Any) -> float:
+def pe_rate(dtype: Any, target: Any) -> float:
     """TensorE passes per cycle relative to bf16: fp32 takes four passes, fp8 may run faster (trn2)."""
     if dtype.name == "fp32":
         return 0.25
@@ -315,13 +315,13 @@ def _pe_rate(dtype: Any, target: Any) -> float:
 def _matmul_cycles(instr: Instruction, target: Any) -> int:
     """Back-to-back matmuls issue every max(N, 64) cycles; the next stationary loads in the background."""
     m, n = instr.args["stationary"].free_size, instr.args["moving"].free_size
-    return math.ceil(max(min(target.min_ii_cycles, m), n) / _pe_rate(instr.args["moving"].dtype, target))
+    return math.ceil(max(min(target.min_ii_cycles, m), n) / pe_rate(instr.args["moving"].dtype, target))
 
 
 def _transpose_cycles(instr: Instruction, target: Any) -> int:
     """A transpose is a matmul of the tile (stationary) against the identity (moving, P columns)."""
     s = instr.args["src"]
-    return math.ceil(max(s.num_partitions, min(target.min_ii_cycles, s.free_size)) / _pe_rate(s.dtype, target))
+    return math.ceil(max(s.num_partitions, min(target.min_ii_cycles, s.free_size)) / pe_rate(s.dtype, target))
 
 
 _ONE_PASS_OPS = frozenset({AluOp.add, AluOp.subtract, AluOp.multiply})

@@ -41,6 +41,7 @@ class _Arena:
         self.used: dict[int, int] = {}  # start -> end of each placed range
         self.cursor = 0
         self.small_limit = capacity - min(reserve, capacity // 2)  # where the small tiles' cursor wraps
+        self.live = 0  # bytes placed
 
     def is_large(self, size: int) -> bool:
         return size * 8 >= self.capacity
@@ -58,6 +59,7 @@ class _Arena:
 
     def _take(self, at: int, size: int) -> int:
         self.used[at] = at + size
+        self.live += size
         self.cursor = at + size if at + size < self.capacity else 0
         return at
 
@@ -81,11 +83,11 @@ class _Arena:
         return at if at + size <= limit else None
 
     def free(self, start: int) -> None:
-        del self.used[start]
+        self.live -= self.used.pop(start) - start
 
     @property
     def live_bytes(self) -> int:
-        return sum(e - s for s, e in self.used.items())
+        return self.live
 
 
 class OnChipMemory:
@@ -110,6 +112,10 @@ class OnChipMemory:
     def free(self, tile: Tile) -> None:
         assert tile.offset is not None
         self.arenas[tile.mem].free(tile.offset)
+
+    def room(self, mem: Mem) -> tuple[int, int]:
+        """(bytes per partition live, capacity)."""
+        return self.arenas[mem].live, self.arenas[mem].capacity
 
     def full(self, tile: Tile, node: str) -> CompileError:
         arena = self.arenas[tile.mem]
@@ -159,6 +165,10 @@ class LiveBytes:
     def free(self, tile: Tile) -> None:
         self.live[tile.mem] -= self.size(tile)
         self.count[tile.mem] -= 1
+
+    def room(self, mem: Mem) -> tuple[int, int]:
+        """(bytes per partition live, capacity)."""
+        return self.live[mem], self.capacity[mem]
 
     def full(self, tile: Tile, node: str) -> CompileError:
         return CompileError(

@@ -45,8 +45,8 @@ from isa.instructions import OPS, Instruction
 from isa.operand import READABLE, WRITABLE, Engine, Mem
 from isa.target import Target
 from neuronx_cc_lite import progress
-from neuronx_cc_lite.codegen.allocate import (LiveBytes, OnChipMemory, free_positions, large_tile_reserve, plan,
-                                              tile_uses)
+from neuronx_cc_lite.codegen.allocate import (LiveBytes, OnChipMemory, footprint, free_positions, large_tile_reserve,
+                                              plan, tile_uses)
 from neuronx_cc_lite.codegen.deps import dependencies
 from neuronx_cc_lite.codegen.verify import verify_order
 from neuronx_cc_lite.errors import CompileError
@@ -59,6 +59,12 @@ MOVABLE = frozenset({"tensor_copy", "tensor_scalar", "memset"})
 # prefetch the next layer's weights and overlap neighbouring operators, near enough that what it opens early does
 # not take the memory the earlier work needs.
 LOOKAHEAD = 768
+# A weight load beyond the lookahead may still start, up to PREFETCH_REACH lookaheads ahead, while the tiles live
+# (and those of such loads released but not yet placed) take at most PREFETCH_FRACTION of SBUF: a network's later
+# weights stream in while its early layers, small and latency-bound, leave the DMA queues idle; the other half of
+# SBUF stays for the work in between.
+PREFETCH_REACH = 8
+PREFETCH_FRACTION = 0.5
 SHORT_LOAD_NS = 2000.0  # a load a store queue may take while no store is ready
 LOOK_PENDING = 8  # pending transfers a free queue looks at before taking a less critical one
 _ON_ENGINES = (Engine.ACT, Engine.DVE, Engine.POOL)
@@ -192,7 +198,8 @@ def schedule_within_memory(program: Program) -> bool:
     (a large tile finds none with a third of SBUF free) is left to the next tries: the schedule only counts the
     bytes live at once, within a budget, and the planner places the tiles knowing every lifetime (allocate.plan);
     when it finds no room, the next try keeps fewer bytes live. The lowering order, which always fits, is the end
-    of that road."""
+    of that road. Before all of them, one schedule loads weights early (PREFETCH_REACH); when that one runs out
+    of memory, the road above starts afresh without it."""
     lowered = list(program.instrs)
     engines = [p.engine for p in lowered]
     preds = dependencies(lowered)
@@ -200,11 +207,12 @@ def schedule_within_memory(program: Program) -> bool:
     reserve = large_tile_reserve(program, tile_uses(program))
     hold: dict[int, int] = {}
     budget = 1.0
-    for tries in range(1, PLACING_TRIES + PLANNED_TRIES + 1):
+    # try 0 prefetches weights (PREFETCH_REACH); when it runs out of memory, the tries start afresh without
+    for tries in range(0, PLACING_TRIES + PLANNED_TRIES + 1):
         placing = tries <= PLACING_TRIES
         try:
             memory = OnChipMemory(program.target, reserve) if placing else LiveBytes(program.target, budget)
-            starts, ends = schedule(program, LOOKAHEAD, preds, hold, memory)
+            starts, ends = schedule(program, LOOKAHEAD, preds, hold, memory, prefetch=tries == 0)
             if not placing:
                 uses = tile_uses(program)
                 try:  # no range reused before the schedule expects its last reader done; else on bare lifetimes
@@ -216,8 +224,9 @@ def schedule_within_memory(program: Program) -> bool:
         except OutOfMemory as e:
             log.debug("schedule try %d ran out of memory at instruction %d (%d ran ahead): %s", tries, e.waiting,
                       len(e.ahead), e)
-            for i in e.ahead:
-                hold[i] = max(hold.get(i, 0), e.waiting + 1)
+            if tries > 0:  # (what the prefetching try opened early tells the others nothing)
+                for i in e.ahead:
+                    hold[i] = max(hold.get(i, 0), e.waiting + 1)
             if e.code == "NCC_PSUM_FULL" and preds is plain:
                 preds = whole_accumulations(lowered, plain)
         except CompileError as e:
@@ -227,7 +236,7 @@ def schedule_within_memory(program: Program) -> bool:
             budget *= BUDGET_STEP
         else:
             verify_order(lowered, program.instrs, preds, "schedule")
-            program.schedule_tries = tries
+            program.schedule_tries = tries + 1  # schedules run
             return True
         program.instrs = list(lowered)
         for p, engine in zip(lowered, engines):
@@ -236,8 +245,8 @@ def schedule_within_memory(program: Program) -> bool:
 
 
 def schedule(program: Program, lookahead: int = LOOKAHEAD, preds: list[list[int]] | None = None,
-             hold: dict[int, int] | None = None, memory: OnChipMemory | LiveBytes | None = None
-             ) -> tuple[list[float], list[float]]:
+             hold: dict[int, int] | None = None, memory: OnChipMemory | LiveBytes | None = None,
+             prefetch: bool = True) -> tuple[list[float], list[float]]:
     """Reorder program.instrs and set every instruction's engine and queue (see the module docstring), keeping
     the tiles live at once within `memory` (by default placing each as it goes), reaching at most `lookahead` instructions past the first
     unscheduled one; an instruction in `hold` waits until everything before position hold[i] (in lowering order)
@@ -298,6 +307,10 @@ def schedule(program: Program, lookahead: int = LOOKAHEAD, preds: list[list[int]
     scheduled = [False] * n
     blocked: list[int] = []  # ready, waiting for memory, in lowering order (a heap)
     deferred: list[int] = []  # ready, but too far ahead of the first unscheduled instruction (a heap)
+    far: list[int] = []  # weight loads ready beyond the lookahead (a heap): they may start early (PREFETCH_REACH)
+    far_bytes: dict[int, int] = {}  # those released early, not yet placed: their SBUF bytes per partition
+    is_weight_load = [p.engine is Engine.DMA and not preds[i] and isinstance(src := p.args.get("src"), HbmAccess)
+                      and src.tensor.kind == "weight" for i, p in enumerate(instrs)]
     held_back: list[tuple[int, int]] = []  # ready, held until the frontier passes a position: (position, i), a heap
     opener: dict[Tile, int] = {}  # the instruction that placed each live tile
     frontier = 0  # the first instruction in lowering order not yet scheduled
@@ -312,15 +325,22 @@ def schedule(program: Program, lookahead: int = LOOKAHEAD, preds: list[list[int]
                     "short loads" if cost[i][Engine.DMA] <= SHORT_LOAD_NS else "loads"]
         return list(engines[i])
 
-    def release(i: int) -> None:
-        if i >= frontier + lookahead:
-            heapq.heappush(deferred, i)
+    def release(i: int, early: bool = False) -> None:
+        if i >= frontier + lookahead and not early:
+            heapq.heappush(far if is_weight_load[i] else deferred, i)
             return
         if hold.get(i, 0) > frontier:
             heapq.heappush(held_back, (hold[i], i))
             return
         for key in pools_of(i):
             pools[key].add(ready_at[i], rank[i], i)
+
+    def sbuf_bytes(i: int) -> int:
+        return sum(footprint(t, target) for t in tiles_of[i] if t.mem is Mem.SBUF and t not in placed)
+
+    def prefetch_room(i: int) -> bool:
+        live, capacity = memory.room(Mem.SBUF)
+        return live + sum(far_bytes.values()) + sbuf_bytes(i) <= PREFETCH_FRACTION * capacity
 
     def place(i: int) -> bool:
         """Place the tiles i opens; on failure place none."""
@@ -382,6 +402,7 @@ def schedule(program: Program, lookahead: int = LOOKAHEAD, preds: list[list[int]
                 free_at[k] = soon
                 continue
         taken[i] = True
+        far_bytes.pop(i, None)
         if not place(i):
             heapq.heappush(blocked, i)  # out of every pool until memory frees
             continue
@@ -423,6 +444,12 @@ def schedule(program: Program, lookahead: int = LOOKAHEAD, preds: list[list[int]
             release(heapq.heappop(held_back)[1])
         while deferred and deferred[0] < frontier + lookahead:
             release(heapq.heappop(deferred))
+        while far and far[0] < frontier + lookahead:
+            release(heapq.heappop(far))
+        while prefetch and far and far[0] < frontier + PREFETCH_REACH * lookahead and prefetch_room(far[0]):
+            j = heapq.heappop(far)
+            far_bytes[j] = sbuf_bytes(j)
+            release(j, early=True)
         freed = False
         for t in tiles_of[i]:
             uses[t] -= 1

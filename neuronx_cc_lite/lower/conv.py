@@ -25,6 +25,7 @@ from typing import Callable
 import numpy as np
 
 from isa.dtypes import DType
+from isa.instructions import pe_rate
 from isa.functions import ActFunc, AluOp
 from isa.operand import Engine
 from isa.target import TARGETS, Target
@@ -259,35 +260,69 @@ def _runtime_weights(ctx: LowerCtx, node: Node, geo: ConvGeometry) -> WeightLoad
 # ---- the lowering ----------------------------------------------------------------------------------------------
 
 
-def packed_taps(ctx: LowerCtx, node: Node, geo: ConvGeometry) -> int:
-    """How many taps along the last spatial axis share a matmul (1: none). A convolution over few input channels
-    (an image's 3) would otherwise contract over a few of the 128 PE rows per tap: a 7x7 stem over RGB takes 49
-    passes at 2% of the array. Packed, partition block j of the window holds the input moved by j taps, so one
-    access pattern reads tap (.., w0 + j) on block j, and the stationary operand stacks the taps' weights: 7 passes
-    over 21 rows."""
+def packed_taps(ctx: LowerCtx, node: Node, geo: ConvGeometry) -> tuple[int, int]:
+    """(taps along the last spatial axis that share a matmul, row phases): (1, 1) packs nothing. A convolution
+    over few input channels (an image's 3) would otherwise contract over a few of the 128 PE rows per tap: a 7x7
+    stem over RGB takes 49 passes at 2% of the array. Packed, partition block j of the window holds the input
+    moved by j taps, so one access pattern reads tap (.., w0 + j) on block j, and the stationary operand stacks
+    the taps' weights: 7 passes over 21 rows.
+
+    With a stride s along the first of two spatial axes, the rows split into s phases (rows ph, ph + s, ...):
+    tap kh = s * k + ph of output row o reads row o + k of phase ph, so stacking the phases' blocks too, one pass
+    covers s kernel rows: the stem's 7 passes become 4 over 42 rows, and each input row is still loaded once per
+    shift (a phase holds only its own rows)."""
     pmax = ctx.program.target.partitions
     if geo.transposed or geo.groups != 1 or geo.channels > PACK_CHANNELS or geo.kernel[-1] < 2:
-        return 1
+        return 1, 1
     if not ctx.graph.tensors[node.inputs[1]].is_constant:
-        return 1
-    return min(geo.kernel[-1], pmax // geo.channels)
+        return 1, 1
+    packed = min(geo.kernel[-1], pmax // geo.channels)
+    rows = geo.axes[0]
+    phases = min(rows.stride, rows.kernel) if len(geo.axes) == 2 and rows.dilation == 1 and rows.up == 1 else 1
+    if phases < 2 or packed < geo.kernel[-1] or phases * packed * geo.channels > pmax:
+        return packed, 1  # (with every shift of a row in one block, a group's rows are one range of partitions)
+    # Phases halve each window load, and a queue keeps only two transfers in flight, each paying the DMA
+    # latency: worth it only where the matmuls take well over the loads' time at full DMA bandwidth. ResNet's
+    # stem in fp32 (matmuls at a quarter of the bf16 rate: 126 us against 16 us of loads) gains 54 us; in bf16
+    # (31 us against 16) it ran 7% slower with them.
+    target, x = ctx.program.target, ctx.graph.tensors[node.inputs[0]]
+    dtype = ctx.program.operand_dtype(DType.fp32)
+    outputs = x.shape[0] * math.prod(ax.out for ax in geo.axes)
+    matmul_ns = rows.kernel * outputs / pe_rate(dtype, target) / target.pe_ghz
+    loads_ns = packed * x.size * 4 / (target.dma_queues * target.dma_queue_gbps)
+    return packed, phases if matmul_ns > 3 * loads_ns else 1
 
 
-def _packed_weights(ctx: LowerCtx, node: Node, geo: ConvGeometry, packed: int,
+def row_phase(ax: Axis, ph: int) -> tuple[Axis, int]:
+    """The axis seen through phase ph of its stride s (rows ph, ph + s, ... of the padded input): an axis of
+    stride 1 over those rows and its first input element. Output o's tap s * k + ph is the phase's tap k."""
+    s = ax.stride
+    first = (ph - ax.offset) % s
+    return Axis(len(range(first, ax.size, s)), ax.out, -(-ax.kernel // s), 1, 1, (ax.offset + first - ph) // s), first
+
+
+def _packed_weights(ctx: LowerCtx, node: Node, geo: ConvGeometry, packed: int, phases: int,
                     groups: list[tuple[tuple[int, ...], int, int]], co0: int, mt: int) -> Tile:
-    """[packed * C, groups x mt]: for tap group q, rows j * C + c hold W[co0 .. co0 + mt, c, tap (.., w0 + j)]."""
+    """[phases * packed * C, groups x mt]: for tap group q, rows (ph * packed + j) * C + c hold
+    W[co0 .. co0 + mt, c, tap (.., w0 + j)], the first axis' tap s * k + ph for the group's k with phases."""
     w = ctx.graph.tensors[node.inputs[1]].value.astype(np.float64)[co0:co0 + mt]  # [mt, C, *kernel]
-    c = geo.channels
-    block = np.zeros((packed * c, len(groups), mt))
+    c, stride = geo.channels, geo.axes[0].stride
+    rows = phases * packed * c
+    block = np.zeros((rows, len(groups), mt))
     for q, (outer, w0, count) in enumerate(groups):
-        for j in range(count):
-            block[j * c:(j + 1) * c, q] = w[(slice(None), slice(None), *outer, w0 + j)].T
+        for ph in range(phases):
+            taps = (stride * outer[0] + ph,) if phases > 1 else outer
+            if taps and taps[0] >= geo.kernel[0]:
+                continue
+            for j in range(count):
+                r0 = (ph * packed + j) * c
+                block[r0:r0 + c, q] = w[(slice(None), slice(None), *taps, w0 + j)].T
     dtype = ctx.program.operand_dtype(DType.fp32)
     data = block.astype(dtype.np)
     tensor = ctx.program.hbm_tensor(f"{node.name}/packed_weights{co0}", data.nbytes, "weight", dtype,
                                     data.tobytes())
-    tile = ctx.program.sbuf(packed * c, len(groups) * mt, dtype, f"{node.name}/w")
-    ctx.program.dma(tile.ap(), HbmView(tensor, dtype, (packed * c, len(groups) * mt), (len(groups) * mt, 1)))
+    tile = ctx.program.sbuf(rows, len(groups) * mt, dtype, f"{node.name}/w")
+    ctx.program.dma(tile.ap(), HbmView(tensor, dtype, (rows, len(groups) * mt), (len(groups) * mt, 1)))
     return tile
 
 
@@ -301,7 +336,9 @@ def lower_windowed_matmul(ctx: LowerCtx, node: Node, geo: ConvGeometry) -> None:
     rank, batch, pmax = len(geo.kernel), x.shape[0], target.partitions
     mt_max = geo.output_tile(target)
     co_tiles = [(co0, min(mt_max, geo.outputs - co0)) for co0 in range(0, geo.outputs, mt_max)]
-    packed = packed_taps(ctx, node, geo)
+    packed, phases = packed_taps(ctx, node, geo)
+    # the windows' geometry: with row phases, that of one phase (each holds its rows only)
+    window_axes_ = [row_phase(geo.axes[0], 0)[0], *geo.axes[1:]] if phases > 1 else geo.axes
     chunks = {}
     for co0, mt in co_tiles:
         lo, hi = geo.input_range(co0, mt)
@@ -310,16 +347,18 @@ def lower_windowed_matmul(ctx: LowerCtx, node: Node, geo: ConvGeometry) -> None:
     load_weights = (_constant_weights(ctx, node, geo, pairs) if ctx.graph.tensors[node.inputs[1]].is_constant
                     else _runtime_weights(ctx, node, geo))
     out_max = min(target.psum_bank_fmax, target.gemm_moving_fmax)
-    plan = blocks(batch, geo.axes, out_max, window_budget(target))
+    plan = blocks(batch, window_axes_, out_max, window_budget(target))
     taps = list(itertools.product(*(range(k) for k in geo.kernel)))
-    # with packing, a tap group: (the taps of the axes before the last, first last-axis tap, taps in the group)
+    # with packing, a tap group: (the taps of the axes before the last, first last-axis tap, taps in the group);
+    # with row phases, the first axis' taps are the phases' (k of tap s * k + ph)
+    outer_kernel = (window_axes_[0].kernel, *geo.kernel[1:-1]) if phases > 1 else geo.kernel[:-1]
     groups = [(outer, w0, min(packed, geo.kernel[-1] - w0))
-              for outer in itertools.product(*(range(k) for k in geo.kernel[:-1]))
+              for outer in itertools.product(*(range(k) for k in outer_kernel))
               for w0 in range(0, geo.kernel[-1], packed)]
     spatial = tuple(range(2, 2 + rank))
     for co0, mt in co_tiles:
         if packed > 1:
-            packed_w = _packed_weights(ctx, node, geo, packed, groups, co0, mt)
+            packed_w = _packed_weights(ctx, node, geo, packed, phases, groups, co0, mt)
         else:
             weights = [load_weights(c0, ct, co0, mt) for c0, ct in chunks[co0]]
         bias_tile = None
@@ -330,7 +369,7 @@ def lower_windowed_matmul(ctx: LowerCtx, node: Node, geo: ConvGeometry) -> None:
         for block in plan:
             acc = prog.psum(mt, block.size, f"{node.name}/acc")
             if packed > 1:
-                _packed_products(prog, acc, packed_w, x, block, geo, packed, groups, mt, node.name)
+                _packed_products(prog, acc, packed_w, x, block, geo, packed, phases, groups, mt, node.name)
             else:
                 first = True
                 for (c0, ct), w in zip(chunks[co0], weights):
@@ -359,20 +398,32 @@ def lower_windowed_matmul(ctx: LowerCtx, node: Node, geo: ConvGeometry) -> None:
 
 
 def _packed_products(prog: Program, acc: Tile, weights: Tile, x: HbmView, block: Block, geo: ConvGeometry,
-                     packed: int, groups: list[tuple[tuple[int, ...], int, int]], mt: int, name: str) -> None:
+                     packed: int, phases: int, groups: list[tuple[tuple[int, ...], int, int]], mt: int,
+                     name: str) -> None:
     """The block's window, copied `packed` times onto partition blocks each moved one tap further along the last
-    axis, then one matmul per tap group."""
+    axis (for each row phase, of that phase's rows), then one matmul per tap group."""
     c, rank = geo.channels, len(geo.kernel)
     src = x.transpose((1, 0, *range(2, 2 + rank)))  # (C, batch, *inputs)
-    strides, image = window_strides(block, geo.axes)
-    window = prog.sbuf(packed * c, block.images * image, prog.operand_dtype(DType.fp32), f"{name}/x")
+    views = [(geo.axes, src)]
+    if phases > 1:
+        views = []
+        for ph in range(phases):
+            axis, first = row_phase(geo.axes[0], ph)
+            views.append(([axis, *geo.axes[1:]], src.slice(2, first, src.shape[2], geo.axes[0].stride)))
+    strides, image = window_strides(block, views[0][0])
+    window = prog.sbuf(phases * packed * c, block.images * image, prog.operand_dtype(DType.fp32), f"{name}/x")
     last = geo.axes[-1]
-    fill_edges(prog, window, block, geo.axes, [j * last.dilation for j in range(packed)], 0.0)
-    for j in range(packed):
-        fill_window(prog, window, src, block, geo.axes, j * c, j * last.dilation)
+    shifts = [j * last.dilation for j in range(packed)]
+    fill_edges(prog, window, block, views[0][0], shifts, 0.0, [axes for axes, _ in views])  # before any load
+    for ph, (axes, view) in enumerate(views):
+        for j in range(packed):
+            fill_window(prog, window, view, block, axes, (ph * packed + j) * c, shifts[j])
     for q, (outer, w0, count) in enumerate(groups):
-        prog.emit("nc_matmul", Engine.PE, dst=acc.ap(), stationary=weights.ap(((mt, 1),), q * mt, 0, count * c),
-                  moving=window_ap(window, (image, *strides), block, geo.axes, (*outer, w0), count * c),
+        # the phases with a tap in this group's kernel row (the last may have fewer), each all its shifts
+        rows = count * c if phases == 1 else \
+            min(phases, geo.kernel[0] - geo.axes[0].stride * outer[0]) * packed * c
+        prog.emit("nc_matmul", Engine.PE, dst=acc.ap(), stationary=weights.ap(((mt, 1),), q * mt, 0, rows),
+                  moving=window_ap(window, (image, *strides), block, views[0][0], (*outer, w0), rows),
                   accumulate=q > 0)
 
 

@@ -158,7 +158,9 @@ def lower_reduce(ctx: LowerCtx, node: Node) -> None:
         return
     kept = tuple(n for a, n in enumerate(x.shape) if a not in axes)
     length = math.prod(x.shape[a] for a in axes)
-    out = ctx.output(node.outputs[0])
+    # the kept axes, merged, on partitions: the layout the result is written in (a pooled feature vector is then
+    # K on partitions for the classifier's matmul, read on chip as it lies)
+    out = ctx.output(node.outputs[0], partition_axes=(0, len(ctx.shape(node.outputs[0]))))
     rows_out = out.reshape((*kept, 1))
     assert rows_out is not None
     r = REDUCTIONS[node.op]

@@ -100,15 +100,19 @@ def needs_fill(block: Block, axes: list[Axis]) -> bool:
     return any(ax.up != 1 or ax.interior(s, c)[1] != ax.span(c) for ax, s, c in zip(axes, block.starts, block.counts))
 
 
-def fill_edges(prog: Program, tile: Tile, block: Block, axes: list[Axis], shifts: list[int], value: float) -> None:
+def fill_edges(prog: Program, tile: Tile, block: Block, axes: list[Axis], shifts: list[int], value: float,
+               phases: list[list[Axis]] | None = None) -> None:
     """Fill what no input element of the block's windows covers, for windows moved by each of `shifts` along the
-    last axis (all on the tile's partitions): per axis, the slab before the first input element and the slab
+    last axis (all on the tile's partitions), and with `phases`, for the window of each of those axes too (row
+    phases of the same spans, lower/conv.py): per axis, the slab before the first input element and the slab
     after the last (over the other axes whole), instead of the whole tile. Only for windows without zero
     insertion (up = 1), where the input elements along an axis are one run."""
     strides, image = window_strides(block, axes)
     spans = [ax.span(c) for ax, c in zip(axes, block.counts)]
-    for k, (ax, start, count) in enumerate(zip(axes, block.starts, block.counts)):
-        runs = [ax.interior(start, count, sh if k == len(axes) - 1 else 0) for sh in shifts]
+    options = phases or [axes]
+    for k, (start, count) in enumerate(zip(block.starts, block.counts)):
+        runs = [option[k].interior(start, count, sh if k == len(axes) - 1 else 0)
+                for option in options for sh in shifts]
         before = max(pos if n else spans[k] for _, n, pos in runs)
         after = min(pos + n if n else 0 for _, n, pos in runs)
         for lo, hi in ((0, before), (after, spans[k])):

@@ -8,7 +8,7 @@ import onnx
 from onnx import TensorProto, helper
 
 from isa.assembly import disassemble
-from neuronx_cc_lite.compiler import compile_model
+from neuronx_cc_lite.compiler import Options, compile_model
 from tests.conftest import assert_close, make_model, run_both
 
 F32 = TensorProto.FLOAT
@@ -35,11 +35,11 @@ def check(model: onnx.ModelProto, tmp: str, rtol: float = 1e-4, seed: int = 0, p
     assert_close(ours, ref, rtol=rtol)
 
 
-def streams(model: onnx.ModelProto) -> dict[str, list[str]]:
+def streams(model: onnx.ModelProto, options: Options | None = None) -> dict[str, list[str]]:
     """The mnemonics each engine runs ("PE", "ACT", "DVE", "POOL"; "DMA" for all queues), from the listing."""
     found: dict[str, list[str]] = {}
     name = ""
-    for line in disassemble(compile_model(model)).splitlines():
+    for line in disassemble(compile_model(model, options)).splitlines():
         if line.startswith(".stream "):
             name = line.split()[1]
             name = "DMA" if name.startswith("DMA") else name

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from neuronx_cc_lite.compiler import compile_model
+from neuronx_cc_lite.compiler import Options, compile_model
 from neuronx_cc_lite.errors import UnsupportedError
 from tests.compiler.one_node import F32, check, one_node, rng_weights, streams
 
@@ -38,6 +38,10 @@ CONV = {
     "depthwise-multiplier": dict(n=1, c=4, spatial=[7, 9], m=8, kernel=[3, 3], group=4, pads=[1, 1, 1, 1],
                                  runtime_weights=True),
     "groups-across-tiles": dict(n=1, c=150, spatial=[5, 6], m=60, kernel=[3, 3], group=3, pads=[1, 1, 1, 1]),
+    # row phases (lower/conv.py packed_taps): an image stem, odd sizes, a stride past the kernel, batch
+    "stem-7x7-stride2": dict(n=1, c=3, spatial=[33, 30], m=8, kernel=[7, 7], strides=[2, 2], pads=[3, 3, 3, 3]),
+    "stem-stride3-batch2": dict(n=2, c=3, spatial=[17, 16], m=5, kernel=[5, 3], strides=[3, 1], pads=[1, 1, 2, 0]),
+    "stride-past-kernel": dict(n=1, c=3, spatial=[13, 11], m=4, kernel=[2, 3], strides=[4, 2], pads=[1, 0, 0, 1]),
     "1x1-130-channels": dict(n=2, c=130, spatial=[7, 9], m=130, kernel=[1, 1], bias=False),
     "1x1-stride2": dict(n=1, c=5, spatial=[7, 9], m=3, kernel=[1, 1], strides=[2, 2]),
     "kernel-larger-than-input": dict(n=1, c=2, spatial=[5, 4], m=3, kernel=[7, 9], pads=[3, 4, 3, 4]),
@@ -88,6 +92,16 @@ def test_conv_runs_on_the_tensor_engine():
     assert {op for e in ("DVE", "POOL") for op in engines.get(e, [])} == {"memset"}
     # one matmul per row of taps (few input channels: the taps of a row share the PE rows), both images in one bank
     assert len(engines["PE"]) == 3
+
+
+def test_a_strided_stem_folds_its_row_phases_into_one_pass():
+    """A 7x7 stride-2 convolution over RGB: in fp32, where the matmuls (a quarter of the bf16 rate) take well over
+    the window loads, both row phases share each pass: 4 matmuls per bank of outputs instead of 7; in bf16 the
+    loads would lose more than the matmuls gain, and each kernel row is a pass (lower/conv.py packed_taps)."""
+    model = conv("Conv", n=1, c=3, spatial=[64, 64], m=16, kernel=[7, 7], strides=[2, 2], pads=[3, 3, 3, 3])
+    banks = 2  # 32 x 32 outputs, 512 to a bank
+    assert len(streams(model)["PE"]) == 4 * banks
+    assert len(streams(model, Options(auto_cast="matmult"))["PE"]) == 7 * banks
 
 
 @pytest.mark.parametrize("op, shape, kernel, message", [
