@@ -4,7 +4,7 @@ exports it. Per model: the miss (compile, store the entry, copy it to -o), the f
 checked in full: its payload's sha256), then hits that trust the entry's identity, written to an existing output
 (replacing it) and to a new one. Times are the wall time of `neuronx-cc-lite compile MODEL -o OUT` (process start
 and imports included; best and all of --repeat), with the CPU time of the best; the load average is printed with them
-because the machine they are measured on is shared.
+because the machine they are measured on is shared, and so is the command's floor at that load (`--version`).
 
     .venv/bin/python benchmarks/cache_hit.py [--repeat N] [--models bert_base,bert12]
 """
@@ -34,7 +34,7 @@ def timed(argv: list[str]) -> tuple[float, float]:
     """The wall time and the CPU time (user + system) of a command run to its end."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    subprocess.run(argv, check=True, env={**os.environ, "OPENBLAS_NUM_THREADS": "1"})
+    subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, env={**os.environ, "OPENBLAS_NUM_THREADS": "1"})
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return wall, after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
@@ -65,7 +65,9 @@ def bench(name: str, repeat: int, tmp: str) -> None:
         if os.path.exists(fresh):
             os.unlink(fresh)
         fresh_hits.append(timed([*compile_, fresh]))
+    floor = [timed([COMMAND, "--version"]) for _ in range(repeat)]
     print(f"{name} ({weights / 1e6:.0f} MB of weights in {os.path.basename(model)}.data), {load()}:\n"
+          f"  the command's floor (--version):          {best(floor)}\n"
           f"  miss (compile, store, copy to -o):        {best([miss])}\n"
           f"  first hit (the new entry hashed in full): {best([first])}\n"
           f"  hit, -o replacing the last output:        {best(hits)}\n"
