@@ -1,7 +1,6 @@
 """The bundle file (our NEFF): a fixed-size header, then a zip archive.
 
-Header (96 bytes, little-endian): magic "NXCLNEFF", format version (u16), header size (u16), number of ranks (u16),
-payload size (u64), sha256 of the payload (32 bytes), target name (16 bytes, NUL-padded), zero padding.
+Header (96 bytes: magic, format version, payload size and sha256, target): isa/header.py.
 
 A bundle holds the program of every rank. A rank is a logical NeuronCore: `lnc` physical cores acting as one
 (trn2's LNC=2; 1 elsewhere). Ranks fill chips in order (`Target.ranks_per_chip(lnc)` per chip) and chips fill
@@ -35,7 +34,6 @@ are never held twice in memory.
 
 from __future__ import annotations
 
-import errno
 import functools
 import hashlib
 import io
@@ -53,14 +51,11 @@ import numpy as np
 from isa.codec import decode_stream, encode_stream
 from isa.errors import BundleError, IsaError
 from isa.files import open_regular, replacing
+from isa.header import FORMAT_VERSION, HEADER, HEADER_SIZE, MAGIC, Header, check_output, read_header  # noqa: F401
 from isa.instructions import Instruction
 from isa.limits import MAX_INSTRUCTIONS, MAX_INSTRUCTIONS_PER_STREAM, MAX_MANIFEST_BYTES
 from isa.manifest import check_manifest, check_parts_manifest, parse_json
 
-MAGIC = b"NXCLNEFF"
-FORMAT_VERSION = 2  # 2: ranks, replica groups, collectives, tensors placed per rank
-HEADER = struct.Struct("<8sHHHQ32s16s")
-HEADER_SIZE = 96
 _ZIP_TIME = (1980, 1, 1, 0, 0, 0)
 _CHUNK = 1 << 20  # bytes hashed, checked or copied at a time: large weights never need a second copy in memory
 _LOCAL_HEADER = struct.Struct(zipfile.structFileHeader)  # a member's local header, before its bytes
@@ -409,42 +404,6 @@ def write(bundle: Bundle, path: str | os.PathLike[str]) -> None:
         _write_archive(bundle, window)
         f.seek(0)
         f.write(_header(bundle, window.end, window.sha256()))
-
-
-def check_output(path: str | os.PathLike[str]) -> None:
-    """A bundle replaces an empty file or a bundle, nothing else: `-o` naming the model, its weights or any other
-    file by mistake must not destroy it (FileExistsError). Devices and FIFOs are refused by `replacing`."""
-    try:
-        with open_regular(path) as f:
-            start = f.read(len(MAGIC))
-    except OSError:  # absent, or not a regular file (which `replacing` refuses with its reason)
-        return
-    if start and start != MAGIC:
-        raise FileExistsError(errno.EEXIST, "exists and is not a bundle: refusing to replace it (remove it first if "
-                              "that is what you want)", os.fspath(path))
-
-
-@dataclass(frozen=True)
-class Header:
-    version: int
-    num_cores: int
-    payload_size: int
-    sha256: bytes
-    target: str
-
-
-def read_header(data: bytes) -> Header:
-    if len(data) < HEADER_SIZE:
-        raise BundleError(f"file is {len(data)} bytes, shorter than the {HEADER_SIZE}-byte bundle header")
-    magic, version, header_size, cores, size, digest, target = HEADER.unpack_from(data)
-    if magic != MAGIC:
-        raise BundleError("not a neuronx-cc-lite bundle (bad magic)")
-    if version != FORMAT_VERSION:
-        raise BundleError(f"bundle format version {version}; this tool reads version {FORMAT_VERSION} "
-                          f"(recompile the model with this neuronx-cc-lite)")
-    if header_size != HEADER_SIZE:
-        raise BundleError(f"header size {header_size}, expected {HEADER_SIZE}")
-    return Header(version, cores, size, digest, target.rstrip(b"\0").decode("ascii", "replace"))
 
 
 def _members(z: zipfile.ZipFile, payload_size: int) -> dict[str, zipfile.ZipInfo]:

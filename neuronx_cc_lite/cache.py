@@ -13,11 +13,18 @@ file is hashed again. A record is only made of files whose last change is TRUST_
 starts: a change within the same tick of the file system's clock would keep the identity (git's "racily clean").
 
 An entry is two files: <k>.neff, the bundle, and <k>.key, which binds it to its key: the key, the sha256 of the
-bundle's payload (its header's), and the bundle file's identity. A read checks that the .key names this key and the
-bundle's header that hash; while the bundle keeps the identity recorded, its payload is not hashed again (a hit is a
-decode of the manifest and streams, and for `-o` a kernel copy), and otherwise it is checked in full. So an entry
-replaced by another bundle, valid or not, or edited in place, is never returned for this key: it is removed and the
-model compiled again. An entry or record that is not a regular file (a FIFO, a device, a link) is refused unread.
+bundle's payload (its header's), the bundle file's identity (device, inode, size, mtime, ctime), when the payload was
+last checked against the hash, and what `compile` reports of the bundle (compiler.describe). A read checks that the
+.key names this key and the bundle's header that hash; while the bundle keeps the identity recorded (and was
+settled, TRUST_AFTER seconds unchanged, when it was checked), its payload is not hashed again, and otherwise it is
+checked in full. So an entry replaced by another bundle, valid or not, or edited in place, is never returned for this
+key: it is removed and the model compiled again. An entry or record that is not a regular file (a FIFO, a device, a
+link) is refused unread.
+
+A hit for `compile -o` is then a copy of the entry's file (isa/files.py `copy_file`: a reflink where the file system
+has them, else copy_file_range; never a hard link, so that neither the user's output nor the entry changes with the
+other) and decodes nothing: neither the compiler, onnx, ml_dtypes nor the stream decoder is loaded. A hit for the
+Python API decodes the bundle, trusting the check just made.
 
 Each file is written atomically (isa/files.py `replacing`: a temporary renamed into place), so concurrent writers of
 one key leave one whole entry. A hit touches the .key; after each store the least recently used entries are removed
@@ -36,15 +43,16 @@ import os
 import re
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, BinaryIO, Callable
 
-from isa import bundle as bundle_format
-from isa.bundle import Bundle
-from isa.errors import IsaError
-from isa.files import identity, link_into_place, open_regular, read_regular, replacing, sweep
+from isa.errors import BundleError, IsaError
+from isa.files import copy_file, identity, open_regular, read_regular, replacing, sweep
+from isa.header import HEADER_SIZE, check_output, read_header
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # a hit loads neither (nor numpy, nor the compiler): they are imported where a bundle is made
     import onnx
+
+    from isa.bundle import Bundle
 
 ENV = "NEURONX_CC_LITE_CACHE"
 SIZE_ENV = "NEURONX_CC_LITE_CACHE_SIZE"
@@ -152,13 +160,13 @@ def model_files(model: str | os.PathLike[str] | onnx.ModelProto, directory: str 
     CompileError (or OSError) for a model that cannot be read; compiling it gives the same coded error."""
     if not isinstance(model, (str, os.PathLike)):  # a ModelProto (onnx is imported only when a model is parsed)
         return ModelFiles(hashlib.sha256(model.SerializeToString(deterministic=True)).hexdigest(), [])
-    from neuronx_cc_lite.model_files import (MAX_MODEL_BYTES, external_info, external_path, external_tensors,
-                                             parse_model)
-
     path = os.path.realpath(os.fspath(model))
     known = _remembered(directory, path) if directory is not None else None
     if known is not None:
         return known
+    from neuronx_cc_lite.model_files import (MAX_MODEL_BYTES, external_info, external_path, external_tensors,
+                                             parse_model)  # onnx: only to find the external data of a new model
+
     digest, ident, data = _hash_file(path, MAX_MODEL_BYTES)
     root = os.path.dirname(path)
     tensors = external_tensors(parse_model(data, path))  # external data is not loaded: only its locations are wanted
@@ -193,11 +201,13 @@ def _write_record(path: str, record: dict[str, Any]) -> None:
 
 @dataclass
 class Entry:
-    """A cache entry read back: the bundle, its file, and that file's identity when it was read."""
+    """A cache entry found bound to its key: its bundle file, that file's identity when it was checked, the sha256
+    of the bundle's payload, and what `compile` reports of the bundle (compiler.describe)."""
 
-    bundle: Bundle
     path: str
     identity: tuple[int, ...]
+    sha256: bytes
+    summary: dict[str, Any]
 
 
 def _paths(directory: str, k: str) -> tuple[str, str]:
@@ -205,19 +215,16 @@ def _paths(directory: str, k: str) -> tuple[str, str]:
     return f"{stem}.neff", f"{stem}.key"
 
 
-def _entry_identity(st: os.stat_result) -> tuple[int, ...]:
-    """An entry file's identity: device, inode, size and mtime. Not its ctime, which a hard link to it (an `-o`
-    output) changes; a write to it changes its mtime, and one in the same clock tick as it was checked is caught
-    because only a file settled TRUST_AFTER seconds before it was checked is trusted unhashed."""
-    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+def _last_change(st: os.stat_result) -> float:
+    return max(st.st_mtime, st.st_ctime)
 
 
-def _bind(binding: str, k: str, sha256: bytes, st: os.stat_result, checked: float) -> None:
-    """Write the .key of an entry: its key, its payload hash, its file's identity, and when its payload was last
-    checked against the hash."""
+def _bind(binding: str, k: str, sha256: bytes, st: os.stat_result, checked: float, summary: dict[str, Any]) -> None:
+    """Write the .key of an entry: its key, its payload hash, its file's identity, when its payload was last
+    checked against the hash, and the bundle's summary."""
     with replacing(binding) as f:
-        f.write(json.dumps({"key": k, "sha256": sha256.hex(), "identity": list(_entry_identity(st)),
-                            "checked": checked}).encode())
+        f.write(json.dumps({"key": k, "sha256": sha256.hex(), "identity": list(identity(st)), "checked": checked,
+                            "summary": summary}).encode())
 
 
 def _discard(paths: tuple[str, ...], why: str) -> None:
@@ -229,14 +236,29 @@ def _discard(paths: tuple[str, ...], why: str) -> None:
             pass
 
 
+def _check_payload(f: BinaryIO, size: int, sha256: bytes, in_full: bool) -> None:
+    """BundleError unless the open bundle file `f` of `size` bytes has a header naming `sha256` and the payload
+    size it has; `in_full`: and its payload hashes to it."""
+    header = read_header(f.read(HEADER_SIZE))
+    if size - HEADER_SIZE != header.payload_size:
+        raise BundleError(f"payload is {size - HEADER_SIZE} bytes, the header says {header.payload_size}")
+    if header.sha256 != sha256:
+        raise BundleError("the header's hash is not the one expected: another bundle took this file's place")
+    if in_full and hashlib.file_digest(f, "sha256").digest() != sha256:  # type: ignore[arg-type]
+        raise BundleError("sha256 hash mismatch: the entry is corrupted")
+
+
 def lookup(directory: str, k: str) -> Entry | None:
-    """The entry of key `k`, checked as the module says; a broken one is removed."""
+    """The entry of key `k`, checked as the module says (its bundle is not decoded); a broken one is removed."""
     neff, binding = _paths(directory, k)
     try:
         record = json.loads(read_regular(binding, _RECORD_BYTES))
-        sha256, recorded, checked = bytes.fromhex(record["sha256"]), tuple(record["identity"]), record["checked"]
+        sha256, recorded, checked = bytes.fromhex(record["sha256"]), tuple(record["identity"]), float(record["checked"])
+        summary = record["summary"]
         if record["key"] != k:
             raise ValueError(f"its .key is for another key ({str(record['key'])[:16]}...)")
+        if not isinstance(summary, dict):
+            raise ValueError("its .key holds no summary of the bundle")
     except FileNotFoundError:
         return None
     except (OSError, ValueError, KeyError, TypeError) as e:  # includes a .key that is a FIFO or a device
@@ -246,10 +268,10 @@ def lookup(directory: str, k: str) -> Entry | None:
         started = time.time()
         with open_regular(neff) as f:
             st = os.fstat(f.fileno())
-            unchanged = _entry_identity(st) == recorded and checked - st.st_mtime >= TRUST_AFTER
-            bundle = bundle_format.read_from(f, sha256, unchanged)
-        if not unchanged and started - st.st_mtime >= TRUST_AFTER:  # settled, and checked in full just now:
-            _bind(binding, k, sha256, st, started)  # trusted unhashed from now on
+            trusted = identity(st) == recorded and checked - _last_change(st) >= TRUST_AFTER
+            _check_payload(f, st.st_size, sha256, in_full=not trusted)
+        if not trusted and started - _last_change(st) >= TRUST_AFTER:  # settled, and checked in full just now:
+            _bind(binding, k, sha256, st, started, summary)  # trusted unhashed from now on
         else:
             os.utime(binding)  # the least recently used entries go first
     except FileNotFoundError:
@@ -257,12 +279,33 @@ def lookup(directory: str, k: str) -> Entry | None:
     except (IsaError, OSError) as e:  # truncated, corrupted, another bundle, not a regular file
         _discard((neff, binding), str(e) if isinstance(e, IsaError) else f"{e.strerror or e}")
         return None
-    return Entry(bundle, neff, _entry_identity(st))
+    return Entry(neff, identity(st), sha256, summary)
+
+
+def decode(entry: Entry) -> Bundle | None:
+    """The bundle of an entry that `lookup` checked (its payload not hashed again); None, the entry removed if it
+    broke, when its file is no longer the one checked or does not decode."""
+    from isa import bundle as bundle_format
+
+    try:
+        with open_regular(entry.path) as f:
+            if identity(os.fstat(f.fileno())) != entry.identity:
+                return None
+            return bundle_format.read_from(f, entry.sha256, unchanged=True)
+    except FileNotFoundError:
+        return None
+    except (IsaError, OSError) as e:
+        _discard((entry.path, entry.path[:-len(".neff")] + ".key"),
+                 str(e) if isinstance(e, IsaError) else f"{e.strerror or e}")
+        return None
 
 
 def store(directory: str, k: str, bundle: Bundle, size_limit: int) -> Entry | None:
     """Write the entry of `k` (None when it cannot be written or is larger than the limit), then shrink the cache
     to `size_limit`."""
+    from isa import bundle as bundle_format
+    from neuronx_cc_lite.compiler import describe
+
     neff, binding = _paths(directory, k)
     try:
         os.makedirs(os.path.dirname(neff), exist_ok=True)
@@ -270,42 +313,32 @@ def store(directory: str, k: str, bundle: Bundle, size_limit: int) -> Entry | No
         bundle_format.write(bundle, neff)
         with open_regular(neff) as f:
             st = os.fstat(f.fileno())
-            sha256 = bundle_format.read_header(f.read(bundle_format.HEADER_SIZE)).sha256
+            sha256 = read_header(f.read(HEADER_SIZE)).sha256
         if st.st_size > size_limit:
             log.info(f"not caching a bundle of {st.st_size} bytes, more than the cache's {size_limit}")
             os.unlink(neff)
             return None
-        _bind(binding, k, sha256, st, written)
+        summary = describe(bundle)
+        _bind(binding, k, sha256, st, written, summary)
     except OSError as e:  # a cache that cannot be written costs speed, never the compile
         log.warning(f"cannot write the compile cache entry {neff}: {e.strerror or e}")
         return None
     shrink(directory, size_limit, keep=k)
-    return Entry(bundle, neff, _entry_identity(st))
+    return Entry(neff, identity(st), sha256, summary)
 
 
 def export(entry: Entry, output: str | os.PathLike[str]) -> bool:
-    """Write `output` as the entry's file: a hard link to it on the same file system (the cache never writes a
-    file in place, and a write to the output changes the entry's mtime, so the entry is then checked in full
-    and dropped), else a kernel copy. False, writing nothing, when the entry's file is no longer the one read."""
-    bundle_format.check_output(output)
-
-    def same(st: os.stat_result) -> bool:
-        return _entry_identity(st) == entry.identity
-
-    if link_into_place(entry.path, output, same):
-        return True
+    """Write `output` as a copy of the entry's file, atomically: a reflink where the file system shares blocks
+    copy-on-write (btrfs, XFS), else a kernel copy (copy_file_range). Never a hard link: the output is the user's
+    to edit in place, and the entry must not change with it. False, writing nothing, when the entry's file is no
+    longer the one checked."""
+    check_output(output)
     with open_regular(entry.path) as src:
-        st = os.fstat(src.fileno())
-        if not same(st):
+        if identity(os.fstat(src.fileno())) != entry.identity:
             return False
         with replacing(output) as dst:
-            done = 0
-            while done < st.st_size:
-                n = os.copy_file_range(src.fileno(), dst.fileno(), st.st_size - done, done, done)
-                if n == 0:
-                    raise OSError(errno.EIO, "the file ended while it was copied", entry.path)
-                done += n
-    return True
+            copy_file(src, dst, entry.identity[2])
+        return identity(os.fstat(src.fileno())) == entry.identity  # not written to while it was copied
 
 
 def shrink(directory: str, size_limit: int, keep: str | None = None) -> None:
@@ -359,20 +392,51 @@ def cached(model: str | os.PathLike[str] | onnx.ModelProto, flags: dict[str, obj
     the bundle is also written there (a hit is copied from its entry file)."""
     bundle = None
     if directory is not None:
-        try:
-            k = key(model_files(model, directory).digest, flags)
-        except Exception:  # noqa: BLE001 - a file that cannot be read or parsed: compiling it gives the coded error
-            k = None
-        entry = lookup(directory, k) if k is not None else None
-        if entry is not None:
-            log.debug(f"compile cache hit {entry.path}")
-        elif k is not None:
-            bundle = build()
-            entry = store(directory, k, bundle, default_size() if size_limit is None else size_limit)
-        if entry is not None and (output is None or export(entry, output)):
-            return entry.bundle
-    if bundle is None:  # no cache, or a hit whose file changed after it was read
+        entry, bundle = _found_or_built(model, flags, directory, build, size_limit)
+        if entry is not None and bundle is None:
+            bundle = decode(entry)
+        if entry is not None and bundle is not None and (output is None or export(entry, output)):
+            return bundle
+    if bundle is None:  # no cache, or a hit whose file changed after it was checked
         bundle = build()
     if output is not None:
+        from isa import bundle as bundle_format
+
         bundle_format.write(bundle, output)
     return bundle
+
+
+def compile_to(model: str | os.PathLike[str], flags: dict[str, object], directory: str | None,
+               build: Callable[[], Bundle], output: str | os.PathLike[str], size_limit: int | None = None
+               ) -> dict[str, Any]:
+    """`cached` for a command that only writes the bundle to `output`: a hit copies the entry's file there and
+    decodes nothing. Returns what `compile` reports of the bundle (compiler.describe)."""
+    bundle = None
+    if directory is not None:
+        entry, bundle = _found_or_built(model, flags, directory, build, size_limit)
+        if entry is not None and export(entry, output):
+            return entry.summary
+    if bundle is None:  # no cache, or a hit whose file changed after it was checked
+        bundle = build()
+    from isa import bundle as bundle_format
+    from neuronx_cc_lite.compiler import describe
+
+    bundle_format.write(bundle, output)
+    return describe(bundle)
+
+
+def _found_or_built(model: str | os.PathLike[str] | onnx.ModelProto, flags: dict[str, object], directory: str,
+                    build: Callable[[], Bundle], size_limit: int | None) -> tuple[Entry | None, Bundle | None]:
+    """The entry of (model, flags) and None; else the entry `build()`'s bundle was stored as (None when it could
+    not be) and that bundle."""
+    try:
+        k = key(model_files(model, directory).digest, flags)
+    except Exception:  # noqa: BLE001 - a file that cannot be read or parsed: compiling it gives the coded error
+        k = None
+    entry = lookup(directory, k) if k is not None else None
+    if entry is not None:
+        log.debug(f"compile cache hit {entry.path}")
+        return entry, None
+    bundle = build()
+    return (store(directory, k, bundle, default_size() if size_limit is None else size_limit)
+            if k is not None else None), bundle

@@ -175,12 +175,13 @@ def _add_compile_options(p: argparse.ArgumentParser) -> None:
 
 
 def _options(args: argparse.Namespace) -> Any:
-    from neuronx_cc_lite.codegen.stages import STAGE_NAMES
-    from neuronx_cc_lite.compiler import Options
-    from neuronx_cc_lite.passes import PASS_NAMES
+    from neuronx_cc_lite.options import Options  # not the compiler: a cache hit needs only the options' flags
 
     dump = set(args.dump_ir_after)
     if "all" in dump:
+        from neuronx_cc_lite.codegen.stages import STAGE_NAMES
+        from neuronx_cc_lite.passes import PASS_NAMES
+
         dump = {"import", *PASS_NAMES, *STAGE_NAMES}
     if args.workdir:
         os.makedirs(args.workdir, exist_ok=True)
@@ -193,9 +194,10 @@ def _options(args: argparse.Namespace) -> Any:
 
 
 def _compile_cached(args: argparse.Namespace, options: Any, model: Any, output: str | None = None) -> Any:
-    """The bundle for `model`, from the compile cache when it has it (and written to `output`, if given); IR dumps
-    need the passes, so they skip it."""
-    from neuronx_cc_lite.cache import cached, default_dir
+    """The bundle for `model`, from the compile cache when it has it; IR dumps need the passes, so they skip it.
+    With `output`, the bundle is written there and what `compile` reports of it (compiler.describe) is returned
+    instead: a hit then copies the entry's file and loads neither the compiler nor the bundle format's decoder."""
+    from neuronx_cc_lite.cache import cached, compile_to, default_dir
 
     built = []
 
@@ -216,7 +218,10 @@ def _compile_cached(args: argparse.Namespace, options: Any, model: Any, output: 
     if directory:
         progress.status("looking the model up in the compile cache")
     start = time.perf_counter()
-    b = cached(args.model, options.flags(), directory, build, output, args.cache_size)
+    if output is None:
+        b = cached(args.model, options.flags(), directory, build, None, args.cache_size)
+    else:
+        b = compile_to(args.model, options.flags(), directory, build, output, args.cache_size)
     if directory:
         log.debug(f"compile cache {directory}: {'miss, compiled and stored' if built else 'hit'} in "
                   f"{time.perf_counter() - start:.3f} s")
@@ -228,9 +233,6 @@ def _dump(name: str, text: str) -> None:
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
-    from neuronx_cc_lite.compiler import instruction_counts, prepare
-    from neuronx_cc_lite.ir import print_graph
-
     options = _options(args)
     if options.stop_after:
         from neuronx_cc_lite.codegen.stages import STAGE_NAMES, StopAfter
@@ -249,16 +251,17 @@ def cmd_compile(args: argparse.Namespace) -> int:
     if args.output is None:
         args.output = _default_output(args.model)
         _check_paths(args)  # the default name, as one given is checked before any work
-    b = _compile_cached(args, options, args.model, args.output)
+    summary = _compile_cached(args, options, args.model, args.output)
     log.debug(f"wrote {args.output}: {os.path.getsize(args.output)} bytes")
-    chips = [(f"chip part {k}: ", p.bundle) for k, p in enumerate(b.parts) if p.bundle] if b.parts else [("", b)]
-    for part, chip in chips:
-        total = sum(len(s.instructions) for s in chip.cores[0].values())
-        log.info(f"compiled {args.model} -> {args.output} for {b.target} in {progress.since_start():.2f} s: {part}"
-                 f"{total} instructions ({instruction_counts(chip.cores[0])}), {chip.hbm_size} bytes of HBM")
-    for k, p in enumerate(b.parts):
-        if p.kind == "host":
-            log.info(f"host part {k}: {', '.join(f'{op} x{n}' for op, n in p.ops.items())} (onnxruntime on the CPU)")
+    for k, part in enumerate(summary["parts"]):
+        if part["kind"] == "chip":
+            log.info(f"compiled {args.model} -> {args.output} for {summary['target']} in {progress.since_start():.2f} "
+                     f"s: {f'chip part {k}: ' if summary['partitioned'] else ''}{part['instructions']} instructions "
+                     f"({part['per_engine']}), {part['hbm_size']} bytes of HBM")
+    for k, part in enumerate(summary["parts"]):
+        if part["kind"] == "host":
+            log.info(f"host part {k}: {', '.join(f'{op} x{n}' for op, n in part['ops'].items())} (onnxruntime on "
+                     "the CPU)")
     return 0
 
 
@@ -494,8 +497,8 @@ def _check_paths(args: argparse.Namespace) -> None:
     write two outputs to one file, or replace what is not a regular file (a device, a FIFO, a directory)."""
     import errno
 
-    from isa.bundle import check_output
     from isa.files import NotRegularFile, check_replaceable, same_file
+    from isa.header import check_output
 
     reads = [getattr(args, a) for a in _READ_ARGS if isinstance(getattr(args, a, None), str)]
     reads += [path for _, path in getattr(args, "input", [])]
@@ -538,13 +541,13 @@ def _default_output(model: str) -> str:
     """Where `compile` writes without -o: the model's name with .neff, in the working directory (neuronx-cc writes
     file.neff; a name per model keeps two compiles apart). A file of that name that is not a bundle is the user's:
     refused, as a usage error, rather than replaced."""
-    from isa import bundle as bundle_format
+    from isa.header import MAGIC
 
     output = os.path.splitext(os.path.basename(model))[0] + ".neff"
     if os.path.lexists(output):
         try:
             with open(output, "rb") as f:
-                ours = f.read(len(bundle_format.MAGIC)) == bundle_format.MAGIC
+                ours = f.read(len(MAGIC)) == MAGIC
         except OSError:
             ours = False
         if not ours:
@@ -1180,15 +1183,21 @@ def _say(console: logging.StreamHandler[Any], message: str, status: int) -> int:
     return status
 
 
-def _run(args: argparse.Namespace) -> int:
-    """The command's exit status; a failure is logged as one coded line."""
+def _coded_errors() -> tuple[type[Exception], ...]:
+    """The errors that carry their code. The runtime's only once the runtime is loaded: importing its package loads
+    the simulator (numpy, ml_dtypes: a second), and a command that never loaded it cannot have raised one."""
     from isa.errors import IsaError
     from neuronx_cc_lite.errors import CompileError
-    from runtime.errors import NeuronRuntimeError
 
+    runtime_errors = sys.modules.get("runtime.errors")
+    return (CompileError, IsaError) + ((runtime_errors.NeuronRuntimeError,) if runtime_errors is not None else ())
+
+
+def _run(args: argparse.Namespace) -> int:
+    """The command's exit status; a failure is logged as one coded line."""
     try:
         return args.run(args)
-    except (CompileError, NeuronRuntimeError, IsaError) as e:
+    except _coded_errors() as e:
         message = str(e)
     except UsageError as e:
         log.error(f"{e.code}: {e}")

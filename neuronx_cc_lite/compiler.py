@@ -13,7 +13,7 @@ import logging
 import os
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
@@ -38,86 +38,14 @@ from neuronx_cc_lite.lower import lower_graph
 from neuronx_cc_lite.lower.context import LowerCtx
 from neuronx_cc_lite.lower.program import HbmAccess, Program, TileAccess
 from neuronx_cc_lite.partition import RankGraph, partition
-from neuronx_cc_lite.partition.host import FALLBACKS, HOST, chip_graph, host_model, host_nodes, refusal, refusals, split
+from neuronx_cc_lite.partition.host import HOST, chip_graph, host_model, host_nodes, refusal, refusals, split
+from neuronx_cc_lite.options import Options  # noqa: F401 - where callers have always found it
 from neuronx_cc_lite.passes import run_pipeline, split_attention
 from neuronx_cc_lite.passes.verify import verify
-from neuronx_cc_lite.precision import MODES, TYPES
 from neuronx_cc_lite.progress import phase
 from neuronx_cc_lite.sizes import check_fits_hbm
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class Options:
-    target: str = "trn1"
-    input_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
-    dump_ir_after: frozenset[str] = frozenset()
-    stop_after: str | None = None
-    auto_cast: str = "none"  # see precision.py
-    auto_cast_type: str = "bf16"
-    optimize: int = 2  # -O1: lowering order, fast compiles; -O2: list scheduling
-    tp: int = 1  # tensor-parallel ranks per replica group
-    dp: int = 1  # replica groups, each on its share of the batch
-    lnc: int | None = None  # physical cores per rank; None: the target's default
-    input_values: dict[str, Any] = field(default_factory=dict)  # inputs pinned to constants (numbers, nested lists)
-    fallback: str = "none"  # "host": what the chip cannot run goes to the CPU (partition/host.py)
-    model_type: str | None = None  # what neuronx-cc users state (--model-type): recorded, not used yet
-    state: dict[str, str] = field(default_factory=dict)  # device state: input -> the output holding its next value
-    decoder: dict[str, Any] | None = None  # a generate step over a KV cache on the device (generate/kv_cache.py)
-
-    def flags(self) -> dict[str, Any]:
-        """What the bundle records of how it was made (the ranks only when there are several, so that a one-rank
-        bundle is what it was before ranks existed)."""
-        flags: dict[str, Any] = {"target": self.target, "auto_cast": self.auto_cast,
-                                 "auto_cast_type": self.auto_cast_type,
-                                 "input_shapes": {k: list(v) for k, v in sorted(self.input_shapes.items())},
-                                 "optimize": self.optimize}
-        if self.tp * self.dp > 1 or self.lnc is not None:
-            flags.update(tp=self.tp, dp=self.dp, lnc=self.lnc)
-        if self.fallback != "none":
-            flags["fallback"] = self.fallback
-        if self.input_values:  # the program depends on them: they are part of the cache key
-            flags["input_values"] = {k: np.asarray(v).tolist() for k, v in sorted(self.input_values.items())}
-        if self.model_type is not None:
-            flags["model_type"] = self.model_type
-        if self.state:
-            flags["state"] = dict(sorted(self.state.items()))
-        if self.decoder is not None:
-            flags["decoder"] = dict(sorted(self.decoder.items()))
-        return flags
-
-    def check(self) -> None:
-        if self.auto_cast not in MODES:
-            raise CompileError("NCC_OPTION", f"auto-cast (--auto-cast, auto_cast=) must be one of {', '.join(MODES)}")
-        if self.auto_cast_type not in TYPES:
-            raise CompileError("NCC_OPTION", f"the auto-cast type (--auto-cast-type, auto_cast_type=) must be one of "
-                                             f"{', '.join(TYPES)}")
-        if self.fallback not in FALLBACKS:
-            raise CompileError("NCC_OPTION", f"the fallback (--fallback, fallback=) must be one of "
-                                             f"{', '.join(FALLBACKS)}")
-        if self.optimize not in (1, 2):
-            raise CompileError("NCC_OPTION", "the optimisation level must be 1 or 2")
-        for flag, value in (("tp", self.tp), ("dp", self.dp)):
-            if not isinstance(value, int) or value < 1:
-                raise CompileError("NCC_OPTION", f"--{flag} ({flag}=) must be a positive integer, not {value!r}")
-        try:
-            target = get_target(self.target)
-        except KeyError:
-            return  # the target's own error comes from _target
-        lnc = self.ranks_lnc(target)
-        if lnc not in target.lnc_choices:
-            raise CompileError("NCC_OPTION", f"--lnc (lnc=) on {target.name} must be one of "
-                                             f"{', '.join(map(str, target.lnc_choices))}, not {lnc}")
-        most = target.ranks_per_chip(lnc) * target.chips_per_instance * target.max_instances
-        if self.tp * self.dp > most:
-            raise CompileError("NCC_OPTION", f"--tp {self.tp} x --dp {self.dp} = {self.tp * self.dp} ranks, but "
-                                             f"{target.name} at LNC {lnc} holds at most {most} "
-                                             f"({target.ranks_per_chip(lnc)} per chip, {target.chips_per_instance} "
-                                             f"chips per instance, {target.max_instances} instances)")
-
-    def ranks_lnc(self, target: Target) -> int:
-        return self.lnc if self.lnc is not None else target.default_lnc
 
 
 def prepare(model: str | os.PathLike[str] | onnx.ModelProto, options: Options,
@@ -348,6 +276,24 @@ def instruction_counts(streams: dict[str, Stream]) -> str:
         engine = stream_engine(name).name
         counts[engine] = counts.get(engine, 0) + len(s.instructions)
     return ", ".join(f"{k} {v}" for k, v in counts.items())
+
+
+def describe(bundle: Bundle) -> dict[str, Any]:
+    """What `compile` reports of the bundle it wrote, as JSON (the compile cache keeps it beside the entry, so that
+    a hit reports it without decoding the bundle): per part (the bundle itself when it has none) its kind; for a
+    chip program its instructions, in total and per engine (of rank 0), and its HBM bytes; for a host part its
+    operators and their counts."""
+    parts: list[dict[str, Any]] = []
+    for part in bundle.parts or [None]:
+        chip = bundle if part is None else part.bundle
+        if chip is None:
+            assert part is not None
+            parts.append({"kind": "host", "ops": dict(part.ops)})
+            continue
+        streams = chip.cores[0]
+        parts.append({"kind": "chip", "instructions": sum(len(s.instructions) for s in streams.values()),
+                      "per_engine": instruction_counts(streams), "hbm_size": chip.hbm_size})
+    return {"target": bundle.target, "partitioned": bool(bundle.parts), "parts": parts}
 
 
 def _log_stage(name: str, start: float, sizes: str) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 import shutil
 import threading
 import time
@@ -245,6 +246,7 @@ def test_a_hit_written_to_an_output_does_not_tie_the_output_to_the_entry(tmp, se
     settled()
     neuronx_cc_lite.compile(two, cache_dir=cache, output=out)  # the hit written to the output
     assert _y(out) == 2.0
+    assert os.stat(out).st_ino != os.stat(_entry_of(cache, runtime.load(out).bundle)).st_ino  # a copy, not a link
     with open(out, "r+b") as f:  # a user's tool editing the output in place
         f.seek(os.path.getsize(out) // 2)
         f.write(b"\xff" * 64)
@@ -278,3 +280,82 @@ def test_the_size_limit_is_a_flag_and_a_variable(tmp, monkeypatch, capsys):
     assert cache_module.default_size() == 1 << 20
     assert [cache_module.parse_size(t) for t in ("4096", "500M", "4G", "1.5GiB")] == [
         4096, 500 << 20, 4 << 30, 3 << 29]
+
+
+# ---- a hit on the command line: what it loads, what it writes, how the key of large weights is had (issue 20) ----
+
+_HEAVY = ("numpy", "onnx", "ml_dtypes", "onnxruntime", "neuronx_cc_lite.compiler", "isa.bundle", "isa.codec",
+          "runtime")
+
+
+def test_a_command_line_hit_loads_no_compiler_and_writes_the_entry_s_bytes(tmp, settled, capsys):
+    """A hit decodes nothing and loads neither the compiler, onnx, numpy nor ml_dtypes (a child process, so that
+    this test's own imports do not count): it copies the entry, byte for byte, into a file of its own, and reports
+    the bundle as the miss did (from the entry's .key)."""
+    import subprocess
+    import sys
+
+    cache, first, again = (os.path.join(tmp, name) for name in ("cache", "first.neff", "again.neff"))
+    model = _scale_model(tmp, 2.0)
+    settled()  # the model and its weights are old enough for their digests to be remembered
+    assert main(["compile", model, "-o", first, "--cache-dir", cache]) == 0  # the miss
+    (entry,) = _entries(cache)
+    report = re.search(r" s: \d+ instructions .*\n", capsys.readouterr().err).group()  # type: ignore[union-attr]
+    code = ("import sys\nfrom neuronx_cc_lite.cli import main\nstatus = main(sys.argv[1:])\n"
+            f"print('status', status, 'loaded', sorted(m for m in {_HEAVY!r} if m in sys.modules))")
+    for _ in range(2):  # the entry checked in full (just written), then trusted by its identity
+        result = subprocess.run([sys.executable, "-c", code, "compile", model, "-o", again, "--cache-dir", cache],
+                                capture_output=True, text=True, timeout=120)
+        assert "status 0 loaded []" in result.stdout, result.stdout + result.stderr
+        assert f"-> {again} for trn1 in " in result.stderr and result.stderr.endswith(report), result.stderr
+        settled()
+    with open(first, "rb") as f, open(again, "rb") as g, open(entry, "rb") as e:
+        assert f.read() == g.read() == e.read()
+    assert _entries(cache) == [entry] and os.stat(again).st_ino != os.stat(entry).st_ino
+    assert _y(again) == 2.0
+
+
+def test_a_weights_file_changed_within_trust_after_is_hashed_at_every_compile(tmp, monkeypatch):
+    """The key of large weights: a file's digest is remembered against its identity only once the file has been
+    unchanged for TRUST_AFTER seconds, so a write in the same tick of the file system's clock as the hashing cannot
+    keep a stale digest; once it has, the digest comes from the record, and touching the file (same bytes) hashes
+    it again and still hits."""
+    monkeypatch.setattr(cache_module, "TRUST_AFTER", 3600.0)  # nothing is old enough
+    cache = os.path.join(tmp, "cache")
+    model = _scale_model(tmp, 2.0)
+    hashed: list[str] = []
+    real_hash = cache_module._hash_file
+    monkeypatch.setattr(cache_module, "_hash_file", lambda path, *a: hashed.append(path) or real_hash(path, *a))
+    for _ in range(2):
+        assert _y(neuronx_cc_lite.compile(model, cache_dir=cache)) == 2.0
+    assert hashed.count(model + ".data") == 2 and not os.path.exists(os.path.join(cache, "files"))
+    monkeypatch.setattr(cache_module, "TRUST_AFTER", 0.0)
+    neuronx_cc_lite.compile(model, cache_dir=cache)  # now remembered
+    hashed.clear()
+    neuronx_cc_lite.compile(model, cache_dir=cache)
+    assert hashed == []
+    os.utime(model + ".data")  # the same bytes, a new mtime and ctime
+    assert _y(neuronx_cc_lite.compile(model, cache_dir=cache)) == 2.0
+    assert hashed == [model, model + ".data"] and len(_entries(cache)) == 1
+
+
+def test_a_copy_falls_back_to_reads_and_writes_where_the_kernel_cannot_copy(tmp, monkeypatch):
+    import errno
+
+    from isa.files import copy_file
+
+    data = os.urandom(3 << 20)
+    with open(os.path.join(tmp, "src"), "wb") as f:
+        f.write(data)
+
+    def refused(*args):  # type: ignore[no-untyped-def]
+        raise OSError(errno.EXDEV, "Invalid cross-device link")
+
+    for kernel in (os.copy_file_range, refused):
+        monkeypatch.setattr(os, "copy_file_range", kernel)
+        with open(os.path.join(tmp, "src"), "rb") as src, open(os.path.join(tmp, "dst"), "wb") as dst:
+            copy_file(src, dst, len(data))
+        assert open(os.path.join(tmp, "dst"), "rb").read() == data
+    with open(os.path.join(tmp, "src"), "rb") as src, open(os.path.join(tmp, "dst"), "wb") as dst:
+        with pytest.raises(OSError, match="ended while it was copied"):
+            copy_file(src, dst, len(data) + 1)

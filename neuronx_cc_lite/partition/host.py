@@ -32,7 +32,6 @@ from neuronx_cc_lite.ir import Graph, Node, outer_reads, subgraphs
 from neuronx_cc_lite.passes.fold_constants import to_onnx_node
 
 CHIP, HOST = "chip", "host"
-FALLBACKS = ("none", HOST)
 
 
 @dataclass
