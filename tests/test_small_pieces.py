@@ -1,8 +1,8 @@
 """DMA pieces under 512 bytes where a partition's data is longer (isa/costs.small_pieces): the profile counts them,
 and the models of models/ that are free of them stay free (a transposing copy once cut a Transpose into
-4-byte pieces). Still cut small today, and so not held here: bert_hf (its attention mask's Where), cnn_ops
-(Resize, Pad), cnn_qdq, resnet_small (the first convolutions' windows), attention_int8 (its quantization's
-per-row scales), the GRU/LSTM gates and the GPT Where masks."""
+4-byte pieces). benchmarks/small_pieces.py takes the census of models/ and the exporter families. Still cut small
+today, and so not held here: cnn_ops (Resize, Pad), cnn_qdq, cnn_qoperator, resnet_small (the convolutions'
+windows), attention_int8 (its quantization's per-row scales), lstm_tagger (a Reshape of its gates)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,8 @@ from runtime.profile import small_pieces_by_node
 from tests.conftest import MODELS_DIR, make_model, run_both
 from tests.runtime.helpers import hbm, sbuf
 
-CLEAN = ["bert_legacy", "bert_modern", "mlp_small", "mlp_odd", "mlp_wide", "refine_loop"]
+CLEAN = ["bert_hf", "bert_legacy", "bert_modern", "gpt_legacy", "gpt_modern", "gru_classifier", "mlp_small", "mlp_odd",
+         "mlp_wide", "refine_loop"]
 
 
 def test_a_transposing_copy_is_all_small_pieces():
@@ -66,6 +67,20 @@ def test_an_outer_product_of_masks_matches(tmp):
     node = helper.make_node("And", ["a", "b"], ["y"])
     model = make_model([node], {"a": ([1, 1, 128, 1], TensorProto.BOOL), "b": ([1, 1, 1, 128], TensorProto.BOOL)},
                        {"y": ([1, 1, 128, 128], TensorProto.BOOL)})
+    assert small_pieces_by_node(compile_model(model)) == {}
+    ours, ref = run_both(model, tmp)
+    np.testing.assert_array_equal(ours["y"], ref["y"])
+
+
+@pytest.mark.parametrize("dtype", [TensorProto.FLOAT, TensorProto.INT32])
+def test_a_where_between_constant_scalars_loads_neither(tmp, dtype):
+    """Where(mask, 0, -inf) as an exported attention mask builds it (and the integer case): the scalars are filled
+    on chip once and read with stride 0, not loaded one element per DMA piece; the answer matches onnxruntime."""
+    np_type = {TensorProto.FLOAT: np.float32, TensorProto.INT32: np.int32}[dtype]
+    low = -np.inf if dtype == TensorProto.FLOAT else -70000
+    node = helper.make_node("Where", ["c", "a", "b"], ["y"])
+    model = make_model([node], {"c": ([2, 1, 16, 16], TensorProto.BOOL)}, {"y": ([2, 1, 16, 16], dtype)},
+                       {"a": np.array(0, np_type), "b": np.array(low, np_type)})
     assert small_pieces_by_node(compile_model(model)) == {}
     ours, ref = run_both(model, tmp)
     np.testing.assert_array_equal(ours["y"], ref["y"])
