@@ -1,7 +1,7 @@
 """DMA pieces under 512 bytes where a partition's data is longer (isa/costs.small_pieces): the profile counts them,
 and the models of models/ that are free of them stay free (a transposing copy once cut a Transpose into
 4-byte pieces). benchmarks/small_pieces.py takes the census of models/ and the exporter families. Still cut small
-today, and so not held here: cnn_ops (Resize, Pad), cnn_qdq, cnn_qoperator, resnet_small (the convolutions'
+today, and so not held here: cnn_ops, cnn_qdq, cnn_qoperator, resnet_small (the convolutions'
 windows), attention_int8 (its quantization's per-row scales), lstm_tagger (a Reshape of its gates)."""
 
 from __future__ import annotations
