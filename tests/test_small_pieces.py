@@ -1,8 +1,8 @@
 """DMA pieces under 512 bytes where a partition's data is longer (isa/costs.small_pieces): the profile counts them,
 and the models of models/ that are free of them stay free (a transposing copy once cut a Transpose into
 4-byte pieces). benchmarks/small_pieces.py takes the census of models/ and the exporter families. Still cut small
-today, and so not held here: cnn_ops, cnn_qdq, cnn_qoperator, resnet_small (the convolutions'
-windows), attention_int8 (its quantization's per-row scales), lstm_tagger (a Reshape of its gates)."""
+today, and so not held here: cnn_ops, cnn_qdq, cnn_qoperator, resnet_small (the convolutions' windows), lstm_tagger
+(a Reshape of its two directions' outputs, 512 bytes in 64-byte pieces)."""
 
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ from runtime.profile import small_pieces_by_node
 from tests.conftest import MODELS_DIR, make_model, run_both
 from tests.runtime.helpers import hbm, sbuf
 
-CLEAN = ["bert_hf", "bert_legacy", "bert_modern", "gpt_legacy", "gpt_modern", "gru_classifier", "mlp_small", "mlp_odd",
-         "mlp_wide", "refine_loop"]
+CLEAN = ["attention_int8", "bert_hf", "bert_legacy", "bert_modern", "gpt_legacy", "gpt_modern", "gru_classifier",
+         "mlp_small", "mlp_odd", "mlp_wide", "refine_loop"]
 
 
 def test_a_transposing_copy_is_all_small_pieces():
@@ -56,6 +56,17 @@ def test_a_repeated_input_is_loaded_once_per_partition(tmp):
     partition and read with stride 0, not one 4-byte piece per element; the answer matches onnxruntime."""
     node = helper.make_node("Sub", ["x", "m"], ["y"])
     model = make_model([node], {"x": ([256, 512], TensorProto.FLOAT), "m": ([256, 1], TensorProto.FLOAT)},
+                       {"y": ([256, 512], TensorProto.FLOAT)})
+    assert small_pieces_by_node(compile_model(model)) == {}
+    ours, ref = run_both(model, tmp)
+    np.testing.assert_array_equal(ours["y"], ref["y"])
+
+
+def test_a_scalar_given_at_run_time_is_loaded_once_per_partition(tmp):
+    """x * s with s a run-time scalar (a dynamic quantization's scale): one element per partition, read with
+    stride 0, not one 4-byte piece per element; the answer matches onnxruntime."""
+    node = helper.make_node("Mul", ["x", "s"], ["y"])
+    model = make_model([node], {"x": ([256, 512], TensorProto.FLOAT), "s": ([], TensorProto.FLOAT)},
                        {"y": ([256, 512], TensorProto.FLOAT)})
     assert small_pieces_by_node(compile_model(model)) == {}
     ours, ref = run_both(model, tmp)

@@ -104,10 +104,7 @@ def broadcast_load(prog: Program, view: HbmView, name: str) -> TileAccess | None
     when the view repeats nothing, or its pattern would need more axes than an access has."""
     free, strides = view.shape[1:], view.strides[1:]
     repeated = [n > 1 and st == 0 for n, st in zip(free, strides)]
-    if not any(repeated) or view.strides[0] == 0 and all(repeated):
-        # one value everywhere (a run-time scalar) is left as it was: its one-element tiles, dedupe-merged and
-        # long-lived, leave ViT's fp32 schedule no gap for a 48 KiB weight tile and it falls back to the lowering
-        # order (2,722.9 -> 5,139.3 us); the memory search should survive that (a next step), then this can go
+    if not any(repeated):
         return None
     kept = tuple(1 if r else n for n, r in zip(free, repeated))
     dims, step = [], 1
