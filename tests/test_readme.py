@@ -24,7 +24,7 @@ README = os.path.join(ROOT, "README.md")
 SHARED = ("models", "benchmarks", "scripts", ".venv")
 # Blocks that take longer than the default suite allows, by a line they contain: they run in the slow tier.
 SLOW = ("bash scripts/demo.sh", "benchmarks/sim_threads.py", "benchmarks/anchors.py", "benchmarks/families.py",
-        "benchmarks/calibration.py",
+        "benchmarks/calibration.py", "benchmarks/small_pieces.py",
         "models/decoders.py", "decoders/llama_tiny.onnx", "benchmarks/llama_serving.py", "llama3_tiny.onnx")
 # Blocks that are not run here, with the reason.
 NOT_RUN = {"bash scripts/test.sh": "the default suite, which holds this test"}

@@ -2,7 +2,8 @@
 
 `elementwise` cuts the output into tiles (tiling.py), loads every input through its broadcast HBM view, and
 calls a `Compute` that writes the result tile from the input tiles. An input that is a constant holding one value
-everywhere is passed as an immediate instead, which saves its load. Functions run on ScalarE (`activation`),
+everywhere is passed as an immediate instead, which saves its load; where the instruction must read a tile (Where's
+branches), it is a memset of one element per partition read with stride 0, not a DMA of one element per piece. Functions run on ScalarE (`activation`),
 arithmetic on VectorE (`tensor_tensor`, `tensor_scalar`), power on GpSimdE; ops the engines lack a single
 instruction for are short sequences of these (activations.py, logic.py).
 """
@@ -44,20 +45,35 @@ def single_value(ctx: LowerCtx, name: str) -> float | None:
     return float(first) if np.all(t.value == first) else None
 
 
+def uniform_value(ctx: LowerCtx, name: str) -> float | None:
+    """The one value a constant of any numeric type holds everywhere, when a memset (which writes fp32, cast to
+    the tile's type) writes it exactly; else None."""
+    t = ctx.graph.tensors[name]
+    if not t.is_constant or t.value.size == 0 or t.value.dtype.kind not in "biuf":
+        return None
+    first = t.value.flat[0]
+    if not np.all(t.value == first) or float(np.float32(first)) != float(first):
+        return None
+    return float(first)
+
+
 def elementwise(ctx: LowerCtx, node: Node, compute: Compute, inputs: list[str] | None = None,
-                immediates: bool = True) -> None:
+                immediates: bool | tuple[int, ...] = True) -> None:
     """Tiles follow the partition axes of the first input of the output's shape whose producer said how it laid
     it out, so that the tiles of one operator are the tiles of the next (and both stay on chip); else the output
-    is cut by `boxes`."""
+    is cut by `boxes`. `immediates`: whether `compute` takes a constant scalar input as a float, or which inputs
+    it takes so."""
     prog = ctx.program
     names = [n for n in node.inputs if n] if inputs is None else inputs
     shape = ctx.shape(node.outputs[0])
     axes = next((a for n in names if ctx.shape(n) == shape and (a := ctx.partition_axes(n)) is not None), None)
     out = ctx.output(node.outputs[0], axes)
-    values = [single_value(ctx, n) if immediates else None for n in names]
+    allowed = range(len(names)) if immediates is True else immediates or ()
+    values = [single_value(ctx, n) if i in allowed else None for i, n in enumerate(names)]
     if all(v is not None for v in values):
         values[0] = None  # an instruction needs one tile to read
     loaded = [i for i, v in enumerate(values) if v is None]
+    uniform = {i: u for i in loaded if (u := uniform_value(ctx, names[i])) is not None}
     views = [ctx.view(names[i]).broadcast_to(out.shape) for i in loaded]
     pmax, budget = prog.target.partitions, tile_free_max(ctx)
     cut = layout_boxes([out, *views], axes, pmax, budget) if axes is not None else None
@@ -67,6 +83,9 @@ def elementwise(ctx: LowerCtx, node: Node, compute: Compute, inputs: list[str] |
         p, f = o.shape[0], free_size(o)
         operands: list[Operand] = list(values)  # type: ignore[arg-type]
         for i, view in zip(loaded, ins):
+            if i in uniform:  # a constant scalar the instruction must read from a tile: filled on chip, not loaded
+                operands[i] = prog.scalar(uniform[i], ctx.view(names[i]).dtype).ap(((f, 0),), partitions=p)
+                continue
             if isinstance(view, HbmView) and (spread := broadcast_load(prog, view, names[i])) is not None:
                 operands[i] = spread
                 continue
@@ -85,10 +104,7 @@ def broadcast_load(prog: Program, view: HbmView, name: str) -> TileAccess | None
     when the view repeats nothing, or its pattern would need more axes than an access has."""
     free, strides = view.shape[1:], view.strides[1:]
     repeated = [n > 1 and st == 0 for n, st in zip(free, strides)]
-    if not any(repeated) or view.strides[0] == 0 and all(repeated):
-        # one value everywhere (a run-time scalar) is left as it was: its one-element tiles, dedupe-merged and
-        # long-lived, leave ViT's fp32 schedule no gap for a 48 KiB weight tile and it falls back to the lowering
-        # order (2,722.9 -> 5,139.3 us); the memory search should survive that (a next step), then this can go
+    if not any(repeated):
         return None
     kept = tuple(1 if r else n for n, r in zip(free, repeated))
     dims, step = [], 1

@@ -98,7 +98,10 @@ def lower_is_inf(ctx: LowerCtx, node: Node) -> None:
 def lower_where(ctx: LowerCtx, node: Node) -> None:
     def compute(prog: Program, dst: TileAccess, s: list[Operand]) -> None:
         condition, if_true, if_false = s
-        copy(prog, dst, if_false)  # type: ignore[arg-type]
+        if isinstance(if_false, float):
+            fill(prog, dst, if_false)
+        else:
+            copy(prog, dst, if_false)
         select(prog, dst, if_true, condition)  # type: ignore[arg-type]
 
-    elementwise(ctx, node, compute, immediates=False)
+    elementwise(ctx, node, compute, immediates=(2,))  # the false branch may be a memset; the others are read

@@ -1,11 +1,13 @@
-"""Pad (constant, reflect, edge, wrap): HBM-to-HBM DMA only.
+"""Pad (constant, reflect, edge, wrap): on-chip copies between whole rows, or HBM-to-HBM DMA.
 
 Along each axis, the output position o reads input element i(o): o - pad_begin inside, a fill outside (constant
 mode), the nearest edge element (edge), a mirrored one (reflect) or a wrapped one (wrap). That index map is cut
 into pieces an access pattern can walk (patterns.pieces): the inside is one piece, an edge run a piece whose
 source stride is 0, a reflection one piece per element. Every combination of one piece per axis is one box of
-the output and one DMA: from the input, or, when any of its axes is a fill, from the pad value broadcast with
-zero strides.
+the output and one copy: from the input, or, when any of its axes is a fill, from the pad value broadcast with
+zero strides. When leading axes (batch, channels) are left alone and a row fits, the rows are loaded whole, the
+boxes are on-chip copies, and the padded rows are stored whole (patterns.copy_pieces_on_chip): a reflection's
+boxes as DMAs would be pieces of one element; otherwise each box is a DMA from HBM to HBM.
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ from neuronx_cc_lite.errors import CompileError
 from neuronx_cc_lite.ir import Graph, Node
 from neuronx_cc_lite.lower.context import LowerCtx
 from neuronx_cc_lite.lower.hbm import HbmView
-from neuronx_cc_lite.lower.patterns import copy_pieces, pieces
+from neuronx_cc_lite.lower.elementwise import tile_free_max
+from neuronx_cc_lite.lower.patterns import copy_pieces, copy_pieces_on_chip, pieces
 from neuronx_cc_lite.lower.registry import lowering
 
 MODES = ("constant", "reflect", "edge", "wrap")
@@ -91,4 +94,5 @@ def lower_pad(ctx: LowerCtx, node: Node) -> None:
     x, out = ctx.view(node.inputs[0]), ctx.output(node.outputs[0])
     value = _value(ctx, node) if mode == "constant" else None
     per_axis = [pieces(index_map(n, b, e, mode)) for n, b, e in zip(x.shape, *pads)]
-    copy_pieces(ctx.program, out, x, per_axis, value)
+    if not copy_pieces_on_chip(ctx.program, out, x, per_axis, value, 2 * tile_free_max(ctx)):
+        copy_pieces(ctx.program, out, x, per_axis, value)

@@ -2,18 +2,20 @@
 patterns can walk.
 
 A padded window tile is filled by a memset and one DMA into its interior (`dma_tile`); Pad and nearest Resize
-are HBM-to-HBM copies whose source walks an index map (`pieces`) with zero strides where it repeats an element.
+are copies whose source walks an index map (`pieces`) with zero strides where it repeats an element: on chip
+between whole rows (`copy_pieces_on_chip`), or HBM to HBM (`copy_pieces`).
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass
 from typing import Sequence
 
 
 from isa.operand import MAX_FREE_DIMS, Engine
-from neuronx_cc_lite.lower.hbm import HbmView, coalesce
+from neuronx_cc_lite.lower.hbm import HbmView, coalesce, contiguous_strides
 from neuronx_cc_lite.lower.program import HbmAccess, Program, Tile, TileAccess
 
 
@@ -134,3 +136,83 @@ def copy_pieces(prog: Program, out: HbmView, x: HbmView, per_axis: list[list[Pie
             assert fill is not None, "an index map with fills needs a fill value"
             src = fill.broadcast_to(dst.shape)
         prog.dma(dst, src)
+
+
+def _identity(piece_list: list[Piece], size: int) -> bool:
+    """Whether an axis's pieces copy it unchanged: one piece reading input o for output o."""
+    if len(piece_list) != 1:
+        return False
+    p = piece_list[0]
+    return (p.start, p.source, p.length, p.runs) == (0, 0, 1, size) and (p.step == 1 or size == 1)
+
+
+def copy_pieces_on_chip(prog: Program, out: HbmView, x: HbmView, per_axis: list[list[Piece]],
+                        fill: HbmView | None, budget: int) -> bool:
+    """copy_pieces through SBUF: the leading axes that the index maps leave alone (an image's batch and channels)
+    go on partitions, each row of x is loaded whole, the pieces are on-chip copies (a fill a copy of the fill value
+    loaded once per partition, read with stride 0) into the output rows, stored whole. A reflection or an edge
+    costs a copy per piece on VectorE instead of a DMA piece of a few bytes. False (nothing emitted) when no
+    leading axis is left alone, every axis is, the rows of x are not one stride apart, or x's and the output's
+    rows take more than `budget` elements a partition."""
+    k = 0
+    while k < len(per_axis) and _identity(per_axis[k], x.shape[k]):
+        k += 1
+    if k == 0 or k == len(per_axis):
+        return False
+    rows, free_in, free_out = math.prod(x.shape[:k]), x.shape[k:], out.shape[k:]
+    lead = [(n, s) for n, s in zip(x.shape[:k], x.strides[:k]) if n > 1]
+    if any(s != n_in * s_in for (_, s), (n_in, s_in) in zip(lead, lead[1:])) or not out.is_contiguous:
+        return False
+    if math.prod(free_in) + math.prod(free_out) + 1 > budget:
+        return False
+    row_stride = lead[-1][1] if lead else 0
+    in_strides, out_strides = contiguous_strides(free_in), contiguous_strides(free_out)
+    combos = list(itertools.product(*per_axis[k:]))
+    pmax = prog.target.partitions
+    for r0 in range(0, rows, pmax):
+        p = min(pmax, rows - r0)
+        t_in = prog.sbuf(p, math.prod(free_in), x.dtype, f"{prog.node}/in")
+        prog.dma(t_in.ap(), HbmView(x.tensor, x.dtype, (p, *free_in), (row_stride, *x.strides[k:]),
+                                    x.offset + r0 * row_stride))
+        t_fill = None
+        if fill is not None and any(q.fill for combo in combos for q in combo):
+            t_fill = prog.sbuf(p, 1, fill.dtype, f"{prog.node}/fill")
+            prog.dma(t_fill.ap(), HbmView(fill.tensor, fill.dtype, (p, 1), (0, 0), fill.offset))
+        t_out = prog.sbuf(p, math.prod(free_out), out.dtype, f"{prog.node}/out")
+        for combo in combos:
+            dst: list[tuple[int, int]] = []
+            src: list[tuple[int, int]] = []
+            dst_at = src_at = 0
+            for q, so, si in zip(combo, out_strides, in_strides):
+                dst.extend(q.out_axes(so))
+                dst_at += q.start * so
+                if q.fill:
+                    src.extend((n, 0) for n, _ in q.out_axes(so))
+                else:
+                    src.extend(q.in_axes(si))
+                    src_at += q.source * si
+            filled = any(q.fill for q in combo)
+            _copy_walks(prog, t_out, dst_at, dst, t_fill if filled else t_in, 0 if filled else src_at,
+                        [(n, 0) for n, _ in src] if filled else src, p)
+        prog.dma(HbmView(out.tensor, out.dtype, (p, *free_out), (math.prod(free_out), *out_strides),
+                         out.offset + r0 * math.prod(free_out)), t_out.ap())
+    return True
+
+
+def _copy_walks(prog: Program, dst: Tile, dst_at: int, dst_dims: list[tuple[int, int]], src: Tile, src_at: int,
+                src_dims: list[tuple[int, int]], partitions: int) -> None:
+    """tensor_copy between two walks of one shape, looped over the axes beyond an access pattern's four."""
+    walks: list[tuple[int, int, int]] = []  # (size, dst stride, src stride), size-1 axes dropped, merged where both
+    for n, sd, ss in ((n, sd, ss) for (n, sd), (_, ss) in zip(dst_dims, src_dims) if n > 1):
+        if walks and walks[-1][1:] == (sd * n, ss * n):
+            walks[-1] = (walks[-1][0] * n, sd, ss)
+        else:
+            walks.append((n, sd, ss))
+    dst_dims, src_dims = [(n, sd) for n, sd, _ in walks], [(n, ss) for n, _, ss in walks]
+    outer = max(0, len(walks) - MAX_FREE_DIMS)
+    for index in itertools.product(*(range(n) for n, _ in dst_dims[:outer])):
+        d0 = dst_at + sum(i * s for i, (_, s) in zip(index, dst_dims))
+        s0 = src_at + sum(i * s for i, (_, s) in zip(index, src_dims))
+        d = TileAccess(dst, 0, partitions, d0, tuple(dst_dims[outer:]) or ((1, 1),))
+        s = TileAccess(src, 0, partitions, s0, tuple(src_dims[outer:]) or ((1, 1),))
+        prog.emit("tensor_copy", Engine.DVE, dst=d, src=s)

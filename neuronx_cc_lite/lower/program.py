@@ -134,6 +134,7 @@ class Program:
         self.schedule_tries = 0  # list schedules tried until one fitted memory (0: the lowering order was kept)
         self.hbm_size = 0  # bytes, once the HBM layout has placed every tensor
         self._ones: dict[DType, Tile] = {}
+        self._scalars: dict[tuple[DType, str], Tile] = {}
 
     def operand_dtype(self, dtype: DType) -> DType:
         """The type a matmul operand of type `dtype` is held in on chip: the auto-cast type for fp32."""
@@ -162,6 +163,15 @@ class Program:
             self._ones[dtype] = tile = self.sbuf(pmax, pmax, dtype, f"ones/{dtype.name}")
             self.instrs.insert(0, PendingInstr("memset", Engine.POOL, 0, {"dst": tile.ap(), "value": 1.0}, ""))
         return self._ones[dtype]
+
+    def scalar(self, value: float, dtype: DType) -> Tile:
+        """A pmax x 1 tile holding `value` on every partition, filled once at the start of the program: a constant
+        an instruction must read from a tile (with stride 0 along its free axes) costs no load and no fill per use."""
+        key = (dtype, repr(float(value)))  # repr tells -0.0 from 0.0
+        if key not in self._scalars:
+            self._scalars[key] = tile = self.sbuf(self.target.partitions, 1, dtype, f"scalar/{dtype.name}/{value:g}")
+            self.instrs.insert(0, PendingInstr("memset", Engine.POOL, 0, {"dst": tile.ap(), "value": value}, ""))
+        return self._scalars[key]
 
     def hbm_tensor(self, name: str, nbytes: int, kind: str, dtype: DType, data: bytes | None = None) -> HbmTensor:
         t = HbmTensor(name, nbytes, kind, dtype, data)

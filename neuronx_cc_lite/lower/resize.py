@@ -1,11 +1,13 @@
-"""Resize: nearest by DMA, linear and cubic by matmuls on the Tensor engine.
+"""Resize: nearest by on-chip copies (or DMA), linear and cubic by matmuls on the Tensor engine.
 
 Along each resized axis, output position o maps to the input coordinate x(o) (coordinate_transformation_mode,
 from the scale the model gives or the sizes it asks for). Resize is separable: the axes are resized one at a time.
 
 Nearest reads, for each output, the input element at x(o) rounded by nearest_mode: an index map per axis, cut
-into pieces (patterns.py: an integer upscale is one piece, a source stride of 0 repeating each element) and copied
-HBM to HBM, one DMA per combination of pieces, the axes it leaves alone merged into the rows of each DMA.
+into pieces (patterns.py: an integer upscale is one piece, a source stride of 0 repeating each element), one copy
+per combination of pieces. When the leading axes are left alone and a row fits, the rows are loaded whole and the
+copies replicate on chip (patterns.copy_pieces_on_chip): as DMAs an upscale by 2 moves two elements a piece.
+Otherwise the copies are HBM-to-HBM DMAs, the axes it leaves alone merged into the rows of each.
 
 Linear and cubic make each output a fixed combination of the input elements around x(o): a matrix M [out, in]
 per axis, computed at compile time (antialias and exclude_outside only change its entries). With the rows of the
@@ -34,7 +36,8 @@ from neuronx_cc_lite.errors import CompileError
 from neuronx_cc_lite.ir import Graph, Node
 from neuronx_cc_lite.lower.context import LowerCtx
 from neuronx_cc_lite.lower.hbm import HbmView
-from neuronx_cc_lite.lower.patterns import contiguous, copy_pieces, pieces
+from neuronx_cc_lite.lower.elementwise import tile_free_max
+from neuronx_cc_lite.lower.patterns import contiguous, copy_pieces, copy_pieces_on_chip, pieces
 from neuronx_cc_lite.lower.program import Program, Tile
 from neuronx_cc_lite.lower.registry import lowering
 
@@ -239,7 +242,9 @@ def _lower_nearest(ctx: LowerCtx, node: Node, plan: ResizePlan) -> None:
     x, out = ctx.view(node.inputs[0]), ctx.output(node.outputs[0])
     maps = [nearest_index(ax, plan) for ax in plan.axes]
     fill = _extrapolation(ctx, node, plan) if any(-1 in m for m in maps) else None
-    copy_pieces(ctx.program, out, x, [pieces(m) for m in maps], fill)
+    per_axis = [pieces(m) for m in maps]
+    if not copy_pieces_on_chip(ctx.program, out, x, per_axis, fill, 2 * tile_free_max(ctx)):
+        copy_pieces(ctx.program, out, x, per_axis, fill)
 
 
 def _spans(total: int, step: int) -> list[tuple[int, int]]:

@@ -9,6 +9,7 @@ from onnx import TensorProto, helper
 
 from neuronx_cc_lite.compiler import compile_model
 from neuronx_cc_lite.errors import UnsupportedError
+from runtime.profile import small_pieces_by_node
 from tests.compiler.one_node import F32, check, one_node, streams
 from tests.conftest import make_model
 
@@ -61,9 +62,27 @@ def test_pad_of_integers(tmp):
     check(model, tmp)
 
 
-def test_pad_is_dma_only():
-    engines = streams(pad([2, 3, 7, 9], [0, 0, 1, 2, 0, 0, 3, 1], "reflect"))
-    assert set(engines) == {"DMA"}
+def test_pad_copies_on_chip():
+    """Reflect: each image's rows loaded whole, the pieces copied into the padded rows on VectorE, stored whole: no
+    DMA piece under 512 bytes (a reflection cut one element per piece HBM to HBM). The scheduler spreads the
+    copies over the engines that have them."""
+    model = pad([2, 3, 30, 40], [0, 0, 1, 2, 0, 0, 3, 1], "reflect")
+    engines = streams(model)
+    assert "PE" not in engines and {op for name, ops in engines.items() if name != "DMA" for op in ops} == {"tensor_copy"}
+    assert small_pieces_by_node(compile_model(model)) == {}
+
+
+ON_CHIP = {
+    "rows-past-one-tile": ([2, 130, 9, 10], [0, 0, 2, 1, 0, 0, 1, 2], "reflect", None, None),
+    "three-free-axes": ([2, 3, 4, 5, 6], [0, 0, 1, 2, 1, 0, 0, 2, 1, 2], "wrap", None, None),
+    "fill-and-edge": ([3, 5, 40], [0, 1, 3, 0, 2, 4], "constant", -1.25, None),
+}
+
+
+@pytest.mark.parametrize("shape, pads, mode, value, axes", ON_CHIP.values(), ids=ON_CHIP.keys())
+def test_pad_on_chip(tmp, shape, pads, mode, value, axes):
+    """More rows than partitions, more free axes than an access pattern walks, fills read with stride 0."""
+    check(pad(shape, pads, mode, value, axes), tmp)
 
 
 @pytest.mark.parametrize("model, message", [

@@ -10,6 +10,7 @@ from onnx import TensorProto, helper
 
 from neuronx_cc_lite.compiler import compile_model
 from neuronx_cc_lite.errors import UnsupportedError
+from runtime.profile import small_pieces_by_node
 from tests.compiler.one_node import F32, check, one_node, streams
 from tests.conftest import make_model
 
@@ -71,6 +72,11 @@ def test_nearest(tmp, case):
     check(resize([2, 3, 7, 9], mode="nearest", **case), tmp)
 
 
+def test_nearest_rows_past_one_tile(tmp):
+    """130 channels: the on-chip copy loads and stores its rows in two tiles of partitions."""
+    check(resize([2, 130, 5, 6], mode="nearest", scales=[1, 1, 2, 1.5]), tmp)
+
+
 def test_nearest_of_bytes(tmp):
     check(resize([1, 3, 5, 4], [1, 1, 2, 3], dtype=TensorProto.UINT8), tmp)
 
@@ -90,10 +96,15 @@ def test_linear_sizes(tmp, shape, scales):
 
 
 def test_resize_engines():
-    """Linear: two matmuls on PE, evacuated by ACT. Nearest: DMA only."""
+    """Linear: two matmuls on PE, evacuated by ACT. Nearest: each image's rows loaded whole, replicated by on-chip
+    copies (stride 0 along the repeats), stored whole: no DMA piece under 512 bytes (HBM to HBM, an upscale by 2
+    moved two elements a piece)."""
     linear = streams(resize([1, 3, 7, 9], [1, 1, 2, 2], mode="linear"))
     assert set(linear["PE"]) == {"nc_matmul"} and set(linear["ACT"]) == {"activation"}
-    assert set(streams(resize([1, 3, 7, 9], [1, 1, 2, 2]))) == {"DMA"}
+    nearest = resize([1, 3, 20, 30], [1, 1, 2, 2])
+    engines = streams(nearest)
+    assert "PE" not in engines and {op for name, ops in engines.items() if name != "DMA" for op in ops} == {"tensor_copy"}
+    assert small_pieces_by_node(compile_model(nearest)) == {}
 
 
 @pytest.mark.parametrize("model, message", [
