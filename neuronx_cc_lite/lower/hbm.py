@@ -19,7 +19,7 @@ class HbmTensor:
     nbytes: int
     kind: str  # "input", "output", "weight" or "scratch"
     dtype: DType
-    data: bytes | None = None  # weights
+    data: bytes | memoryview | None = None  # weights (a memoryview: the bytes of the array laid out, not a copy)
     offset: int | None = None  # bytes, set by the HBM layout
     # (outer, rows, inner) sizes: how its producer lays it out on partitions (codegen/on_chip.py), if known
     layout: tuple[int, int, int] | None = None
