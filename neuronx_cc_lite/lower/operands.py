@@ -101,7 +101,7 @@ def laid_out(ctx: LowerCtx, key: str, parts: list[np.ndarray | KTiles], dtype: D
                 for part, dst in tiled:
                     part.write(j, dst, lambda v: ctx.narrowed(v, dtype))
                 release_mapped_weights()
-            data = memoryview(out.view(np.uint8))
+            data = memoryview(out.view(np.uint8)).toreadonly()  # compares as bytes do (hash bytes(data))
         cache[key] = (ctx.program.hbm_tensor(key, len(data), "weight", dtype, data), offsets)
     return cache[key]
 
