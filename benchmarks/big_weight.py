@@ -1,6 +1,6 @@
 """A single weight over 2 GB: a model y = x @ W with one [K, N] fp32 MatMul weight (an LM head's shape: K the hidden
 size, N the vocabulary) in ONNX external data, compiled in one child process and loaded and run in another, each
-process's peak resident memory (VmHWM) and wall time printed beside the weight's size.
+process's peak resident memory (VmHWM), wall time and CPU time printed beside the weight's size.
 
     .venv/bin/python benchmarks/big_weight.py [--k 4096] [--n 134400] [--batch 2] [--json OUT.json]
 
@@ -28,7 +28,7 @@ from onnx import TensorProto, external_data_helper, helper, save  # noqa: E402
 
 # the child: imports what a compile or a run needs, notes its RSS, does the phase, prints the RSS and its peak (KiB)
 WORKER = """
-import json, os, sys, time
+import json, os, resource, sys, time
 import numpy as np
 import onnx.checker, onnx.shape_inference
 import neuronx_cc_lite, neuronx_cc_lite.compiler, runtime
@@ -46,7 +46,9 @@ if phase == "compile":
 else:
     model = runtime.load(os.path.join(folder, "model.neff"))
     np.save(os.path.join(folder, "y.npy"), model.run({"x": np.load(os.path.join(folder, "x.npy"))})["y"])
-print(json.dumps({"baseline_kib": baseline, "peak_kib": status("VmHWM"), "seconds": time.perf_counter() - start}))
+usage = resource.getrusage(resource.RUSAGE_SELF)
+print(json.dumps({"baseline_kib": baseline, "peak_kib": status("VmHWM"), "seconds": time.perf_counter() - start,
+                  "cpu_seconds": usage.ru_utime + usage.ru_stime}))
 """
 
 
@@ -120,7 +122,8 @@ def main(argv: list[str]) -> int:
     for name in ("compile", "run"):
         r = result[name]
         print(f"  {name:8} peak {r['peak_kib'] * 1024 / 1e9:5.2f} GB ({r['peak_kib'] * 1024 / weight:.2f}x the weight; "
-              f"{r['baseline_kib'] * 1024 / 1e9:.2f} GB after imports), {r['seconds']:.1f} s")
+              f"{r['baseline_kib'] * 1024 / 1e9:.2f} GB after imports), {r['seconds']:.1f} s "
+              f"({r['cpu_seconds']:.1f} s of CPU, imports included)")
     print(f"  total {result['seconds']:.0f} s (model written, compiled, run, checked)")
     if args.json:
         with open(args.json, "x") as f:
