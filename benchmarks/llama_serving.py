@@ -34,9 +34,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "models"))
 
 import onnx  # noqa: E402
-from llama_shapes import CONFIGS, build  # noqa: E402
+from llama_shapes import CONFIGS, LlamaConfig, build  # noqa: E402
 
-from isa.target import TARGETS  # noqa: E402
+from isa.target import TARGETS, Target  # noqa: E402
 from neuronx_cc_lite.generate.generator import Generator  # noqa: E402
 from runtime.layout import piece_bytes  # noqa: E402
 from runtime.profile import host_overhead_us, timed_run  # noqa: E402
@@ -66,6 +66,15 @@ def layer_span_us(bundle, target) -> tuple[float, float, float]:  # type: ignore
                 ends[layer] = max(ends[layer], e.end)
                 collective += (e.end - e.start) if layer == 1 else 0.0
     return run.elapsed_ns / 1e3, (ends[1] - ends[0]) / 1e3, collective / 1e3
+
+
+def decode_lower_bound_ms(real: LlamaConfig, target: Target, tp: int, lnc: int, all_reduce_us_per_layer: float
+                          ) -> float:
+    """What any decode step of the sharded model takes at least: its layers' all-reduces (as the chip model times
+    them) and the weights a rank must stream, the model's bf16 weights but the embedding table (a gather reads a
+    row of it) cut evenly over the ranks, at a rank's DMA bandwidth (its `lnc` cores' queues)."""
+    streamed = (real.parameters - real.vocabulary * real.hidden) * 2 / tp
+    return (real.layers * all_reduce_us_per_layer * 1e3 + streamed / (lnc * target.core_dma_gbps)) / 1e6
 
 
 def main(argv: list[str]) -> int:
@@ -114,6 +123,8 @@ def main(argv: list[str]) -> int:
         result[step] = {"two_layers_us": two, "per_layer_us": span, "per_layer_all_reduce_us": collective,
                         "overhead_us": overhead[step],
                         "ms": (two + (real.layers - 2) * span + overhead[step]) / 1e3}
+    result["decode"]["lower_bound_ms"] = decode_lower_bound_ms(real, target, args.tp, args.lnc or 1,
+                                                               result["decode"]["per_layer_all_reduce_us"])
     sent = transfer_time(state_bytes, target, args.lnc or 1)
     result["kv_transfer"] = {"tokens": args.transfer_tokens, "bytes_per_rank": sent.bytes_per_rank,
                              "total_bytes": sent.total_bytes, "ms": sent.ns / 1e6, "instances": sent.instances}
@@ -124,7 +135,9 @@ def main(argv: list[str]) -> int:
     aws_tpot = f"{published[0][0]}-{published[0][1]}" if published else "-"
     aws_ttft = f"{published[1][0]}-{published[1][1]}" if published and published[1] else "none published"
     ratio = f"{tpot / published[0][0]:.2f}x" if published else "-"
-    print(f"{args.config} {args.target} TP {args.tp}: TPOT {tpot:.2f} ms (AWS {aws_tpot}; {ratio} of AWS's best), "
+    bound = result["decode"]["lower_bound_ms"]
+    print(f"{args.config} {args.target} TP {args.tp}: TPOT {tpot:.2f} ms (lower bound {bound:.2f}; AWS {aws_tpot}; "
+          f"{ratio} of AWS's best), "
           f"TTFT {ttft:.2f} ms (AWS {aws_ttft}); per layer decode {result['decode']['per_layer_us']:.1f} us, "
           f"prefill {result.get('prefill', {}).get('per_layer_us', float('nan')):.1f} us; KV transfer of {args.transfer_tokens} tokens "
           f"{sent.total_bytes / 1e6:.0f} MB: {sent.ns / 1e6:.2f} ms ({result['seconds']:.0f} s)")

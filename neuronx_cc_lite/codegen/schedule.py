@@ -65,6 +65,12 @@ LOOKAHEAD = 768
 # SBUF stays for the work in between.
 PREFETCH_REACH = 8
 PREFETCH_FRACTION = 0.5
+# The reach of the tries made when none fitted at LOOKAHEAD: loads opened far ahead (a head's weights, layers on)
+# hold less of the memory the work before them needs. Llama-3-8B's decode step over 32 trn1 ranks (2 layers): no
+# try fitted at 768, its LM head's column groups (32 KB a partition each) running ahead, and the program ran in
+# lowering order, every weight loaded just before its matmul (1,581 us); the first try at 256 fits (1,179 us; 96
+# and 128 gave 1,153 and 1,197).
+FALLBACK_LOOKAHEAD = 256
 SHORT_LOAD_NS = 2000.0  # a load a store queue may take while no store is ready
 LOOK_PENDING = 8  # pending transfers a free queue looks at before taking a less critical one
 _ON_ENGINES = (Engine.ACT, Engine.DVE, Engine.POOL)
@@ -197,50 +203,52 @@ def schedule_within_memory(program: Program) -> bool:
     are held back, in the next try, until everything up to that one is scheduled. A memory deadlocked by its gaps
     (a large tile finds none with a third of SBUF free) is left to the next tries: the schedule only counts the
     bytes live at once, within a budget, and the planner places the tiles knowing every lifetime (allocate.plan);
-    when it finds no room, the next try keeps fewer bytes live. The lowering order, which always fits, is the end
-    of that road. Before all of them, one schedule loads weights early (PREFETCH_REACH); when that one runs out
-    of memory, the road above starts afresh without it."""
+    when it finds no room, the next try keeps fewer bytes live. Then the same tries again reaching only
+    FALLBACK_LOOKAHEAD instructions ahead. The lowering order, which always fits, is the end of that road. Before
+    all of them, one schedule loads weights early (PREFETCH_REACH); when that one runs out of memory, the road
+    above starts afresh without it."""
     lowered = list(program.instrs)
     engines = [p.engine for p in lowered]
-    preds = dependencies(lowered)
-    plain = preds
+    plain = dependencies(lowered)
     reserve = large_tile_reserve(program, tile_uses(program))
-    hold: dict[int, int] = {}
-    budget = 1.0
-    # try 0 prefetches weights (PREFETCH_REACH); when it runs out of memory, the tries start afresh without
-    for tries in range(0, PLACING_TRIES + PLANNED_TRIES + 1):
-        placing = tries <= PLACING_TRIES
-        try:
-            memory = OnChipMemory(program.target, reserve) if placing else LiveBytes(program.target, budget)
-            starts, ends = schedule(program, LOOKAHEAD, preds, hold, memory, prefetch=tries == 0)
-            if not placing:
-                uses = tile_uses(program)
-                try:  # no range reused before the schedule expects its last reader done; else on bare lifetimes
-                    plan(program, uses, free_positions(starts, ends))
-                except CompileError as e:
-                    if e.code not in ("NCC_SBUF_FULL", "NCC_PSUM_FULL"):
-                        raise
-                    plan(program, uses)
-        except OutOfMemory as e:
-            log.debug("schedule try %d ran out of memory at instruction %d (%d ran ahead): %s", tries, e.waiting,
-                      len(e.ahead), e)
-            if tries > 0:  # (what the prefetching try opened early tells the others nothing)
-                for i in e.ahead:
-                    hold[i] = max(hold.get(i, 0), e.waiting + 1)
-            if e.code == "NCC_PSUM_FULL" and preds is plain:
-                preds = whole_accumulations(lowered, plain)
-        except CompileError as e:
-            if e.code not in ("NCC_SBUF_FULL", "NCC_PSUM_FULL"):
-                raise
-            log.debug("schedule try %d with %.0f%% of SBUF live found no plan: %s", tries, 100 * budget, e)
-            budget *= BUDGET_STEP
-        else:
-            verify_order(lowered, program.instrs, preds, "schedule")
-            program.schedule_tries = tries + 1  # schedules run
-            return True
-        program.instrs = list(lowered)
-        for p, engine in zip(lowered, engines):
-            p.engine = engine
+    tries = 0
+    for lookahead in (LOOKAHEAD, FALLBACK_LOOKAHEAD):
+        preds, hold, budget = plain, {}, 1.0
+        # attempt 0 (first road only) prefetches weights; when it runs out of memory, the road starts afresh
+        for attempt in range(0 if lookahead == LOOKAHEAD else 1, PLACING_TRIES + PLANNED_TRIES + 1):
+            tries += 1
+            placing = attempt <= PLACING_TRIES
+            try:
+                memory = OnChipMemory(program.target, reserve) if placing else LiveBytes(program.target, budget)
+                starts, ends = schedule(program, lookahead, preds, hold, memory, prefetch=attempt == 0)
+                if not placing:
+                    uses = tile_uses(program)
+                    try:  # no range reused before the schedule expects its last reader done; else on bare lifetimes
+                        plan(program, uses, free_positions(starts, ends))
+                    except CompileError as e:
+                        if e.code not in ("NCC_SBUF_FULL", "NCC_PSUM_FULL"):
+                            raise
+                        plan(program, uses)
+            except OutOfMemory as e:
+                log.debug("schedule try %d ran out of memory at instruction %d (%d ran ahead): %s", tries, e.waiting,
+                          len(e.ahead), e)
+                if attempt > 0:  # (what the prefetching try opened early tells the others nothing)
+                    for i in e.ahead:
+                        hold[i] = max(hold.get(i, 0), e.waiting + 1)
+                if e.code == "NCC_PSUM_FULL" and preds is plain:
+                    preds = whole_accumulations(lowered, plain)
+            except CompileError as e:
+                if e.code not in ("NCC_SBUF_FULL", "NCC_PSUM_FULL"):
+                    raise
+                log.debug("schedule try %d with %.0f%% of SBUF live found no plan: %s", tries, 100 * budget, e)
+                budget *= BUDGET_STEP
+            else:
+                verify_order(lowered, program.instrs, preds, "schedule")
+                program.schedule_tries = tries
+                return True
+            program.instrs = list(lowered)
+            for p, engine in zip(lowered, engines):
+                p.engine = engine
     return False
 
 

@@ -2,7 +2,7 @@
 
 Every graph tensor the device touches lives in HBM as an `HbmTensor` (laid out by codegen/allocate.py) and is
 read through an `HbmView`: an element offset, a shape and element strides, like a numpy view. Reshape (of a
-contiguous view), Transpose, Slice, Expand and Squeeze only make new views; data moves when a DMA reads one.
+view whose axes allow it), Transpose, Slice, Expand and Squeeze only make new views; data moves when a DMA reads one.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ class HbmTensor:
     nbytes: int
     kind: str  # "input", "output", "weight" or "scratch"
     dtype: DType
-    data: bytes | None = None  # weights
+    data: bytes | memoryview | None = None  # weights (a memoryview: the bytes of the array laid out, not a copy)
     offset: int | None = None  # bytes, set by the HBM layout
     # (outer, rows, inner) sizes: how its producer lays it out on partitions (codegen/on_chip.py), if known
     layout: tuple[int, int, int] | None = None
@@ -34,6 +34,39 @@ def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
         strides.append(step)
         step *= n
     return tuple(reversed(strides))
+
+
+def reshaped_strides(shape: tuple[int, ...], strides: tuple[int, ...], new: tuple[int, ...]
+                     ) -> tuple[int, ...] | None:
+    """The strides that read a strided view's elements, in the same order, with shape `new`; None when there are
+    none (numpy's no-copy reshape). Size-1 axes are dropped; then the old and new axes are cut into runs of equal
+    product, and a run of old axes that are laid out one inside the other (stride = next stride x next size)
+    becomes its new axes with strides derived from its innermost stride (a broadcast axis keeps stride 0)."""
+    if 0 in shape:
+        return None
+    old = [(n, s) for n, s in zip(shape, strides) if n != 1]
+    result = [1] * len(new)
+    o = i = 0
+    while o < len(old):
+        while i < len(new) and new[i] == 1:
+            i += 1
+        o_end, i_end = o + 1, i + 1
+        o_size, i_size = old[o][0], new[i]
+        while o_size != i_size:
+            if i_size < o_size:
+                i_size *= new[i_end]
+                i_end += 1
+            else:
+                o_size *= old[o_end][0]
+                o_end += 1
+        if any(old[k][1] != old[k + 1][0] * old[k + 1][1] for k in range(o, o_end - 1)):
+            return None
+        step = old[o_end - 1][1]
+        for k in reversed(range(i, i_end)):
+            result[k] = step
+            step *= new[k]
+        o, i = o_end, i_end
+    return tuple(result)
 
 
 @dataclass(frozen=True)
@@ -57,12 +90,14 @@ class HbmView:
         return all(s == c for n, s, c in zip(self.shape, self.strides, contiguous_strides(self.shape)) if n > 1)
 
     def reshape(self, shape: tuple[int, ...]) -> HbmView | None:
-        """The view with a new shape, or None when the data must be copied first (not contiguous)."""
+        """The view with a new shape, or None when the data must be copied first: a strided view reshapes in place
+        when numpy's would (`reshaped_strides`), as a key/value head broadcast to the query heads it serves does."""
         if math.prod(shape) != self.size:
             raise ValueError(f"cannot reshape {self.shape} to {shape}")
-        if not self.is_contiguous:
-            return None
-        return HbmView(self.tensor, self.dtype, tuple(shape), contiguous_strides(tuple(shape)), self.offset)
+        if self.is_contiguous:
+            return HbmView(self.tensor, self.dtype, tuple(shape), contiguous_strides(tuple(shape)), self.offset)
+        strides = reshaped_strides(self.shape, self.strides, tuple(shape))
+        return None if strides is None else HbmView(self.tensor, self.dtype, tuple(shape), strides, self.offset)
 
     def transpose(self, perm: tuple[int, ...]) -> HbmView:
         return HbmView(self.tensor, self.dtype, tuple(self.shape[p] for p in perm),

@@ -14,6 +14,7 @@ Each comes in whichever way reads it in large contiguous pieces:
 
 from __future__ import annotations
 
+import math
 from typing import Callable
 
 import ml_dtypes
@@ -24,7 +25,8 @@ from neuronx_cc_lite.lower.context import LowerCtx
 from neuronx_cc_lite.lower.hbm import HbmTensor, HbmView
 from neuronx_cc_lite.lower.program import Tile, TileAccess
 from neuronx_cc_lite.lower.transpose import Piece, transpose_pieces
-from neuronx_cc_lite.declared import contiguous, declared, is_declared
+from neuronx_cc_lite.declared import Absent, declared, is_declared
+from neuronx_cc_lite.frontend import release_mapped_weights
 
 # Bytes per partition the operands kept for a whole matmul may take (B's column groups); beyond it they are
 # streamed. The memory planner sees them as ordinary tiles.
@@ -70,15 +72,53 @@ def bias_rows(ctx: LowerCtx, bias: np.ndarray, key: str) -> Tile:
     return rows
 
 
-def laid_out(ctx: LowerCtx, key: str, parts: list[np.ndarray], dtype: DType) -> tuple[HbmTensor, list[int]]:
-    """A weight tensor holding `parts` back to back in `dtype` (cached by key), and each part's element offset."""
+def laid_out(ctx: LowerCtx, key: str, parts: list[np.ndarray | KTiles], dtype: DType
+              ) -> tuple[HbmTensor, list[int]]:
+    """A weight tensor holding `parts` back to back in `dtype` (cached by key), and each part's element offset.
+
+    The parts are cast into the one buffer the bundle stores (its bytes are that buffer's, not a copy), a part at
+    a time, and the pages of mapped model files read for a part are given back after it: a weight is in memory
+    once, beside the part of its source being copied (a 2.2 GB LM head compiles in about its own size)."""
     cache = ctx.laid_out
     if key not in cache:
-        data = np.concatenate([contiguous(b).ravel() for b in parts])
-        data = ctx.narrowed(data, dtype)
-        offsets = list(np.cumsum([0] + [b.size for b in parts[:-1]]))
-        cache[key] = (ctx.program.hbm_tensor(key, data.nbytes, "weight", dtype, data.tobytes()), [int(o) for o in offsets])
+        sizes = [math.prod(p.shape) for p in parts]
+        offsets = [int(o) for o in np.cumsum([0] + sizes[:-1])]
+        if any(is_declared(p) for p in parts):  # shapes only: no bytes to lay out
+            data: bytes | memoryview | Absent = Absent(sum(sizes) * dtype.size)
+        else:
+            out = np.zeros(sum(sizes), dtype.np)  # pages untouched until written: padding costs nothing
+            tiled = []
+            for part, at, size in zip(parts, offsets, sizes):
+                dst = out[at:at + size].reshape(part.shape)
+                if isinstance(part, KTiles):
+                    tiled.append((part, dst))
+                else:
+                    dst[...] = ctx.narrowed(part, dtype)
+                    release_mapped_weights()
+            # column groups a K tile at a time: B's rows are read in order, and given back after each tile (read a
+            # group at a time, every group touches every row's pages, and the kernel maps pages around each read)
+            for j in range(max((len(part.k_tiles) for part, _ in tiled), default=0)):
+                for part, dst in tiled:
+                    part.write(j, dst, lambda v: ctx.narrowed(v, dtype))
+                release_mapped_weights()
+            data = memoryview(out.view(np.uint8)).toreadonly()  # compares as bytes do (hash bytes(data))
+        cache[key] = (ctx.program.hbm_tensor(key, len(data), "weight", dtype, data), offsets)
     return cache[key]
+
+
+class KTiles:
+    """Columns g0 .. g0 + gn of a weight B [K, N] as the Tensor engine reads a column group: [kmax, K tiles, gn],
+    row p of every K tile side by side, zeros below a short last tile. `write` copies one K tile of it into the
+    laid-out weight, so it is never built on its own (parts held whole beside the weight double it)."""
+
+    def __init__(self, b: np.ndarray, k_tiles: list[tuple[int, int]], g0: int, gn: int) -> None:
+        self.b, self.k_tiles, self.g0, self.gn = b, k_tiles, g0, gn
+        self.shape = (max(kt for _, kt in k_tiles), len(k_tiles), gn)
+
+    def write(self, j: int, dst: np.ndarray, cast: Callable[[np.ndarray], np.ndarray]) -> None:
+        """K tile j of dst ([kmax, K tiles, gn], zeros) = the group's rows of it, cast."""
+        k0, kt = self.k_tiles[j]
+        dst[:kt, j] = cast(self.b[k0:k0 + kt, self.g0:self.g0 + self.gn])
 
 
 class BSource:
@@ -104,16 +144,9 @@ class BSource:
         self.resident = width <= RESIDENT_BYTES
         self.tiles: dict[tuple, Tile] = {}
         if isinstance(b, np.ndarray):
-            kmax = max(kt for _, kt in k_tiles)
-            parts = []
-            for g0, gn in self.groups:
-                if is_declared(b):  # its shape only: no bytes to lay out
-                    parts.append(declared((kmax, len(k_tiles), gn), b.dtype))
-                    continue
-                part = np.zeros((kmax, len(k_tiles), gn), b.dtype)  # not float64: twice the weight
-                for j, (k0, kt) in enumerate(k_tiles):
-                    part[:kt, j] = b[k0:k0 + kt, g0:g0 + gn]
-                parts.append(part)
+            parts: list[np.ndarray | KTiles] = [declared((max(kt for _, kt in k_tiles), len(k_tiles), gn), b.dtype)
+                                                if is_declared(b) else KTiles(b, k_tiles, g0, gn)
+                                                for g0, gn in self.groups]
             self.weight, self.offsets = laid_out(ctx, f"{key}/PxKxN{self.group}", parts, dtype)
 
     def tile(self, j: int, n0: int, nt: int, m_block: int) -> TileAccess:
