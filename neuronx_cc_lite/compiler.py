@@ -31,6 +31,7 @@ from neuronx_cc_lite.declared import DECLARED_FLAG, Absent
 from neuronx_cc_lite.errors import CompileError
 from neuronx_cc_lite.flops import copy_bytes, model_flops
 from neuronx_cc_lite.frontend import CONVERT_TO, converted_up, import_file, import_model, load_model
+from neuronx_cc_lite.gc_policy import fewer_collections
 from neuronx_cc_lite.input_ranges import input_ranges
 from neuronx_cc_lite.integer_ranges import integer_ranges
 from neuronx_cc_lite.ir import Graph, Node, model_node_of
@@ -120,6 +121,7 @@ class Options:
         return self.lnc if self.lnc is not None else target.default_lnc
 
 
+@fewer_collections
 def prepare(model: str | os.PathLike[str] | onnx.ModelProto, options: Options,
             dump: Callable[[str, str], None] | None = None) -> Graph:
     """Frontend and passes: the graph that lowering receives. A model of an older opset with nodes the chip cannot
@@ -174,6 +176,7 @@ def declare_state(graph: Graph, state: dict[str, str]) -> None:
         graph.state[name] = after
 
 
+@fewer_collections
 def compile_graph(graph: Graph, options: Options, dump: Callable[[str, str], None] | None = None) -> Bundle:
     """The bundle of a graph after the passes: one rank's program, or (--tp, --dp) every rank's. `dump` receives
     the tile program after the stages options.dump_ir_after names (rank 0's)."""
