@@ -44,7 +44,7 @@ from neuronx_cc_lite.passes import run_pipeline, split_attention
 from neuronx_cc_lite.passes.verify import verify
 from neuronx_cc_lite.precision import MODES, TYPES
 from neuronx_cc_lite.progress import phase
-from neuronx_cc_lite.sizes import check_fits_hbm
+from neuronx_cc_lite.sizes import check_fits_hbm, check_operator_sizes
 
 log = logging.getLogger(__name__)
 
@@ -290,6 +290,7 @@ def compile_rank(graph: Graph, options: Options, target: Target,
     from an earlier one's only in its weights' bytes takes that rank's schedule, HBM layout and streams (nothing
     after lowering reads weight bytes), and only its weights are its own."""
     check_fits_hbm(graph, target)
+    check_operator_sizes(graph)
     stages = Stages(options.optimize, options.dump_ir_after, options.stop_after, dump)
     if options.optimize >= 2:
         # a quarter of the SBUF the homes may take: the scores, the probabilities and what lives beside them
