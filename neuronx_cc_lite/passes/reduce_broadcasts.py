@@ -20,6 +20,7 @@ import math
 import numpy as np
 
 from neuronx_cc_lite.ir import Graph, Node
+from neuronx_cc_lite.lower.reduce import reduced_axes
 from neuronx_cc_lite.passes.writer import Writer
 
 OPSET = 18  # every Reduce* takes its axes as an input
@@ -28,31 +29,18 @@ SAME = frozenset({"ReduceMean", "ReduceMax", "ReduceMin"})
 PLAIN_OVER_ONE = frozenset({"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin"})
 
 
-def _axes(node: Node, g: Graph, rank: int) -> tuple[int, ...] | None:
-    """The axes the node reduces, normalised; None when they are not known now or the node reduces nothing."""
-    if len(node.inputs) > 1 and node.inputs[1]:
-        t = g.tensors[node.inputs[1]]
-        if not t.is_constant:
-            return None
-        axes = [int(a) for a in t.value.reshape(-1)]
-    else:
-        axes = list(node.attrs.get("axes", ()))
-    if not axes:
-        return None if node.attrs.get("noop_with_empty_axes", 0) else tuple(range(rank))
-    if any(not -rank <= a < rank for a in axes):
-        return None  # left to the lowering's own check
-    return tuple(sorted({a % rank for a in axes}))
-
-
 def _rewrite(node: Node, expand: Node, g: Graph) -> list[Node] | None:
     """The nodes computing `node` (a reduction of `expand`'s output) from `expand`'s input, or None."""
     x, out = g.tensors[expand.inputs[0]], g.tensors[node.outputs[0]]
     wide = g.tensors[expand.outputs[0]].shape
     if x.shape is None or wide is None or out.shape is None or not np.issubdtype(x.dtype, np.floating):
         return None
-    axes = _axes(node, g, len(wide))
-    if axes is None:
+    axes = reduced_axes(node, g)  # () is every axis, or none with noop_with_empty_axes
+    if axes is None or not axes and node.attrs.get("noop_with_empty_axes", 0):
         return None
+    axes = axes or tuple(range(len(wide)))
+    if any(not 0 <= a < len(wide) for a in axes):
+        return None  # left to the lowering's own check
     padded = (1,) * (len(wide) - len(x.shape)) + tuple(x.shape)
     repeats = math.prod(wide[a] for a in axes if padded[a] == 1)
     if repeats == 1:

@@ -100,3 +100,18 @@ def test_an_operator_too_large_to_compile_in_bounded_time_is_refused_at_once(cas
         neuronx_cc_lite.compile(model, cache=False)
     assert e.value.code == "NCC_TOO_LARGE" and e.value.op == nodes[-1].op_type
     assert time.process_time() - start < 5
+
+
+def test_a_gather_counts_the_rows_it_reads_not_its_whole_table():
+    """A lookup in a 4 GiB table (a large vocabulary) moves one row per index: not refused as too large."""
+    from neuronx_cc_lite.compiler import Options, prepare
+    from neuronx_cc_lite.sizes import MAX_OPERATOR_BYTES, check_operator_sizes
+
+    V = helper.make_tensor_value_info
+    rows = MAX_OPERATOR_BYTES // (4 * 1024) + 1
+    graph = helper.make_graph([helper.make_node("Gather", ["table", "ids"], ["y"])], "g",
+                              [V("table", TensorProto.FLOAT, [rows, 1024]), V("ids", TensorProto.INT64, [8])],
+                              [V("y", TensorProto.FLOAT, [8, 1024])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    check_operator_sizes(prepare(model, Options()))  # raises NCC_TOO_LARGE if the table counted
