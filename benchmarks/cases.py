@@ -87,6 +87,18 @@ def bert_base(legacy: bool = False) -> onnx.ModelProto:
     return transformers.bert(legacy=legacy, sizes=sizes)
 
 
+def chain(n: int) -> onnx.ModelProto:
+    """A chain of `n` elementwise nodes (Neg and Relu in turn) over a [1, 64] tensor: compile time per node."""
+    from onnx import TensorProto, helper
+
+    nodes = [helper.make_node("Relu" if k % 2 else "Neg", [f"t{k}"], [f"t{k + 1}"]) for k in range(n)]
+    graph = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("t0", TensorProto.FLOAT, [1, 64])],
+                              [helper.make_tensor_value_info(f"t{n}", TensorProto.FLOAT, [1, 64])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
 def resnet18() -> onnx.ModelProto:
     cnn, _ = _model_builders()
     return cnn.resnet18()

@@ -31,6 +31,7 @@ from neuronx_cc_lite.declared import DECLARED_FLAG, Absent
 from neuronx_cc_lite.errors import CompileError
 from neuronx_cc_lite.flops import copy_bytes, model_flops
 from neuronx_cc_lite.frontend import CONVERT_TO, converted_up, import_file, import_model, load_model
+from neuronx_cc_lite.gc_policy import fewer_collections
 from neuronx_cc_lite.input_ranges import input_ranges
 from neuronx_cc_lite.integer_ranges import integer_ranges
 from neuronx_cc_lite.ir import Graph, Node, model_node_of
@@ -43,7 +44,7 @@ from neuronx_cc_lite.options import Options  # noqa: F401 - where callers have a
 from neuronx_cc_lite.passes import run_pipeline, split_attention
 from neuronx_cc_lite.passes.verify import verify
 from neuronx_cc_lite.progress import phase
-from neuronx_cc_lite.sizes import check_fits_hbm
+from neuronx_cc_lite.sizes import check_fits_hbm, check_operator_sizes
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +103,7 @@ def declare_state(graph: Graph, state: dict[str, str]) -> None:
         graph.state[name] = after
 
 
+@fewer_collections
 def compile_graph(graph: Graph, options: Options, dump: Callable[[str, str], None] | None = None) -> Bundle:
     """The bundle of a graph after the passes: one rank's program, or (--tp, --dp) every rank's. `dump` receives
     the tile program after the stages options.dump_ir_after names (rank 0's)."""
@@ -215,6 +217,7 @@ def compile_rank(graph: Graph, options: Options, target: Target,
     from an earlier one's only in its weights' bytes takes that rank's schedule, HBM layout and streams (nothing
     after lowering reads weight bytes), and only its weights are its own."""
     check_fits_hbm(graph, target)
+    check_operator_sizes(graph)
     stages = Stages(options.optimize, options.dump_ir_after, options.stop_after, dump)
     if options.optimize >= 2:
         # a quarter of the SBUF the homes may take: the scores, the probabilities and what lives beside them

@@ -55,6 +55,9 @@ PIPELINE: list[Pass] = [
          "a Gather or a MatMul by a constant; after the function bodies, whose sizes fold there"),
     Pass("expand-einsum", "expand_einsum",
          "an Einsum of one or two operands is a ReduceSum, Transposes and a MatMul, which lower already"),
+    Pass("reduce-broadcasts", "reduce_broadcasts",
+         "a reduction over axes an Expand repeats reads each value again and again (2.5e9 elements for x expanded to "
+         "[50000, 50000]): it reduces x, times the repeat count for a sum; after expand-einsum, which makes ReduceSums"),
     Pass("expand-math", "expand_math",
          "the inverse trigonometric and hyperbolic functions are a few of the functions ScalarE has (atan, sqrt, "
          "log, exp)"),
