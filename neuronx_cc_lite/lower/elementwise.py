@@ -19,6 +19,7 @@ from isa.operand import MAX_FREE_DIMS, Engine
 from neuronx_cc_lite.integer_ranges import integer_ranges, type_range
 from neuronx_cc_lite.ir import Graph, Node
 from neuronx_cc_lite.lower.context import LowerCtx, device_dtype
+from neuronx_cc_lite.lower import integer_limbs
 from neuronx_cc_lite.lower.instr import act, scratch, ts, tt
 from neuronx_cc_lite.lower.program import Program, TileAccess
 from neuronx_cc_lite.lower.registry import lowering
@@ -45,7 +46,7 @@ def single_value(ctx: LowerCtx, name: str) -> float | None:
 
 
 def elementwise(ctx: LowerCtx, node: Node, compute: Compute, inputs: list[str] | None = None,
-                immediates: bool = True) -> None:
+                immediates: bool = True, free_max: int | None = None) -> None:
     """Tiles follow the partition axes of the first input of the output's shape whose producer said how it laid
     it out, so that the tiles of one operator are the tiles of the next (and both stay on chip); else the output
     is cut by `boxes`."""
@@ -59,7 +60,7 @@ def elementwise(ctx: LowerCtx, node: Node, compute: Compute, inputs: list[str] |
         values[0] = None  # an instruction needs one tile to read
     loaded = [i for i, v in enumerate(values) if v is None]
     views = [ctx.view(names[i]).broadcast_to(out.shape) for i in loaded]
-    pmax, budget = prog.target.partitions, tile_free_max(ctx)
+    pmax, budget = prog.target.partitions, free_max or tile_free_max(ctx)
     cut = layout_boxes([out, *views], axes, pmax, budget) if axes is not None else None
     for box in cut if cut is not None else boxes([out, *views], pmax, budget):
         o, ins = box[0], box[1:]
@@ -194,6 +195,16 @@ def lower_unary(ctx: LowerCtx, node: Node) -> None:
     elementwise(ctx, node, unary(UNARY[node.op]))
 
 
+def in_limbs(ctx: LowerCtx, node: Node) -> bool:
+    """Computes `node` in limbs (lower/integer_limbs.py) if integer_ranges chose them for it: exact over the whole
+    integer range, where fp32 is exact to 2^24. The tiles are smaller: a limb computation keeps up to a dozen
+    fp32 scratch tiles the size of its output tile live at once (Mul's bytes and columns)."""
+    if not integer_ranges(ctx.graph).limbed(node):
+        return False
+    elementwise(ctx, node, integer_limbs.COMPUTE[node.op], immediates=False, free_max=tile_free_max(ctx) // 4)
+    return True
+
+
 def wrapping(ctx: LowerCtx, node: Node, compute: Compute) -> Compute:
     """`compute`, its result wrapped into the node's integer output type (two's complement, as onnxruntime's
     kernels) where integer_ranges says it may leave it: computed exactly in fp32 (|result| <= 2^24), then
@@ -215,7 +226,8 @@ def wrapping(ctx: LowerCtx, node: Node, compute: Compute) -> Compute:
 
 @lowering("Neg", check=small_integers_ok, elementwise=True)
 def lower_neg(ctx: LowerCtx, node: Node) -> None:
-    elementwise(ctx, node, wrapping(ctx, node, lambda prog, dst, s: ts(prog, dst, s[0], AluOp.multiply, -1.0)))
+    if not in_limbs(ctx, node):
+        elementwise(ctx, node, wrapping(ctx, node, lambda prog, dst, s: ts(prog, dst, s[0], AluOp.multiply, -1.0)))
 
 
 def truncating_divide(prog: Program, dst: TileAccess, srcs: list[Operand]) -> None:
@@ -229,6 +241,8 @@ def truncating_divide(prog: Program, dst: TileAccess, srcs: list[Operand]) -> No
 
 @lowering(*ARITHMETIC, check=small_integers_ok, since=7, elementwise=True)
 def lower_arithmetic(ctx: LowerCtx, node: Node) -> None:
+    if in_limbs(ctx, node):
+        return
     integer_div = node.op == "Div" and not is_float(ctx.graph, node.outputs[0])
     elementwise(ctx, node, wrapping(ctx, node, truncating_divide if integer_div else fold(ARITHMETIC[node.op])))
 
@@ -241,7 +255,8 @@ def _check_variadic(node: Node, g: Graph) -> str | None:
 
 @lowering(*VARIADIC, check=_check_variadic, since=8, elementwise=True)
 def lower_variadic(ctx: LowerCtx, node: Node) -> None:
-    elementwise(ctx, node, wrapping(ctx, node, VARIADIC[node.op]))
+    if not in_limbs(ctx, node):
+        elementwise(ctx, node, wrapping(ctx, node, VARIADIC[node.op]))
 
 
 def _pow(prog: Program, dst: TileAccess, srcs: list[Operand]) -> None:

@@ -13,7 +13,7 @@ import numpy as np
 from isa.functions import AluOp
 from neuronx_cc_lite.ir import Graph, Node
 from neuronx_cc_lite.lower.context import LowerCtx
-from neuronx_cc_lite.lower.elementwise import Operand, elementwise, fold, small_integers_ok
+from neuronx_cc_lite.lower.elementwise import Operand, elementwise, fold, in_limbs, small_integers_ok
 from neuronx_cc_lite.lower.instr import copy, fill, select, ts, tt
 from neuronx_cc_lite.lower.program import Program, TileAccess
 from neuronx_cc_lite.lower.registry import lowering
@@ -28,7 +28,8 @@ _BIT_INTS = _NARROW_INTS | {np.dtype(t) for t in (np.int32, np.uint32, np.int64)
 
 @lowering(*COMPARISONS, check=small_integers_ok, since=7, elementwise=True)
 def lower_comparison(ctx: LowerCtx, node: Node) -> None:
-    elementwise(ctx, node, fold(COMPARISONS[node.op]))
+    if not in_limbs(ctx, node):
+        elementwise(ctx, node, fold(COMPARISONS[node.op]))
 
 
 @lowering(*LOGICAL, since=7, elementwise=True)
