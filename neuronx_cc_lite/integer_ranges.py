@@ -2,18 +2,21 @@
 
 The engines compute in fp32 (CHIP.md): an integer is exact through an ALU while |value| <= 2^24, and a result the
 engine writes into a narrower integer type saturates where onnxruntime wraps (uint8 250 + 10 is 4). So an operator
-that computes with integers (arithmetic, comparisons, selections, reductions) is lowered only when the compiler can
+that computes with integers (arithmetic, comparisons, reductions) is lowered through fp32 when the compiler can
 show, for every element, that each integer it reads and the exact result lie within 2^24 and within the output
 type, or, for Add, Sub, Mul, Div, Neg and Sum, whose exact result within 2^24 the lowering wraps into the output type
-as onnxruntime does (WRAPPED); otherwise it is refused (NCC_UNSUPPORTED, naming the node and the range it could
-not bound).
+as onnxruntime does (WRAPPED). Where it cannot, an Add, Sub, Neg, Mul, comparison, Max or Min is computed in
+limbs (LIMBED, lower/integer_limbs.py: exact over any 32-bit integer, and wrapped), and anything else is refused
+(NCC_UNSUPPORTED, naming the node and the range it could not bound). Selections (Where) and integer casts move bits,
+not values, and are exact whatever the range.
 
     ranges: an interval [low, high] for every integer tensor, in graph order:
         constants                   their values' minimum and maximum
         graph inputs                their type's range (int64 is held as int32: the runtime refuses an int64 input
                                     outside it), narrowed to what their readers accept (input_ranges: token ids)
-                                    and, for an input an operator computes with, to [-B, B], B the largest power of
-                                    two up to 2^24 that lets every result be bounded (integer_ranges): the bundle
+                                    and, for an input an operator computes with in fp32 (or an int64 Add, Sub, Mul,
+                                    Neg in limbs), to [-B, B], B the largest power of two up to 2^30 that lets every
+                                    result be bounded (integer_ranges): the bundle
                                     records that bound (stats["integer_bounds"]) and the runtime refuses a value
                                     outside it (NRT_INPUT) instead of computing a wrong answer
         operators that move values  the union of what they move (reshapes, slices, gathers, concatenations, ...)
@@ -44,7 +47,7 @@ Range = tuple[int, int]  # inclusive
 
 # Operators whose lowering computes with integer operands on an engine (through fp32)
 COMPUTING = frozenset({"Add", "Sub", "Mul", "Div", "Neg", "Abs", "Sum", "Max", "Min", "Mod", "CumSum", "Equal",
-                       "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "Where", "TopK", "ReduceSum",
+                       "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "TopK", "ReduceSum",
                        "ReduceMax", "ReduceMin", "ReduceProd", "ReduceSumSquare", "ReduceL1", "ArgMax", "ArgMin",
                        "Sign", "Clip", "Relu"})
 # Operators whose lowering wraps an exact result (within 2^24) into the output type, two's complement, as
@@ -316,7 +319,7 @@ def _inputs_computed_with(g: Graph) -> set[str]:
                     if node.op in LIMBED_ARITHMETIC or node.op in ("Max", "Min"):  # carry the values on
                         todo += [o for o in node.outputs if o and o not in seen]
                         seen.update(node.outputs)
-                elif node.op in COMPUTING and not (node.op == "Where" and positions == [0]):
+                elif node.op in COMPUTING:
                     found.add(name)
                 elif node.op != "Cast" and (moves is None or any(p in moves for p in positions)):
                     todo += [o for o in node.outputs if o and o not in seen]
@@ -334,9 +337,10 @@ _CACHE: list[tuple[weakref.ref[Graph], int, IntegerRanges]] = []  # the last gra
 
 
 def integer_ranges(g: Graph) -> IntegerRanges:
-    """The ranges of `g` with the widest bound on the inputs computed with (2^24, halved down to LEAST_BOUND) that
-    leaves no node refused for what it computes from them: an Add of two inputs bounds them to 2^23, a Mul to
-    2^12. Computed once while the graph keeps its nodes and tensors (the checks ask per node)."""
+    """The ranges of `g` with the widest bound on the inputs computed with (2^30, halved down to LEAST_BOUND) that
+    leaves no node refused for what it computes from them: a ReduceSum over 64 values bounds its input to 2^18,
+    an int64 Add of two inputs (in limbs, within int32) to 2^29, an int32 Add none at all (limbs). Computed once
+    while the graph keeps its nodes and tensors (the checks ask per node)."""
     if _CACHE and _CACHE[0][0]() is g and _CACHE[0][1] == len(g.nodes):
         return _CACHE[0][2]
     bound = WIDEST_BOUND

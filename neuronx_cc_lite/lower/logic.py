@@ -95,11 +95,18 @@ def lower_is_inf(ctx: LowerCtx, node: Node) -> None:
     elementwise(ctx, node, compute)
 
 
-@lowering("Where", check=small_integers_ok, since=9, elementwise=True)
+@lowering("Where", since=9, elementwise=True)
 def lower_where(ctx: LowerCtx, node: Node) -> None:
+    """Integers are copied by their bits (a bitwise or with 0; the predicated copy moves bits too), so Where is
+    exact over any integer's whole range, where a copy through the fp32 ALU would round past 2^24."""
+    integers = np.dtype(ctx.graph.tensors[node.outputs[0]].dtype).kind in "biu"
+
     def compute(prog: Program, dst: TileAccess, s: list[Operand]) -> None:
         condition, if_true, if_false = s
-        copy(prog, dst, if_false)  # type: ignore[arg-type]
+        if integers:
+            ts(prog, dst, if_false, AluOp.bitwise_or, 0.0)  # type: ignore[arg-type]
+        else:
+            copy(prog, dst, if_false)  # type: ignore[arg-type]
         select(prog, dst, if_true, condition)  # type: ignore[arg-type]
 
     elementwise(ctx, node, compute, immediates=False)

@@ -179,6 +179,57 @@ def test_a_chain_of_int32_index_arithmetic_is_exact_over_the_whole_range():
         np.testing.assert_array_equal(ours[name], theirs[name], err_msg=name)
 
 
+def _edge_values(dtype: type, count: int, seed: int) -> np.ndarray:
+    """`count` values of `dtype` as the device holds it (int64 within int32): its edges first, then random ones."""
+    held = np.iinfo(np.int32 if dtype == np.int64 else dtype)
+    edges = _edges(int(held.min), int(held.max))
+    rng = np.random.default_rng(seed)
+    drawn = rng.integers(held.min, held.max, count, endpoint=True)
+    drawn[:min(count, len(edges))] = edges[:count]
+    return drawn.astype(dtype)
+
+
+CAST_PAIRS = [(a, b) for a in (*TYPES, np.uint32) for b in (*TYPES, np.uint32) if a != b]
+
+
+@pytest.mark.parametrize("source, target", CAST_PAIRS, ids=[f"{a.__name__}-{b.__name__}" for a, b in CAST_PAIRS])
+def test_integer_casts_wrap_as_onnx_does_or_are_refused(source, target):
+    """A narrowing integer cast keeps the low bits (int32 -1 to uint8 is 255, 300 to int8 is 44); the one cast the
+    device cannot hold, uint32 to int64 (held in int32), is refused naming the node."""
+    types = {**TYPES, np.uint32: TensorProto.UINT32}
+    graph = helper.make_graph([helper.make_node("Cast", ["x"], ["z"], name="the_cast", to=types[target])], "g",
+                              [helper.make_tensor_value_info("x", types[source], [N * 4])],
+                              [helper.make_tensor_value_info("z", types[target], [N * 4])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    if (source, target) == (np.uint32, np.int64):
+        with pytest.raises(CompileError, match="'the_cast'.*outside"):
+            neuronx_cc_lite.compile(model, cache=False)
+        return
+    inputs = {"x": _edge_values(source, N * 4, 3)}
+    ours = runtime.load(neuronx_cc_lite.compile(model, cache=False)).run(inputs)["z"]
+    np.testing.assert_array_equal(ours, onnxruntime_outputs(model, inputs)["z"])
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64, np.uint8])
+def test_where_selects_integers_by_their_bits(dtype):
+    """Where(c, a + b, b) with a, b over the whole range: the selection copies bits, never values through fp32."""
+    t = TYPES[dtype]
+    nodes = [helper.make_node("Add", ["a", "b"], ["s"], name="sum") if dtype != np.int64 else
+             helper.make_node("Identity", ["a"], ["s"], name="sum"),
+             helper.make_node("Where", ["c", "s", "b"], ["z"], name="pick")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("c", TensorProto.BOOL, [N * 2]),
+                                           *(helper.make_tensor_value_info(n, t, [N * 2]) for n in "ab")],
+                              [helper.make_tensor_value_info("z", t, [N * 2])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    loaded = runtime.load(neuronx_cc_lite.compile(model, cache=False))
+    assert "integer_bounds" not in loaded.bundle.stats
+    inputs = {"c": np.arange(N * 2) % 3 == 0, "a": _edge_values(dtype, N * 2, 4),
+              "b": _edge_values(dtype, N * 2, 5)[::-1].copy()}
+    np.testing.assert_array_equal(loaded.run(inputs)["z"], onnxruntime_outputs(model, inputs)["z"])
+
+
 def test_a_gather_from_more_rows_than_fp32_counts_is_refused():
     table = np.zeros(((1 << 23) + 2, 1), np.uint8)
     graph = helper.make_graph([helper.make_node("Gather", ["t", "i"], ["y"], name="lookup")], "g",
