@@ -57,9 +57,10 @@ WRAPPED = frozenset({"Add", "Sub", "Mul", "Div", "Neg", "Sum"})
 # or 8-bit limbs), chosen where the ranges cannot prove a node exact in fp32. Their results wrap to the output
 # type, as onnxruntime's; an int64 result (held in 32 bits) is exact only while the exact result stays in int32,
 # so int64 arithmetic is limbed only where the (bounded) inputs' ranges prove that.
-LIMBED_ARITHMETIC = frozenset({"Add", "Sub", "Mul", "Neg"})
+LIMBED_ARITHMETIC = frozenset({"Add", "Sub", "Mul", "Neg", "Abs"})
 LIMBED = LIMBED_ARITHMETIC | {"Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "Max", "Min"}
-_LIMB_TYPES = frozenset(np.dtype(t) for t in (np.int8, np.uint8, np.int16, np.uint16, np.int32, np.int64))
+_LIMB_TYPES = frozenset(np.dtype(t) for t in (np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32,
+                                              np.int64))
 # More operators that only move values (beyond input_ranges' list): position -> the inputs whose values they hold
 _MORE_MOVES: dict[str, tuple[int, ...] | None] = {
     "GatherElements": (0,), "GatherND": (0,), "ScatterND": (0, 2), "ScatterElements": (0, 2), "Scatter": (0, 2),

@@ -170,13 +170,15 @@ def floats_only(node: Node, g: Graph) -> str | None:
 
 def small_integers_ok(node: Node, g: Graph) -> str | None:
     """Integer arithmetic runs through the engines' fp32 ALU: exact while magnitudes stay below 2**24, which is
-    what int32/int64 index and shape arithmetic needs; 64-bit and 32-bit unsigned ranges are beyond it, and so is
-    a node whose integer operands or result the compiler cannot bound within 2**24 and the output type
-    (neuronx_cc_lite/integer_ranges.py)."""
+    what int32/int64 index and shape arithmetic needs; 64-bit and 32-bit unsigned ranges are beyond it (but for
+    the operators computed in limbs), and so is a node whose integer operands or result the compiler cannot bound
+    within 2**24 and the output type (neuronx_cc_lite/integer_ranges.py)."""
+    ranges = integer_ranges(g)
     for name in (*node.inputs, *node.outputs):
-        if name and g.tensors[name].dtype in (np.dtype(np.uint32), np.dtype(np.uint64)):
-            return f"{node.op} on {g.tensors[name].dtype} is not supported (beyond the exact fp32 range)"
-    return integer_ranges(g).why_inexact(node)
+        dtype = g.tensors[name].dtype if name else None
+        if dtype == np.uint64 or dtype == np.uint32 and not ranges.limbed(node):
+            return f"{node.op} on {dtype} is not supported (beyond the exact fp32 range)"
+    return ranges.why_inexact(node)
 
 
 UNARY = {
@@ -190,8 +192,20 @@ VARIADIC = {"Sum": fold(AluOp.add), "Max": fold(AluOp.maximum), "Min": fold(AluO
             "Mean": fold(AluOp.add, then=_mean)}
 
 
-@lowering(*UNARY, check=floats_only, elementwise=True)
+def _check_unary(node: Node, g: Graph) -> str | None:
+    """Floats only, but for an integer Abs (computed through fp32 where its ranges prove it exact, else in
+    limbs)."""
+    if node.op == "Abs" and not is_float(g, node.inputs[0]):
+        return small_integers_ok(node, g)
+    return floats_only(node, g)
+
+
+@lowering(*UNARY, check=_check_unary, elementwise=True)
 def lower_unary(ctx: LowerCtx, node: Node) -> None:
+    if node.op == "Abs" and not is_float(ctx.graph, node.inputs[0]):
+        if not in_limbs(ctx, node):
+            elementwise(ctx, node, lambda prog, dst, s: ts(prog, dst, s[0], AluOp.abs_max, 0.0))
+        return
     elementwise(ctx, node, unary(UNARY[node.op]))
 
 

@@ -1,14 +1,14 @@
 """Exact integer arithmetic over the whole range of a 32-bit type, in pieces ("limbs") the fp32 ALU holds exactly.
 
 The engines compute in fp32, exact for integers up to 2^24 (integer_ranges.py). Where the ranges cannot prove a
-node's values within that, an int32 Add, Sub, Neg or Mul, a comparison and Max/Min (of int32, or of int64 as
-the device holds it, in 32 bits) are computed here instead. What makes it possible: VectorE's bit-vector
-operators (bitwise and/or, shifts; isa/functions.py BITVEC_OPS) read an integer tile's 32 bits exactly and
-write results that wrap to the destination's width, so the split into limbs and the final join happen on the
+node's values within that, an Add, Sub, Neg, Abs or Mul, a comparison and Max/Min on integers of up to 32 bits
+(int64 as the device holds it, in int32, included) are computed here instead. What makes it possible: VectorE's
+bit-vector operators (bitwise and/or, shifts; isa/functions.py BITVEC_OPS) read an integer tile's 32 bits exactly
+and write results that wrap to the destination's width, so the split into limbs and the final join happen on the
 engine, with no new instruction.
 
-    split       x = hi * 2^16 + lo, lo = x & 0xFFFF in [0, 2^16), hi = x >> 16 (arithmetic: signed, |hi| <= 2^15);
-                both written to fp32 tiles, exact
+    split       x = hi * 2^16 + lo, lo = x & 0xFFFF in [0, 2^16), hi = x >> 16 (arithmetic: signed, |hi| <= 2^15;
+                in [0, 2^16) for uint32); both written to fp32 tiles, exact
     Add / Sub   (hi_a +- hi_b, lo_a +- lo_b): each limb exact in fp32 (|lo| < 2^17, |hi| <= 2^16)
     Neg         (-hi, -lo)
     join        carry = lo >> 16 (floor, also for a negative lo), lo &= 0xFFFF, hi += carry, then
@@ -22,10 +22,10 @@ engine, with no new instruction.
                 fp32 rounding keeps (rounding is monotone and never takes a nonzero integer to 0), so
                 `key op 0` is `a op b` exactly
     Max / Min   dst = b copied by its bits (bitwise or 0), then a where a > b (or <), by a predicated copy,
-                which moves bits, not values
+                which moves bits, not values; Abs is Max(a, -a)
 
-Costs: Add/Sub 9 VectorE instructions per tile, Mul 33, a comparison 7, Max/Min 9 (against 1 on the fp32 path,
-which the lowering keeps wherever integer_ranges proves it exact).
+Costs: Add/Sub 11 VectorE instructions per tile, Neg 9, Mul 35, a comparison 8, Max/Min 10, Abs 19 (against 1 on
+the fp32 path, which the lowering keeps wherever integer_ranges proves it exact).
 """
 
 from __future__ import annotations
@@ -150,9 +150,20 @@ def choose(op: AluOp) -> Compute:
     return compute
 
 
+def absolute(prog: Program, dst: TileAccess, srcs: list) -> None:
+    """|a| = Max(a, -a), both in limbs: the most negative value is its own negation, as in onnxruntime's. An
+    unsigned a is its own absolute value (copied by its bits)."""
+    if dst.tile.dtype.np.kind == "u":
+        ts(prog, dst, srcs[0], AluOp.bitwise_or, 0.0)
+        return
+    negated = scratch(prog, dst, "limbs/negated", dst.tile.dtype)
+    negate(prog, negated, srcs)
+    choose(AluOp.greater)(prog, dst, [srcs[0], negated])
+
+
 # The limb computation of each operator integer_ranges.LIMBED names
 COMPUTE: dict[str, Compute] = {
-    "Add": add_sub(AluOp.add), "Sub": add_sub(AluOp.subtract), "Neg": negate, "Mul": multiply,
+    "Add": add_sub(AluOp.add), "Sub": add_sub(AluOp.subtract), "Neg": negate, "Mul": multiply, "Abs": absolute,
     "Equal": compare(AluOp.equal), "Less": compare(AluOp.less), "LessOrEqual": compare(AluOp.less_equal),
     "Greater": compare(AluOp.greater), "GreaterOrEqual": compare(AluOp.greater_equal),
     "Max": choose(AluOp.greater), "Min": choose(AluOp.less),

@@ -418,7 +418,8 @@ def files_case(base: Base, rng: random.Random) -> str | None:
 
 
 _INTEGER_TYPES = ("int8", "uint8", "int16", "uint16", "int32", "uint32", "int64")
-_INTEGER_OPS = ("Add", "Sub", "Mul", "Div", "Max", "Min", "Neg", "Abs", "Cast", "ReduceSum", "Identity")
+_INTEGER_OPS = ("Add", "Sub", "Mul", "Div", "Max", "Min", "Neg", "Abs", "Cast", "ReduceSum", "Identity", "Less",
+                "Equal", "GreaterOrEqual")
 _integer_models: dict[tuple, tuple] = {}  # (op, dtype, to, shape) -> (model, loaded model or CompileError)
 
 
@@ -437,6 +438,8 @@ def _integer_model(op: str, dtype: str, to: str, shape: tuple[int, ...]) -> tupl
         inputs = ["a"] if unary else ["a", "b"]
         attrs: dict[str, Any] = {"to": helper.np_dtype_to_tensor_dtype(np.dtype(to))} if op == "Cast" else {}
         out_type = helper.np_dtype_to_tensor_dtype(np.dtype(to)) if op == "Cast" else elem
+        if op in ("Less", "Equal", "GreaterOrEqual"):
+            out_type = helper.np_dtype_to_tensor_dtype(np.dtype(bool))
         out_shape = list(shape)
         if op == "ReduceSum":
             attrs, out_shape = {"keepdims": 0}, list(shape[:-1])
