@@ -421,6 +421,9 @@ _INTEGER_TYPES = ("int8", "uint8", "int16", "uint16", "int32", "uint32", "int64"
 _INTEGER_OPS = ("Add", "Sub", "Mul", "Div", "Max", "Min", "Neg", "Abs", "Cast", "ReduceSum", "Identity", "Less",
                 "Equal", "GreaterOrEqual")
 _integer_models: dict[tuple, tuple] = {}  # (op, dtype, to, shape) -> (model, loaded model or CompileError)
+# The most loaded models kept at once: each holds its simulated chip's memories, and the worker's address space
+# is capped (tests/fuzz/worker.py); now that most integer operators compile, 200 seeds would load ~150 of them
+_INTEGER_MODELS_KEPT = 16
 
 
 def _integer_model(op: str, dtype: str, to: str, shape: tuple[int, ...]) -> tuple:
@@ -455,6 +458,8 @@ def _integer_model(op: str, dtype: str, to: str, shape: tuple[int, ...]) -> tupl
             loaded: Any = runtime.Model(compile_model(model, Options()))
         except CompileError as e:
             loaded = e
+        if len(_integer_models) >= _INTEGER_MODELS_KEPT:
+            del _integer_models[next(iter(_integer_models))]  # the oldest
         _integer_models[key] = (model, loaded)
     return _integer_models[key]
 
