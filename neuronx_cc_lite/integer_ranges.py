@@ -2,18 +2,21 @@
 
 The engines compute in fp32 (CHIP.md): an integer is exact through an ALU while |value| <= 2^24, and a result the
 engine writes into a narrower integer type saturates where onnxruntime wraps (uint8 250 + 10 is 4). So an operator
-that computes with integers (arithmetic, comparisons, selections, reductions) is lowered only when the compiler can
+that computes with integers (arithmetic, comparisons, reductions) is lowered through fp32 when the compiler can
 show, for every element, that each integer it reads and the exact result lie within 2^24 and within the output
 type, or, for Add, Sub, Mul, Div, Neg and Sum, whose exact result within 2^24 the lowering wraps into the output type
-as onnxruntime does (WRAPPED); otherwise it is refused (NCC_UNSUPPORTED, naming the node and the range it could
-not bound).
+as onnxruntime does (WRAPPED). Where it cannot, an Add, Sub, Neg, Mul, comparison, Max or Min is computed in
+limbs (LIMBED, lower/integer_limbs.py: exact over any 32-bit integer, and wrapped), and anything else is refused
+(NCC_UNSUPPORTED, naming the node and the range it could not bound). Selections (Where) and integer casts move bits,
+not values, and are exact whatever the range.
 
     ranges: an interval [low, high] for every integer tensor, in graph order:
         constants                   their values' minimum and maximum
         graph inputs                their type's range (int64 is held as int32: the runtime refuses an int64 input
                                     outside it), narrowed to what their readers accept (input_ranges: token ids)
-                                    and, for an input an operator computes with, to [-B, B], B the largest power of
-                                    two up to 2^24 that lets every result be bounded (integer_ranges): the bundle
+                                    and, for an input an operator computes with in fp32 (or an int64 Add, Sub, Mul,
+                                    Neg in limbs), to [-B, B], B the largest power of two up to 2^30 that lets every
+                                    result be bounded (integer_ranges): the bundle
                                     records that bound (stats["integer_bounds"]) and the runtime refuses a value
                                     outside it (NRT_INPUT) instead of computing a wrong answer
         operators that move values  the union of what they move (reshapes, slices, gathers, concatenations, ...)
@@ -44,12 +47,20 @@ Range = tuple[int, int]  # inclusive
 
 # Operators whose lowering computes with integer operands on an engine (through fp32)
 COMPUTING = frozenset({"Add", "Sub", "Mul", "Div", "Neg", "Abs", "Sum", "Max", "Min", "Mod", "CumSum", "Equal",
-                       "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "Where", "TopK", "ReduceSum",
+                       "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "TopK", "ReduceSum",
                        "ReduceMax", "ReduceMin", "ReduceProd", "ReduceSumSquare", "ReduceL1", "ArgMax", "ArgMin",
                        "Sign", "Clip", "Relu"})
 # Operators whose lowering wraps an exact result (within 2^24) into the output type, two's complement, as
 # onnxruntime's integer kernels do (lower/elementwise.py `wrapping`)
 WRAPPED = frozenset({"Add", "Sub", "Mul", "Div", "Neg", "Sum"})
+# Operators lower/integer_limbs.py computes exactly over the whole range of integers of up to 32 bits (in 16-bit
+# or 8-bit limbs), chosen where the ranges cannot prove a node exact in fp32. Their results wrap to the output
+# type, as onnxruntime's; an int64 result (held in 32 bits) is exact only while the exact result stays in int32,
+# so int64 arithmetic is limbed only where the (bounded) inputs' ranges prove that.
+LIMBED_ARITHMETIC = frozenset({"Add", "Sub", "Mul", "Neg", "Abs"})
+LIMBED = LIMBED_ARITHMETIC | {"Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "Max", "Min"}
+_LIMB_TYPES = frozenset(np.dtype(t) for t in (np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32,
+                                              np.int64))
 # More operators that only move values (beyond input_ranges' list): position -> the inputs whose values they hold
 _MORE_MOVES: dict[str, tuple[int, ...] | None] = {
     "GatherElements": (0,), "GatherND": (0,), "ScatterND": (0, 2), "ScatterElements": (0, 2), "Scatter": (0, 2),
@@ -136,6 +147,18 @@ _RESULTS: dict[str, Callable[[list[Range], Node, Graph], Range]] = {
 }
 
 
+def limbable(node: Node, g: Graph) -> bool:
+    """Whether lower/integer_limbs.py can compute `node`: a LIMBED operator on integers the device holds in up to
+    32 bits (int64 included)."""
+    return node.op in LIMBED and all(np.dtype(g.tensors[name].dtype) in _LIMB_TYPES for name in node.inputs if name)
+
+
+def limbed_whatever_the_inputs(node: Node, g: Graph) -> bool:
+    """Whether the limbs compute `node` exactly whatever its inputs hold: all but int64 arithmetic, whose exact
+    result may leave the int32 the device holds it in."""
+    return limbable(node, g) and not (node.op in LIMBED_ARITHMETIC and g.tensors[node.outputs[0]].dtype == np.int64)
+
+
 def _fill_range(node: Node, g: Graph) -> Range:
     """The values a fill writes: ConstantOfShape's `value` (0 when absent), OneHot's off and on values."""
     if node.op == "OneHot":
@@ -156,6 +179,10 @@ class IntegerRanges:
         """Why the node's integer result cannot be held or written exactly (an int64 past int32, a fill past 2^24)."""
         return self.unheld.get(id(node))
 
+    def limbed(self, node: Node) -> bool:
+        """Whether the node is computed in limbs (lower/integer_limbs.py): exact where fp32 would not be."""
+        return id(node) in self.limbs
+
     def wraps(self, node: Node) -> bool:
         """Whether the node's exact result (within 2^24) may leave its type, to be wrapped as onnxruntime does."""
         return id(node) in self.wrapping
@@ -166,6 +193,7 @@ class IntegerRanges:
         self.refused: dict[int, str] = {}  # id(node) -> why
         self.wrapping: set[int] = set()  # id(node) of WRAPPED nodes whose result may leave its type
         self.unheld: dict[int, str] = {}  # id(node) -> why its result is not held exactly
+        self.limbs: set[int] = set()  # id(node) of LIMBED nodes fp32 cannot compute exactly
         recorded = input_ranges(g)
         computed = _inputs_computed_with(g)
         for name in g.inputs:
@@ -216,8 +244,31 @@ class IntegerRanges:
                 self.unheld.setdefault(id(node), why)
         if node.op in COMPUTING and ints:
             why = self._inexact(node, g)
-            if why:
+            if why and limbable(node, g) and self._held(node, g):
+                self._limb(node, g)
+            elif why:
                 self.refused[id(node)] = why
+        out = node.outputs[0] if node.outputs else ""
+        if (id(node) in self.wrapping or id(node) in self.limbs) and out in self.ranges:
+            # a wrapped result holds any value of its type, not the exact result's interval
+            low, high = self.ranges[out]
+            limit = type_range(g.tensors[out].dtype)
+            if low < limit[0] or high > limit[1]:
+                self.ranges[out] = limit
+
+    def _held(self, node: Node, g: Graph) -> bool:
+        """Whether the node's exact result is what its output holds once wrapped: always, but for an int64
+        result, held in int32, which must hold the exact result."""
+        if limbed_whatever_the_inputs(node, g):
+            return True
+        low, high = self.ranges[node.outputs[0]]
+        held = type_range(g.tensors[node.outputs[0]].dtype)
+        return held[0] <= low and high <= held[1]
+
+    def _limb(self, node: Node, g: Graph) -> None:
+        """Computed in limbs: exact, and wrapped as onnxruntime wraps, by the limbs' own join."""
+        self.limbs.add(id(node))
+        self.wrapping.discard(id(node))
 
     def _unheld(self, node: Node, g: Graph, out: str) -> str | None:
         low, high = self.ranges[out]
@@ -265,7 +316,11 @@ def _inputs_computed_with(g: Graph) -> set[str]:
             for node in users.get(value, []):
                 positions = [p for p, used in enumerate(node.inputs) if used == value]
                 moves = _MORE_MOVES.get(node.op, _MOVES.get(node.op, ()))
-                if node.op in COMPUTING and not (node.op == "Where" and positions == [0]):
+                if limbed_whatever_the_inputs(node, g):
+                    if node.op in LIMBED_ARITHMETIC or node.op in ("Max", "Min"):  # carry the values on
+                        todo += [o for o in node.outputs if o and o not in seen]
+                        seen.update(node.outputs)
+                elif node.op in COMPUTING:
                     found.add(name)
                 elif node.op != "Cast" and (moves is None or any(p in moves for p in positions)):
                     todo += [o for o in node.outputs if o and o not in seen]
@@ -273,6 +328,9 @@ def _inputs_computed_with(g: Graph) -> set[str]:
     return found
 
 
+# The widest bound put on an input computed with: an int64 Add or Sub of two such inputs, computed in limbs, stays
+# within the int32 the device holds it in
+WIDEST_BOUND = 1 << 30
 # The narrowest bound put on an input computed with: below it, refusing the node says more than a run refusing
 # every realistic value would
 LEAST_BOUND = 1 << 8
@@ -280,12 +338,13 @@ _CACHE: list[tuple[weakref.ref[Graph], int, IntegerRanges]] = []  # the last gra
 
 
 def integer_ranges(g: Graph) -> IntegerRanges:
-    """The ranges of `g` with the widest bound on the inputs computed with (2^24, halved down to LEAST_BOUND) that
-    leaves no node refused for what it computes from them: an Add of two inputs bounds them to 2^23, a Mul to
-    2^12. Computed once while the graph keeps its nodes and tensors (the checks ask per node)."""
+    """The ranges of `g` with the widest bound on the inputs computed with (2^30, halved down to LEAST_BOUND) that
+    leaves no node refused for what it computes from them: a ReduceSum over 64 values bounds its input to 2^18,
+    an int64 Add of two inputs (in limbs, within int32) to 2^29, an int32 Add none at all (limbs). Computed once
+    while the graph keeps its nodes and tensors (the checks ask per node)."""
     if _CACHE and _CACHE[0][0]() is g and _CACHE[0][1] == len(g.nodes):
         return _CACHE[0][2]
-    bound = EXACT
+    bound = WIDEST_BOUND
     found = IntegerRanges(g, bound)
     while found.refused and found.bounds and bound > LEAST_BOUND:
         bound //= 2

@@ -4,7 +4,8 @@ Between types the device holds the same way (float64 and float32 are both fp32 o
 both int32) the result is a view of the input. Widening and float-to-float conversions are a DMA with a cast,
 which rounds to nearest even as ONNX does. To bool is a comparison with zero. Casts to fp8 saturate (ONNX's
 default) by clamping to the largest finite value before the cast. Float to integer truncates toward zero in
-ONNX; the engines round on write, so that case is refused, as are narrowing integer casts, which wrap in ONNX.
+ONNX; the engines round on write, so that case is refused. A narrowing integer cast wraps in ONNX: it is a
+bit-vector operator (bitwise or 0), whose result wraps to the destination's width as ONNX's does.
 
 SaturatingCast (the compiler's own op, which expand-quantization emits where QuantizeLinear and the integer
 matmuls leave floats for an integer type) rounds half to even and clamps to the type's range, as QuantizeLinear
@@ -67,7 +68,27 @@ def _check_cast(node: Node, g: Graph) -> str | None:
     if device_dtype(src) is device_dtype(dst) or (
             ml_dtypes.iinfo(dst).min <= ml_dtypes.iinfo(src).min and ml_dtypes.iinfo(src).max <= ml_dtypes.iinfo(dst).max):
         return None
+    if src in _WORD_INTEGERS and dst in _WORD_INTEGERS:
+        return None  # wraps by its bits (`_wrapping_cast`)
     return f"a narrowing cast from {src} to {dst} wraps around, which the engines do not do"
+
+
+# The integers a bit-vector operator reads and writes by their bits (up to 32 of them; int64 held as int32)
+_WORD_INTEGERS = tuple(np.dtype(t) for t in (np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32,
+                                             np.int64))
+
+
+def _narrowing(src: np.dtype, dst: np.dtype) -> bool:
+    """An integer cast that may wrap: dst does not hold every value of src."""
+    return (src in _WORD_INTEGERS and dst in _WORD_INTEGERS
+            and not (np.iinfo(dst).min <= np.iinfo(src).min and np.iinfo(src).max <= np.iinfo(dst).max))
+
+
+def _wrapping_cast(prog: Program, dst: TileAccess, srcs: list[Operand]) -> None:
+    """A narrowing integer cast keeps the low bits, as ONNX's (C's) does: a bitwise or with 0 reads the source's
+    bits exactly and its result wraps to dst's width on write, where a value cast would saturate. An int64 source
+    is held in int32, and its low 32 bits are those of the value it holds."""
+    ts(prog, dst, srcs[0], AluOp.bitwise_or, 0.0)  # type: ignore[arg-type]
 
 
 @lowering("Cast", check=_check_cast, elementwise=True)
@@ -89,6 +110,8 @@ def lower_cast(ctx: LowerCtx, node: Node) -> None:
         bound = _FP8[target]
         elementwise(ctx, node, lambda prog, dst, s: ts(prog, dst, s[0], AluOp.maximum, -bound, AluOp.minimum,
                                                        bound), inputs=[node.inputs[0]])
+    elif _narrowing(src_type, dst_type) and x.dtype is not target:
+        elementwise(ctx, node, _wrapping_cast, inputs=[node.inputs[0]], immediates=False)
     elif dst_type in _SMALL_INTEGERS and _kind(src_type) == "float":
         elementwise(ctx, node, lambda prog, dst, s: truncate_into(prog, dst, s[0], dst_type),
                     inputs=[node.inputs[0]], immediates=False)

@@ -20,6 +20,7 @@ from isa.operand import MAX_FREE_DIMS, Engine
 from neuronx_cc_lite.integer_ranges import integer_ranges, type_range
 from neuronx_cc_lite.ir import Graph, Node
 from neuronx_cc_lite.lower.context import LowerCtx, device_dtype
+from neuronx_cc_lite.lower import integer_limbs
 from neuronx_cc_lite.lower.instr import act, scratch, ts, tt
 from neuronx_cc_lite.lower.program import Program, TileAccess
 from neuronx_cc_lite.lower.registry import lowering
@@ -58,7 +59,7 @@ def uniform_value(ctx: LowerCtx, name: str) -> float | None:
 
 
 def elementwise(ctx: LowerCtx, node: Node, compute: Compute, inputs: list[str] | None = None,
-                immediates: bool | tuple[int, ...] = True) -> None:
+                immediates: bool | tuple[int, ...] = True, free_max: int | None = None) -> None:
     """Tiles follow the partition axes of the first input of the output's shape whose producer said how it laid
     it out, so that the tiles of one operator are the tiles of the next (and both stay on chip); else the output
     is cut by `boxes`. `immediates`: whether `compute` takes a constant scalar input as a float, or which inputs
@@ -75,7 +76,7 @@ def elementwise(ctx: LowerCtx, node: Node, compute: Compute, inputs: list[str] |
     loaded = [i for i, v in enumerate(values) if v is None]
     uniform = {i: u for i in loaded if (u := uniform_value(ctx, names[i])) is not None}
     views = [ctx.view(names[i]).broadcast_to(out.shape) for i in loaded]
-    pmax, budget = prog.target.partitions, tile_free_max(ctx)
+    pmax, budget = prog.target.partitions, free_max or tile_free_max(ctx)
     cut = layout_boxes([out, *views], axes, pmax, budget) if axes is not None else None
     for box in cut if cut is not None else boxes([out, *views], pmax, budget):
         o, ins = box[0], box[1:]
@@ -185,13 +186,15 @@ def floats_only(node: Node, g: Graph) -> str | None:
 
 def small_integers_ok(node: Node, g: Graph) -> str | None:
     """Integer arithmetic runs through the engines' fp32 ALU: exact while magnitudes stay below 2**24, which is
-    what int32/int64 index and shape arithmetic needs; 64-bit and 32-bit unsigned ranges are beyond it, and so is
-    a node whose integer operands or result the compiler cannot bound within 2**24 and the output type
-    (neuronx_cc_lite/integer_ranges.py)."""
+    what int32/int64 index and shape arithmetic needs; 64-bit and 32-bit unsigned ranges are beyond it (but for
+    the operators computed in limbs), and so is a node whose integer operands or result the compiler cannot bound
+    within 2**24 and the output type (neuronx_cc_lite/integer_ranges.py)."""
+    ranges = integer_ranges(g)
     for name in (*node.inputs, *node.outputs):
-        if name and g.tensors[name].dtype in (np.dtype(np.uint32), np.dtype(np.uint64)):
-            return f"{node.op} on {g.tensors[name].dtype} is not supported (beyond the exact fp32 range)"
-    return integer_ranges(g).why_inexact(node)
+        dtype = g.tensors[name].dtype if name else None
+        if dtype == np.uint64 or dtype == np.uint32 and not ranges.limbed(node):
+            return f"{node.op} on {dtype} is not supported (beyond the exact fp32 range)"
+    return ranges.why_inexact(node)
 
 
 UNARY = {
@@ -205,9 +208,31 @@ VARIADIC = {"Sum": fold(AluOp.add), "Max": fold(AluOp.maximum), "Min": fold(AluO
             "Mean": fold(AluOp.add, then=_mean)}
 
 
-@lowering(*UNARY, check=floats_only, elementwise=True)
+def _check_unary(node: Node, g: Graph) -> str | None:
+    """Floats only, but for an integer Abs (computed through fp32 where its ranges prove it exact, else in
+    limbs)."""
+    if node.op == "Abs" and not is_float(g, node.inputs[0]):
+        return small_integers_ok(node, g)
+    return floats_only(node, g)
+
+
+@lowering(*UNARY, check=_check_unary, elementwise=True)
 def lower_unary(ctx: LowerCtx, node: Node) -> None:
+    if node.op == "Abs" and not is_float(ctx.graph, node.inputs[0]):
+        if not in_limbs(ctx, node):
+            elementwise(ctx, node, lambda prog, dst, s: ts(prog, dst, s[0], AluOp.abs_max, 0.0))
+        return
     elementwise(ctx, node, unary(UNARY[node.op]))
+
+
+def in_limbs(ctx: LowerCtx, node: Node) -> bool:
+    """Computes `node` in limbs (lower/integer_limbs.py) if integer_ranges chose them for it: exact over the whole
+    integer range, where fp32 is exact to 2^24. The tiles are smaller: a limb computation keeps up to a dozen
+    fp32 scratch tiles the size of its output tile live at once (Mul's bytes and columns)."""
+    if not integer_ranges(ctx.graph).limbed(node):
+        return False
+    elementwise(ctx, node, integer_limbs.COMPUTE[node.op], immediates=False, free_max=tile_free_max(ctx) // 4)
+    return True
 
 
 def wrapping(ctx: LowerCtx, node: Node, compute: Compute) -> Compute:
@@ -231,7 +256,8 @@ def wrapping(ctx: LowerCtx, node: Node, compute: Compute) -> Compute:
 
 @lowering("Neg", check=small_integers_ok, elementwise=True)
 def lower_neg(ctx: LowerCtx, node: Node) -> None:
-    elementwise(ctx, node, wrapping(ctx, node, lambda prog, dst, s: ts(prog, dst, s[0], AluOp.multiply, -1.0)))
+    if not in_limbs(ctx, node):
+        elementwise(ctx, node, wrapping(ctx, node, lambda prog, dst, s: ts(prog, dst, s[0], AluOp.multiply, -1.0)))
 
 
 def truncating_divide(prog: Program, dst: TileAccess, srcs: list[Operand]) -> None:
@@ -245,6 +271,8 @@ def truncating_divide(prog: Program, dst: TileAccess, srcs: list[Operand]) -> No
 
 @lowering(*ARITHMETIC, check=small_integers_ok, since=7, elementwise=True)
 def lower_arithmetic(ctx: LowerCtx, node: Node) -> None:
+    if in_limbs(ctx, node):
+        return
     integer_div = node.op == "Div" and not is_float(ctx.graph, node.outputs[0])
     elementwise(ctx, node, wrapping(ctx, node, truncating_divide if integer_div else fold(ARITHMETIC[node.op])))
 
@@ -257,7 +285,8 @@ def _check_variadic(node: Node, g: Graph) -> str | None:
 
 @lowering(*VARIADIC, check=_check_variadic, since=8, elementwise=True)
 def lower_variadic(ctx: LowerCtx, node: Node) -> None:
-    elementwise(ctx, node, wrapping(ctx, node, VARIADIC[node.op]))
+    if not in_limbs(ctx, node):
+        elementwise(ctx, node, wrapping(ctx, node, VARIADIC[node.op]))
 
 
 def _pow(prog: Program, dst: TileAccess, srcs: list[Operand]) -> None:

@@ -36,6 +36,12 @@ def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
+# A strided view reshapes in place only when it reads runs of at least this many bytes: DMA pieces under 512
+# bytes are overhead-bound (CHIP.md), and a GRU's gates sliced across time steps would be read 72 bytes a piece
+# by each reader where one copy moves whole rows.
+MIN_VIEW_RUN_BYTES = 512
+
+
 def reshaped_strides(shape: tuple[int, ...], strides: tuple[int, ...], new: tuple[int, ...]
                      ) -> tuple[int, ...] | None:
     """The strides that read a strided view's elements, in the same order, with shape `new`; None when there are
@@ -97,7 +103,19 @@ class HbmView:
         if self.is_contiguous:
             return HbmView(self.tensor, self.dtype, tuple(shape), contiguous_strides(tuple(shape)), self.offset)
         strides = reshaped_strides(self.shape, self.strides, tuple(shape))
-        return None if strides is None else HbmView(self.tensor, self.dtype, tuple(shape), strides, self.offset)
+        if strides is None or self.run_bytes() < MIN_VIEW_RUN_BYTES:
+            return None  # (copied once in whole rows, rather than read a few bytes a piece by every reader)
+        return HbmView(self.tensor, self.dtype, tuple(shape), strides, self.offset)
+
+    def run_bytes(self) -> int:
+        """The bytes of the longest contiguous run the view reads at a time (its innermost axes, one inside the
+        other)."""
+        run = 1
+        for n, stride in reversed([(n, st) for n, st in zip(self.shape, self.strides) if n > 1]):
+            if stride != run:
+                break
+            run *= n
+        return run * self.dtype.size
 
     def transpose(self, perm: tuple[int, ...]) -> HbmView:
         return HbmView(self.tensor, self.dtype, tuple(self.shape[p] for p in perm),

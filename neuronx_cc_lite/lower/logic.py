@@ -13,7 +13,7 @@ import numpy as np
 from isa.functions import AluOp
 from neuronx_cc_lite.ir import Graph, Node
 from neuronx_cc_lite.lower.context import LowerCtx
-from neuronx_cc_lite.lower.elementwise import Operand, elementwise, fold, small_integers_ok
+from neuronx_cc_lite.lower.elementwise import Operand, elementwise, fold, in_limbs, small_integers_ok
 from neuronx_cc_lite.lower.instr import copy, fill, select, ts, tt
 from neuronx_cc_lite.lower.program import Program, TileAccess
 from neuronx_cc_lite.lower.registry import lowering
@@ -28,7 +28,8 @@ _BIT_INTS = _NARROW_INTS | {np.dtype(t) for t in (np.int32, np.uint32, np.int64)
 
 @lowering(*COMPARISONS, check=small_integers_ok, since=7, elementwise=True)
 def lower_comparison(ctx: LowerCtx, node: Node) -> None:
-    elementwise(ctx, node, fold(COMPARISONS[node.op]))
+    if not in_limbs(ctx, node):
+        elementwise(ctx, node, fold(COMPARISONS[node.op]))
 
 
 @lowering(*LOGICAL, since=7, elementwise=True)
@@ -94,14 +95,21 @@ def lower_is_inf(ctx: LowerCtx, node: Node) -> None:
     elementwise(ctx, node, compute)
 
 
-@lowering("Where", check=small_integers_ok, since=9, elementwise=True)
+@lowering("Where", since=9, elementwise=True)
 def lower_where(ctx: LowerCtx, node: Node) -> None:
+    """Integers are copied by their bits (a bitwise or with 0; the predicated copy moves bits too), so Where is
+    exact over any integer's whole range, where a copy through the fp32 ALU would round past 2^24."""
+    integers = np.dtype(ctx.graph.tensors[node.outputs[0]].dtype).kind in "biu"
+
     def compute(prog: Program, dst: TileAccess, s: list[Operand]) -> None:
         condition, if_true, if_false = s
         if isinstance(if_false, float):
             fill(prog, dst, if_false)
+        elif integers:
+            ts(prog, dst, if_false, AluOp.bitwise_or, 0.0)
         else:
             copy(prog, dst, if_false)
         select(prog, dst, if_true, condition)  # type: ignore[arg-type]
 
-    elementwise(ctx, node, compute, immediates=(2,))  # the false branch may be a memset; the others are read
+    # a float false branch may be a memset; the others are read (an integer's bits never pass through a float)
+    elementwise(ctx, node, compute, immediates=() if integers else (2,))

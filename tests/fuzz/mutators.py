@@ -418,8 +418,12 @@ def files_case(base: Base, rng: random.Random) -> str | None:
 
 
 _INTEGER_TYPES = ("int8", "uint8", "int16", "uint16", "int32", "uint32", "int64")
-_INTEGER_OPS = ("Add", "Sub", "Mul", "Div", "Max", "Min", "Neg", "Abs", "Cast", "ReduceSum", "Identity")
+_INTEGER_OPS = ("Add", "Sub", "Mul", "Div", "Max", "Min", "Neg", "Abs", "Cast", "ReduceSum", "Identity", "Less",
+                "Equal", "GreaterOrEqual")
 _integer_models: dict[tuple, tuple] = {}  # (op, dtype, to, shape) -> (model, loaded model or CompileError)
+# The most loaded models kept at once: each holds its simulated chip's memories, and the worker's address space
+# is capped (tests/fuzz/worker.py); now that most integer operators compile, 200 seeds would load ~150 of them
+_INTEGER_MODELS_KEPT = 16
 
 
 def _integer_model(op: str, dtype: str, to: str, shape: tuple[int, ...]) -> tuple:
@@ -437,6 +441,8 @@ def _integer_model(op: str, dtype: str, to: str, shape: tuple[int, ...]) -> tupl
         inputs = ["a"] if unary else ["a", "b"]
         attrs: dict[str, Any] = {"to": helper.np_dtype_to_tensor_dtype(np.dtype(to))} if op == "Cast" else {}
         out_type = helper.np_dtype_to_tensor_dtype(np.dtype(to)) if op == "Cast" else elem
+        if op in ("Less", "Equal", "GreaterOrEqual"):
+            out_type = helper.np_dtype_to_tensor_dtype(np.dtype(bool))
         out_shape = list(shape)
         if op == "ReduceSum":
             attrs, out_shape = {"keepdims": 0}, list(shape[:-1])
@@ -452,6 +458,8 @@ def _integer_model(op: str, dtype: str, to: str, shape: tuple[int, ...]) -> tupl
             loaded: Any = runtime.Model(compile_model(model, Options()))
         except CompileError as e:
             loaded = e
+        if len(_integer_models) >= _INTEGER_MODELS_KEPT:
+            del _integer_models[next(iter(_integer_models))]  # the oldest
         _integer_models[key] = (model, loaded)
     return _integer_models[key]
 
