@@ -205,22 +205,22 @@ def schedule_within_memory(program: Program) -> bool:
     bytes live at once, within a budget, and the planner places the tiles knowing every lifetime (allocate.plan);
     when it finds no room, the next try keeps fewer bytes live. Then the same tries again reaching only
     FALLBACK_LOOKAHEAD instructions ahead. The lowering order, which always fits, is the end of that road. Before
-    all of them, one schedule loads weights early (PREFETCH_REACH); when that one runs out of memory, the road
+    all of them, the placing tries run loading weights early (PREFETCH_REACH); when none of those fits, the road
     above starts afresh without it."""
     lowered = list(program.instrs)
     engines = [p.engine for p in lowered]
     plain = dependencies(lowered)
     reserve = large_tile_reserve(program, tile_uses(program))
     tries = 0
-    for lookahead in (LOOKAHEAD, FALLBACK_LOOKAHEAD):
+    # the first road prefetches weights and only places as it goes; the others start afresh without prefetching
+    for lookahead, prefetch in ((LOOKAHEAD, True), (LOOKAHEAD, False), (FALLBACK_LOOKAHEAD, False)):
         preds, hold, budget = plain, {}, 1.0
-        # attempt 0 (first road only) prefetches weights; when it runs out of memory, the road starts afresh
-        for attempt in range(0 if lookahead == LOOKAHEAD else 1, PLACING_TRIES + PLANNED_TRIES + 1):
+        for attempt in range(1, (PLACING_TRIES if prefetch else PLACING_TRIES + PLANNED_TRIES) + 1):
             tries += 1
             placing = attempt <= PLACING_TRIES
             try:
                 memory = OnChipMemory(program.target, reserve) if placing else LiveBytes(program.target, budget)
-                starts, ends = schedule(program, lookahead, preds, hold, memory, prefetch=attempt == 0)
+                starts, ends = schedule(program, lookahead, preds, hold, memory, prefetch=prefetch)
                 if not placing:
                     uses = tile_uses(program)
                     try:  # no range reused before the schedule expects its last reader done; else on bare lifetimes
@@ -232,9 +232,8 @@ def schedule_within_memory(program: Program) -> bool:
             except OutOfMemory as e:
                 log.debug("schedule try %d ran out of memory at instruction %d (%d ran ahead): %s", tries, e.waiting,
                           len(e.ahead), e)
-                if attempt > 0:  # (what the prefetching try opened early tells the others nothing)
-                    for i in e.ahead:
-                        hold[i] = max(hold.get(i, 0), e.waiting + 1)
+                for i in e.ahead:
+                    hold[i] = max(hold.get(i, 0), e.waiting + 1)
                 if e.code == "NCC_PSUM_FULL" and preds is plain:
                     preds = whole_accumulations(lowered, plain)
             except CompileError as e:
