@@ -58,7 +58,8 @@ WRAPPED = frozenset({"Add", "Sub", "Mul", "Div", "Neg", "Sum"})
 # type, as onnxruntime's; an int64 result (held in 32 bits) is exact only while the exact result stays in int32,
 # so int64 arithmetic is limbed only where the (bounded) inputs' ranges prove that.
 LIMBED_ARITHMETIC = frozenset({"Add", "Sub", "Mul", "Neg", "Abs"})
-LIMBED = LIMBED_ARITHMETIC | {"Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "Max", "Min"}
+COMPARISONS = frozenset({"Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual"})
+LIMBED = LIMBED_ARITHMETIC | COMPARISONS | {"Max", "Min"}
 _LIMB_TYPES = frozenset(np.dtype(t) for t in (np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32,
                                               np.int64))
 # More operators that only move values (beyond input_ranges' list): position -> the inputs whose values they hold
@@ -284,6 +285,8 @@ class IntegerRanges:
         return None
 
     def _inexact(self, node: Node, g: Graph) -> str | None:
+        if small_constant_comparison(node, g):
+            return None
         for name in node.inputs:
             if name and _is_int(g, name) and _magnitude(self.range(g, name)) > EXACT:
                 low, high = self.range(g, name)
@@ -305,6 +308,27 @@ class IntegerRanges:
         return None
 
 
+_HELD_WHOLE = frozenset(np.dtype(t) for t in (np.int8, np.int16, np.int32, np.uint8, np.uint16))
+
+
+def small_constant_comparison(node: Node, g: Graph) -> bool:
+    """Whether `node` compares an integer with a constant of magnitude under 2^24, which fp32 decides exactly
+    whatever the other side holds: rounding to fp32 keeps order, the constant is exact, and a value that rounds to
+    it would have to be the constant itself (integers under 2^24 are exact; one at or past 2^24 rounds to a
+    magnitude at or past 2^24). A sequence-length mask (step < lengths) then costs one instruction, not limbs."""
+    if node.op not in COMPARISONS or len(node.inputs) != 2:
+        return False
+    if any(np.dtype(g.tensors[name].dtype) not in _HELD_WHOLE for name in node.inputs):
+        return False  # (int64 is held in an int32 and bounded; uint32 is left to the limbs)
+    for name in node.inputs:
+        t = g.tensors[name]
+        if t.is_constant and _is_int(g, name):
+            values = np.asarray(t.value)
+            if values.size and int(np.abs(values.astype(np.int64)).max()) < EXACT:
+                return True
+    return False
+
+
 def _inputs_computed_with(g: Graph) -> set[str]:
     """The integer graph inputs whose values reach a computing operator through operators that move them."""
     users = g.consumers()
@@ -316,6 +340,8 @@ def _inputs_computed_with(g: Graph) -> set[str]:
             for node in users.get(value, []):
                 positions = [p for p, used in enumerate(node.inputs) if used == value]
                 moves = _MORE_MOVES.get(node.op, _MOVES.get(node.op, ()))
+                if small_constant_comparison(node, g):
+                    continue  # exact in fp32 whatever the input holds
                 if limbed_whatever_the_inputs(node, g):
                     if node.op in LIMBED_ARITHMETIC or node.op in ("Max", "Min"):  # carry the values on
                         todo += [o for o in node.outputs if o and o not in seen]

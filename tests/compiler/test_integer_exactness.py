@@ -241,3 +241,20 @@ def test_a_gather_from_more_rows_than_fp32_counts_is_refused():
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     with pytest.raises(CompileError, match="'lookup' .*row indices exact up to"):
         neuronx_cc_lite.compile(model, cache=False)
+
+
+@pytest.mark.parametrize("op", COMPARISONS)
+@pytest.mark.parametrize("constant", [5, -(2**24 - 1), 2**24 - 1])
+def test_a_comparison_with_a_small_constant_is_one_fp32_instruction_exact_over_int32(op, constant):
+    """fp32 orders integers as they are ordered and holds a constant under 2^24 exactly, so comparing with one is
+    exact whatever the input holds (a sequence-length mask, step < lengths): no limbs, and no bound on the input
+    (integer_ranges.small_constant_comparison)."""
+    model, compiled = _compile(op, np.int32, constant)
+    assert not isinstance(compiled, Exception), compiled
+    low, high = np.iinfo(np.int32).min, np.iinfo(np.int32).max
+    x = np.array([low, high, constant, constant - 1, constant + 1, 2**24, 2**24 + 1, -(2**24) - 1,
+                  2**31 - 2, -(2**31) + 1, 0, 1, -1, 2**25 + 3, constant + 2**24, constant - 2**24], np.int32)
+    assert (compiled.run({"x": x})["z"] == onnxruntime_outputs(model, {"x": x})["z"]).all()
+    instructions = [i for core in neuronx_cc_lite.compile(model, cache=False).cores for s in core.values()
+                    for i in s.instructions if i.op not in ("dma_copy",)]
+    assert len(instructions) <= 2, [i.op for i in instructions]
