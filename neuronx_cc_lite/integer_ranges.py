@@ -257,6 +257,16 @@ class IntegerRanges:
             if low < limit[0] or high > limit[1]:
                 self.ranges[out] = limit
 
+    def _small_operand_comparison(self, node: Node, g: Graph) -> bool:
+        """A comparison one of whose operands stays under 2^24 in magnitude (a position's arange, a step index):
+        exact in fp32 whatever the other holds, as small_constant_comparison says, for the types the device holds
+        in 32 bits (int64 included: it holds them in an int32)."""
+        if node.op not in COMPARISONS or len(node.inputs) != 2:
+            return False
+        if any(np.dtype(g.tensors[name].dtype) not in _HELD_WHOLE | {np.dtype(np.int64)} for name in node.inputs):
+            return False
+        return any(_magnitude(self.range(g, name)) < EXACT for name in node.inputs)
+
     def _held(self, node: Node, g: Graph) -> bool:
         """Whether the node's exact result is what its output holds once wrapped: always, but for an int64
         result, held in int32, which must hold the exact result."""
@@ -285,7 +295,7 @@ class IntegerRanges:
         return None
 
     def _inexact(self, node: Node, g: Graph) -> str | None:
-        if small_constant_comparison(node, g):
+        if small_constant_comparison(node, g) or self._small_operand_comparison(node, g):
             return None
         for name in node.inputs:
             if name and _is_int(g, name) and _magnitude(self.range(g, name)) > EXACT:

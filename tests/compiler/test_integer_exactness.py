@@ -258,3 +258,25 @@ def test_a_comparison_with_a_small_constant_is_one_fp32_instruction_exact_over_i
     instructions = [i for core in neuronx_cc_lite.compile(model, cache=False).cores for s in core.values()
                     for i in s.instructions if i.op not in ("dma_copy",)]
     assert len(instructions) <= 2, [i.op for i in instructions]
+
+
+def test_a_mask_of_positions_against_a_run_time_position_is_exact_without_limbs():
+    """A causal mask as decoders export it, steps <= position with the position a run-time int64: the steps (here
+    an int8 input cast up, so their range is known but not their values) stay under 2^24, so the comparison is
+    exact in fp32 whatever the position holds: no limbs, no bound (integer_ranges._small_operand_comparison)."""
+    nodes = [helper.make_node("Cast", ["step"], ["steps"], to=TensorProto.INT64),
+             helper.make_node("LessOrEqual", ["steps", "position"], ["z"], name="the_node")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("step", TensorProto.INT8, [N]),
+                                           helper.make_tensor_value_info("position", TensorProto.INT64, [1])],
+                              [helper.make_tensor_value_info("z", TensorProto.BOOL, [N])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    bundle = neuronx_cc_lite.compile(model, cache=False)
+    assert "integer_bounds" not in bundle.stats
+    computed = [i.op for core in bundle.cores for s in core.values() for i in s.instructions if i.op != "dma_copy"]
+    assert len(computed) <= 3, computed  # limbs take eight or more
+    compiled = runtime.load(bundle)
+    steps = np.arange(-8, 8, dtype=np.int8)
+    for p in (-(2**31), -9, -1, 0, 7, 8, 2**24 + 1, 2**31 - 1):
+        x = {"step": steps, "position": np.array([p], np.int64)}
+        assert (compiled.run(x)["z"] == onnxruntime_outputs(model, x)["z"]).all(), p
