@@ -258,14 +258,11 @@ class IntegerRanges:
                 self.ranges[out] = limit
 
     def _small_operand_comparison(self, node: Node, g: Graph) -> bool:
-        """A comparison one of whose operands stays under 2^24 in magnitude (a position's arange, a step index):
-        exact in fp32 whatever the other holds, as small_constant_comparison says, for the types the device holds
-        in 32 bits (int64 included: it holds them in an int32)."""
-        if node.op not in COMPARISONS or len(node.inputs) != 2:
-            return False
-        if any(np.dtype(g.tensors[name].dtype) not in _HELD_WHOLE | {np.dtype(np.int64)} for name in node.inputs):
-            return False
-        return any(_magnitude(self.range(g, name)) < EXACT for name in node.inputs)
+        """A comparison one of whose operands stays under 2^24 in magnitude (a constant, a position's arange, a
+        step index): exact in fp32 whatever the other holds, as small_constant_comparison says (which decides it
+        from constants alone, before the ranges are known)."""
+        return _comparison_of_held_types(node, g) and \
+            any(_magnitude(self.range(g, name)) < EXACT for name in node.inputs)
 
     def _held(self, node: Node, g: Graph) -> bool:
         """Whether the node's exact result is what its output holds once wrapped: always, but for an int64
@@ -295,7 +292,7 @@ class IntegerRanges:
         return None
 
     def _inexact(self, node: Node, g: Graph) -> str | None:
-        if small_constant_comparison(node, g) or self._small_operand_comparison(node, g):
+        if self._small_operand_comparison(node, g):
             return None
         for name in node.inputs:
             if name and _is_int(g, name) and _magnitude(self.range(g, name)) > EXACT:
@@ -318,7 +315,14 @@ class IntegerRanges:
         return None
 
 
-_HELD_WHOLE = frozenset(np.dtype(t) for t in (np.int8, np.int16, np.int32, np.uint8, np.uint16))
+# The types a comparison may take in fp32: the device holds them in 32 bits (int64 in an int32, its inputs refused
+# at run time past int32); uint32 is left to the limbs.
+_HELD_WHOLE = frozenset(np.dtype(t) for t in (np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16))
+
+
+def _comparison_of_held_types(node: Node, g: Graph) -> bool:
+    return node.op in COMPARISONS and len(node.inputs) == 2 and \
+        all(np.dtype(g.tensors[name].dtype) in _HELD_WHOLE for name in node.inputs)
 
 
 def small_constant_comparison(node: Node, g: Graph) -> bool:
@@ -326,10 +330,8 @@ def small_constant_comparison(node: Node, g: Graph) -> bool:
     whatever the other side holds: rounding to fp32 keeps order, the constant is exact, and a value that rounds to
     it would have to be the constant itself (integers under 2^24 are exact; one at or past 2^24 rounds to a
     magnitude at or past 2^24). A sequence-length mask (step < lengths) then costs one instruction, not limbs."""
-    if node.op not in COMPARISONS or len(node.inputs) != 2:
+    if not _comparison_of_held_types(node, g):
         return False
-    if any(np.dtype(g.tensors[name].dtype) not in _HELD_WHOLE for name in node.inputs):
-        return False  # (int64 is held in an int32 and bounded; uint32 is left to the limbs)
     for name in node.inputs:
         t = g.tensors[name]
         if t.is_constant and _is_int(g, name):

@@ -316,6 +316,7 @@ def schedule(program: Program, lookahead: int = LOOKAHEAD, preds: list[list[int]
     deferred: list[int] = []  # ready, but too far ahead of the first unscheduled instruction (a heap)
     far: list[int] = []  # weight loads ready beyond the lookahead (a heap): they may start early (PREFETCH_REACH)
     far_bytes: dict[int, int] = {}  # those released early, not yet placed: their SBUF bytes per partition
+    far_pending = 0  # the sum of far_bytes
     is_weight_load = [p.engine is Engine.DMA and not preds[i] and isinstance(src := p.args.get("src"), HbmAccess)
                       and src.tensor.kind == "weight" for i, p in enumerate(instrs)]
     held_back: list[tuple[int, int]] = []  # ready, held until the frontier passes a position: (position, i), a heap
@@ -344,10 +345,6 @@ def schedule(program: Program, lookahead: int = LOOKAHEAD, preds: list[list[int]
 
     def sbuf_bytes(i: int) -> int:
         return sum(footprint(t, target) for t in tiles_of[i] if t.mem is Mem.SBUF and t not in placed)
-
-    def prefetch_room(i: int) -> bool:
-        live, capacity = memory.room(Mem.SBUF)
-        return live + sum(far_bytes.values()) + sbuf_bytes(i) <= PREFETCH_FRACTION * capacity
 
     def place(i: int) -> bool:
         """Place the tiles i opens; on failure place none."""
@@ -409,7 +406,7 @@ def schedule(program: Program, lookahead: int = LOOKAHEAD, preds: list[list[int]
                 free_at[k] = soon
                 continue
         taken[i] = True
-        far_bytes.pop(i, None)
+        far_pending -= far_bytes.pop(i, 0)
         if not place(i):
             heapq.heappush(blocked, i)  # out of every pool until memory frees
             continue
@@ -453,9 +450,14 @@ def schedule(program: Program, lookahead: int = LOOKAHEAD, preds: list[list[int]
             release(heapq.heappop(deferred))
         while far and far[0] < frontier + lookahead:
             release(heapq.heappop(far))
-        while prefetch and far and far[0] < frontier + PREFETCH_REACH * lookahead and prefetch_room(far[0]):
+        while prefetch and far and far[0] < frontier + PREFETCH_REACH * lookahead:
+            need = sbuf_bytes(far[0])
+            live, capacity = memory.room(Mem.SBUF)
+            if live + far_pending + need > PREFETCH_FRACTION * capacity:
+                break
             j = heapq.heappop(far)
-            far_bytes[j] = sbuf_bytes(j)
+            far_bytes[j] = need
+            far_pending += need
             release(j, early=True)
         freed = False
         for t in tiles_of[i]:

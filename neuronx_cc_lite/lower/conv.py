@@ -289,7 +289,7 @@ def packed_taps(ctx: LowerCtx, node: Node, geo: ConvGeometry) -> tuple[int, int]
     dtype = ctx.program.operand_dtype(DType.fp32)
     outputs = x.shape[0] * math.prod(ax.out for ax in geo.axes)
     matmul_ns = rows.kernel * outputs / pe_rate(dtype, target) / target.pe_ghz
-    loads_ns = packed * x.size * 4 / (target.dma_queues * target.dma_queue_gbps)
+    loads_ns = packed * x.size * x.dtype.itemsize / (target.dma_queues * target.dma_queue_gbps)
     return packed, phases if matmul_ns > 3 * loads_ns else 1
 
 
