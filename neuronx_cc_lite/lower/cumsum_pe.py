@@ -2,15 +2,17 @@
 
 A running sum over a sequence ([.., S, D], summed along S: a scan layer's torch.cumsum over time) would put S in
 the free dimension and D on partitions, which reads a row-major tensor one element per DMA piece. Instead S stays
-on partitions, 128 steps a block, and each block of the result is a sum of matmuls into one PSUM bank:
+on partitions, 128 steps a block, and each block of the result is two matmuls into one PSUM bank:
 
-    out[block b] = U.T @ x[block b] + sum over earlier blocks c of ONES.T @ x[block c]
+    out[block b] = U.T @ x[block b] + ONES.T @ carry[b]      carry[b] = x[block 0] + ... + x[block b - 1]
 
-where U[k, m] = 1 when k <= m (the sums within the block) and ONES is all ones (each earlier block's column sums,
-on every row). The matmuls read the input in its own type (products by one are exact) and add in fp32 PSUM;
-the blocks' loads and stores
-move whole rows of D. Taken when the input is float, inclusive and forward, and its blocks fit a share of SBUF
-(they are all kept: block b reads every block before it); else the scan along the free axis (cumsum.py).
+where U[k, m] = 1 when k <= m (the sums within the block) and ONES is all ones (the carry's column sums, on every
+row). The carry is a running tile GpSimd adds each block into (fp32: a bf16 input's sums would round; GpSimd,
+as VectorE is usually busy making the blocks, a scan layer's gating), so the Tensor engine does two matmuls a block
+instead of one per earlier block, and only the block and the carry are kept. The matmuls read the input in its own
+type (products by one are exact) and add in fp32 PSUM; the blocks' loads and stores move whole rows of D. Taken
+when the input is float, inclusive and forward, and a block and its carry fit a share of SBUF; else the scan along
+the free axis (cumsum.py).
 """
 
 from __future__ import annotations
@@ -20,15 +22,16 @@ import math
 import numpy as np
 
 from isa.dtypes import DType
+from isa.functions import AluOp
 from isa.operand import Engine
 from neuronx_cc_lite.ir import Node
 from neuronx_cc_lite.lower.context import LowerCtx
 from neuronx_cc_lite.lower.hbm import HbmView
-from neuronx_cc_lite.lower.instr import copy
+from neuronx_cc_lite.lower.instr import copy, tt
 
 # Types PE multiplies by one exactly (a bf16 input under auto-cast stays bf16: its sums still add in fp32).
 FLOATS = frozenset({DType.fp32, DType.bf16, DType.fp16})
-# Bytes per partition the kept blocks of one batch row may take.
+# Bytes per partition a block and its carry may take.
 KEPT_SHARE = 1 / 8
 
 
@@ -44,35 +47,44 @@ def cumsum_on_pe(ctx: LowerCtx, node: Node, axis: int) -> bool:
         return False
     batch, steps, width = math.prod(shape[:axis]), shape[axis], math.prod(shape[axis + 1:])
     blocks = [(s0, min(pmax, steps - s0)) for s0 in range(0, steps, pmax)]
-    if len(blocks) * width * x.dtype.size > prog.target.sbuf_partition_bytes * KEPT_SHARE:
+    if width * (x.dtype.size + DType.fp32.size) > prog.target.sbuf_partition_bytes * KEPT_SHARE:
         return False
     out = ctx.output(node.outputs[0], (axis, axis + 1))  # its rows, S, on partitions: how it is written
     rows_in = x.reshape((batch, steps, width))
     rows_out = out.reshape((batch, steps, width))
     assert rows_in is not None and rows_out is not None
     upper = _triangle(ctx, node.name, x.dtype)
-    ones = prog.ones(x.dtype)
     bank = prog.target.psum_bank_fmax
     for b in range(batch):
-        kept = []
+        carry = previous = None  # the sum of the blocks before `previous`; the block before this one
         for s0, n in blocks:
             tile = prog.sbuf(n, width, x.dtype, f"{node.name}/x")
             prog.dma(tile.ap(), _rows(rows_in, b, s0, n))
-            kept.append(tile)
+            if previous is not None:  # every earlier block is whole: pmax rows
+                carry = previous if carry is None else _add(ctx, node.name, carry, previous)
             for d0 in range(0, width, bank):
                 dn = min(bank, width - d0)
                 acc = prog.psum(n, dn, f"{node.name}/acc")
-                earlier = kept[:-1]
-                for k, block in enumerate(earlier):
+                if carry is not None:
+                    ones = prog.ones(carry.dtype)
                     prog.emit("nc_matmul", Engine.PE, dst=acc.ap(), stationary=ones.ap(((n, 1),), 0, 0, pmax),
-                              moving=block.ap(((dn, 1),), d0), accumulate=k > 0)
+                              moving=carry.ap(((dn, 1),), d0), accumulate=False)
                 prog.emit("nc_matmul", Engine.PE, dst=acc.ap(), stationary=upper.ap(((n, 1),), 0, 0, n),
-                          moving=tile.ap(((dn, 1),), d0), accumulate=bool(earlier))
+                          moving=tile.ap(((dn, 1),), d0), accumulate=carry is not None)
                 result = prog.sbuf(n, dn, out_dtype, node.outputs[0])
                 copy(prog, result.ap(), acc.ap(), Engine.ACT)
                 prog.dma(HbmView(rows_out.tensor, out_dtype, (n, dn), (width, 1),
                                  rows_out.offset + (b * steps + s0) * width + d0), result.ap())
+            previous = tile
     return True
+
+
+def _add(ctx: LowerCtx, name: str, carry, block):  # type: ignore[no-untyped-def]
+    """A new fp32 tile carry + block (a new tile, not in place: the matmuls of the block before still read
+    the old carry)."""
+    total = ctx.program.sbuf(carry.partitions, carry.free, DType.fp32, f"{name}/carry")
+    tt(ctx.program, total.ap(), carry.ap(), block.ap(), AluOp.add, Engine.POOL)
+    return total
 
 
 def _rows(view: HbmView, b: int, s0: int, n: int) -> HbmView:
