@@ -227,7 +227,7 @@ def _check_transpose(instr: Instruction, target: Any) -> Iterator[str]:
 
 def _check_activation(instr: Instruction, target: Any) -> Iterator[str]:
     yield from _same_elements(instr, ("src",))
-    yield from _per_partition_scalars(instr, ("bias", "reduce"))
+    yield from _per_partition_scalars(instr, ("bias", "scale", "reduce"))
 
 
 def _check_tensor_tensor(instr: Instruction, target: Any) -> Iterator[str]:
@@ -556,10 +556,11 @@ _ROWS = (
            "dst[F,P] = src[P,F] through the PE array, in src's type"),
     OpSpec("activation", 0x20, frozenset({Engine.ACT}),
            (dst(*_ON_CHIP), src("src", *_ON_CHIP), src("bias", *_ON_CHIP, optional=True),
-            Field("func", Kind.ENUM, ActFunc), Field("scale", Kind.FLOAT),
+            Field("func", Kind.ENUM, ActFunc), Field("scale", Kind.SCALAR, mems=frozenset(_ON_CHIP)),
             Field("reduce", Kind.OPERAND, optional=True, writes=True, mems=frozenset(_ON_CHIP))),
            _streaming, _check_activation,
-           "dst = func(src * scale + bias); reduce, when given, receives the sum of dst along the free axes"),
+           "dst = func(src * scale + bias), scale an immediate or a [P, 1] column (nki.isa.activation: a scalar or "
+           "a vector, at no extra cost); reduce, when given, receives the sum of dst along the free axes"),
     OpSpec("tensor_tensor", 0x30, frozenset({Engine.DVE, Engine.POOL}),
            (dst(*_ON_CHIP), src("a", *_ON_CHIP), src("b", *_ON_CHIP), Field("op", Kind.ENUM, AluOp)),
            _two_input_cycles("a", "op"), _check_tensor_tensor,

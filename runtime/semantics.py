@@ -325,14 +325,14 @@ def nc_transpose(instr: Instruction, v: Views) -> Issue:
 def activation(instr: Instruction, v: Views) -> Issue:
     fn = ACTIVATIONS[instr.args["func"]]
     src, store = read_f32(v["src"]), write_to(v["dst"])
-    scale = F32(instr.args["scale"])
+    scale = _scalar(v["scale"])
     bias = _scalar(v["bias"]) if v["bias"] is not None else None
     store_sum = write_to(v["reduce"]) if v["reduce"] is not None else None
 
     def issue() -> Commit:
-        x = src()
-        if scale != 1:
-            x = x * scale
+        x, factor = src(), scale()
+        if isinstance(factor, np.ndarray) or factor != 1:
+            x = x * factor
         if bias is not None:
             x = x + bias()
         y = fn(x).astype(F32, copy=False)

@@ -13,7 +13,8 @@ blocks inside one group), so each block is loaded once and every statistic is a 
     spread   DVE    d_r = (mean_r - mean_g)^2;  PE again: var_g = mean of var_r + mean of d_r
                     (the variance of the group without subtracting squares of large means)
     affine   DVE    a_r = scale_r * rsqrt(var_g + eps),  b_r = bias_r - mean_g * a_r   (rsqrt on ACT)
-    apply    DVE    y = x * a_r + b_r per load, stored as it is done
+    apply    DVE    y = x * a_r + b_r per load, stored as it is done (with an activation, ScalarE's
+                    f(x * a_r + b_r), its scale and bias the two columns)
 
 The statistics are fp32 throughout (the PE matmuls too). A group larger than a tile's budget is read twice: once
 for its moments, once to apply them.
@@ -147,10 +148,8 @@ def lower_group_norm(ctx: LowerCtx, node: Node) -> None:
                 y = prog.sbuf(rb, cn, out.dtype, f"{node.name}/y")
                 if function is None:
                     ts(prog, y.ap(), t, AluOp.multiply, a, AluOp.add, b)
-                else:
-                    z = prog.sbuf(rb, cn, DType.fp32, f"{node.name}/z")
-                    ts(prog, z.ap(), t, AluOp.multiply, a, AluOp.add, b)
-                    act(prog, y.ap(), z.ap(), function)
+                else:  # ScalarE scales and shifts by columns as it applies the function: one pass, not two
+                    act(prog, y.ap(), t, function, scale=a, bias=b)
                 prog.dma(out.box((r0, c0), (rb, cn)), y.ap())
 
 

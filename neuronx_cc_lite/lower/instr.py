@@ -10,10 +10,12 @@ from neuronx_cc_lite.lower.program import Program, TileAccess
 Scalar = TileAccess | float  # an immediate, or a [P, 1] tile access
 
 
-def act(prog: Program, dst: TileAccess, src: TileAccess, func: ActFunc, scale: float = 1.0,
+def act(prog: Program, dst: TileAccess, src: TileAccess, func: ActFunc, scale: float | TileAccess = 1.0,
         bias: TileAccess | None = None, reduce: TileAccess | None = None) -> None:
-    """dst = func(src * scale + bias) on ScalarE; `reduce` receives the row sums of dst."""
-    prog.emit("activation", Engine.ACT, dst=dst, src=src, func=func, scale=float(scale), bias=bias, reduce=reduce)
+    """dst = func(src * scale + bias) on ScalarE, scale a number or a [P, 1] column; `reduce` receives the row sums
+    of dst."""
+    prog.emit("activation", Engine.ACT, dst=dst, src=src, func=func,
+              scale=scale if isinstance(scale, TileAccess) else float(scale), bias=bias, reduce=reduce)
 
 
 def ts(prog: Program, dst: TileAccess, src: TileAccess, op0: AluOp, s0: Scalar, op1: AluOp | None = None,

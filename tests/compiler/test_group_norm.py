@@ -94,6 +94,18 @@ def test_exported_group_norm_becomes_one_op(tmp, activation, op):
     check(model, tmp, rtol=1e-4)
 
 
+def test_group_norm_activation_applies_in_one_scalar_engine_pass():
+    """The affine of the group's statistics rides on the activation (scale and bias columns): no elementwise pass
+    over the image before it, only the [rows, 1] columns' arithmetic."""
+    from isa.operand import Operand
+    from neuronx_cc_lite.compiler import compile_model
+
+    bundle = compile_model(_exported(True))
+    instrs = [i for core in bundle.cores for s in core.values() for i in s.instructions]
+    assert all(i.args["dst"].free_size == 1 for i in instrs if i.op == "tensor_scalar")
+    assert any(i.op == "activation" and isinstance(i.args["scale"], Operand) for i in instrs)
+
+
 def test_group_norm_shared_result_is_not_fused(tmp):
     """A normalised value another node also reads stays an output of its own: the SiLU is not swallowed."""
     model = _exported(True)

@@ -97,6 +97,28 @@ def test_activation_scale_bias_and_sum():
     np.testing.assert_allclose(y[:, 8], expected.sum(axis=1), rtol=1e-6)
 
 
+def test_activation_scales_by_a_column():
+    """scale may be a [P, 1] column, as nki.isa.activation's vector scale: one factor per partition."""
+    x = np.random.default_rng(5).standard_normal((4, 8)).astype(np.float32)
+    scale = np.array([[0.5], [-2.0], [0.0], [3.0]], np.float32)
+    bias = np.arange(4, dtype=np.float32).reshape(4, 1)
+    # columns 8 and 9 of the input tile hold the scale and the bias
+    m = model({
+        "DMA0": [make("dma_copy", dst=sbuf(4, 10), src=hbm(X, 4, 10), signal=5),
+                 make("dma_copy", dst=hbm(OUT, 4, 8), src=sbuf(4, 8, 4096), waits=((1, 1),))],
+        "ACT": [make("activation", dst=sbuf(4, 8, 4096), src=sbuf(4, 8), scale=sbuf(4, 1, 32), bias=sbuf(4, 1, 36),
+                     func=ActFunc.silu, waits=((5, 1),), signal=1)],
+    }, {"x": (X, (4, 10))}, {"y": (OUT, (4, 8))})
+    y = m.run({"x": np.concatenate([x, scale, bias], axis=1)})["y"]
+    z = (x * scale + bias).astype(np.float64)
+    np.testing.assert_allclose(y, z / (1 + np.exp(-z)), rtol=1e-6)
+
+
+def test_activation_column_scale_must_be_one_per_partition():
+    instr = make("activation", dst=sbuf(4, 8, 4096), src=sbuf(4, 8), scale=sbuf(4, 2, 32), func=ActFunc.copy)
+    assert any("scale must be [4, 1]" in problem for problem in OPS["activation"].check(instr, None))
+
+
 def test_matmul_accumulates_in_psum():
     rng = np.random.default_rng(3)
     a = rng.standard_normal((6, 5)).astype(np.float32)  # stationary [K=6, M=5]
