@@ -18,7 +18,7 @@ from isa.errors import BundleError
 from isa.files import open_regular
 
 MAGIC = b"NXCLNEFF"
-FORMAT_VERSION = 2  # 2: ranks, replica groups, collectives, tensors placed per rank
+FORMAT_VERSION = 3  # 2: ranks, replica groups, collectives, tensors placed per rank; 3: activation scale a column
 HEADER = struct.Struct("<8sHHHQ32s16s")
 HEADER_SIZE = 96
 
