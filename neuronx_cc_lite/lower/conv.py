@@ -272,11 +272,13 @@ def packed_taps(ctx: LowerCtx, node: Node, geo: ConvGeometry) -> tuple[int, int]
     covers s kernel rows: the stem's 7 passes become 4 over 42 rows, and each input row is still loaded once per
     shift (a phase holds only its own rows)."""
     pmax = ctx.program.target.partitions
-    if geo.transposed or geo.groups != 1 or geo.channels > PACK_CHANNELS or geo.kernel[-1] < 2:
+    if geo.transposed or geo.groups != 1 or geo.channels > pmax // 2 or geo.kernel[-1] < 2:
         return 1, 1
     if not ctx.graph.tensors[node.inputs[1]].is_constant:
         return 1, 1
     packed = min(geo.kernel[-1], pmax // geo.channels)
+    if geo.channels > PACK_CHANNELS and not _packing_pays(ctx, node, geo, packed):
+        return 1, 1
     rows = geo.axes[0]
     phases = min(rows.stride, rows.kernel) if len(geo.axes) == 2 and rows.dilation == 1 and rows.up == 1 else 1
     if phases < 2 or packed < geo.kernel[-1] or phases * packed * geo.channels > pmax:
@@ -291,6 +293,21 @@ def packed_taps(ctx: LowerCtx, node: Node, geo: ConvGeometry) -> tuple[int, int]
     matmul_ns = rows.kernel * outputs / pe_rate(dtype, target) / target.pe_ghz
     loads_ns = packed * x.size * x.dtype.itemsize / (target.dma_queues * target.dma_queue_gbps)
     return packed, phases if matmul_ns > 3 * loads_ns else 1
+
+
+def _packing_pays(ctx: LowerCtx, node: Node, geo: ConvGeometry, packed: int) -> bool:
+    """Whether a hidden layer's convolution (more channels than a stem's) gains by packing its taps: each extra
+    copy of the window is another load of the input, against the passes it saves (3x3 over 64 channels: 6 passes,
+    not 9). ResNet's 64-channel 3x3 layers in fp32, where PE runs at a quarter of the bf16 rate, save 13 us of
+    matmuls each against 3 us of loads; in bf16 they would save 3.4 us against 1.5 us: too close to the loads'
+    latency to gain (the issue's arithmetic on a 3x3 64->64 convolution in bf16)."""
+    target, x = ctx.program.target, ctx.graph.tensors[node.inputs[0]]
+    dtype = ctx.program.operand_dtype(DType.fp32)
+    outputs = x.shape[0] * math.prod(ax.out for ax in geo.axes)
+    saved_passes = math.prod(geo.kernel[:-1]) * (geo.kernel[-1] - -(-geo.kernel[-1] // packed))
+    saved_ns = saved_passes * outputs / pe_rate(dtype, target) / target.pe_ghz
+    loads_ns = (packed - 1) * x.size * x.dtype.itemsize / (target.dma_queues * target.dma_queue_gbps)
+    return saved_ns > 3 * loads_ns
 
 
 def row_phase(ax: Axis, ph: int) -> tuple[Axis, int]:

@@ -42,6 +42,10 @@ CONV = {
     "stem-7x7-stride2": dict(n=1, c=3, spatial=[33, 30], m=8, kernel=[7, 7], strides=[2, 2], pads=[3, 3, 3, 3]),
     "stem-stride3-batch2": dict(n=2, c=3, spatial=[17, 16], m=5, kernel=[5, 3], strides=[3, 1], pads=[1, 1, 2, 0]),
     "stride-past-kernel": dict(n=1, c=3, spatial=[13, 11], m=4, kernel=[2, 3], strides=[4, 2], pads=[1, 0, 0, 1]),
+    # taps packed in pairs over a hidden layer's channels (fp32: lower/conv.py _packing_pays), and in threes
+    "packed-64-channels": dict(n=1, c=64, spatial=[12, 10], m=16, kernel=[3, 3], pads=[1, 1, 1, 1]),
+    "packed-40-channels-stride2": dict(n=1, c=40, spatial=[11, 9], m=8, kernel=[3, 3], strides=[2, 2],
+                                       pads=[1, 1, 1, 1]),
     "1x1-130-channels": dict(n=2, c=130, spatial=[7, 9], m=130, kernel=[1, 1], bias=False),
     "1x1-stride2": dict(n=1, c=5, spatial=[7, 9], m=3, kernel=[1, 1], strides=[2, 2]),
     "kernel-larger-than-input": dict(n=1, c=2, spatial=[5, 4], m=3, kernel=[7, 9], pads=[3, 4, 3, 4]),
@@ -102,6 +106,15 @@ def test_a_strided_stem_folds_its_row_phases_into_one_pass():
     banks = 2  # 32 x 32 outputs, 512 to a bank
     assert len(streams(model)["PE"]) == 4 * banks
     assert len(streams(model, Options(auto_cast="matmult"))["PE"]) == 7 * banks
+
+
+def test_a_hidden_layer_packs_tap_pairs_in_fp32_only():
+    """A 3x3 convolution over 64 channels: in fp32 a second copy of the window on partitions 64..127, moved one
+    column, lets a pass take two taps of a row (6 passes per bank, not 9); in bf16 the extra load is not worth it."""
+    model = conv("Conv", n=1, c=64, spatial=[32, 32], m=64, kernel=[3, 3], pads=[1, 1, 1, 1])
+    banks = 2  # 32 x 32 outputs, 512 to a bank
+    assert len(streams(model)["PE"]) == 6 * banks
+    assert len(streams(model, Options(auto_cast="matmult"))["PE"]) == 9 * banks
 
 
 @pytest.mark.parametrize("op, shape, kernel, message", [
