@@ -1,6 +1,8 @@
 """MaxPool, AveragePool, GlobalMaxPool and GlobalAveragePool on VectorE.
 
-Rows (batch x channels) go on partitions, the spatial axes along the free axis. For each block of outputs the
+Rows (batch x channels) go on partitions, the spatial axes along the free axis; with fewer rows than half the
+partitions, blocks of outputs of one shape sit side by side on them (ResNet's stem pool: 64 channels, two blocks
+of rows at once, half the VectorE passes). For each block of outputs the
 padded input window is loaded into a tile filled with -inf (max) or 0 (average) where it has no input element
 (windows.py), then reduced separably: one tensor_reduce per spatial axis, innermost first, whose source pattern
 (outer, outputs, inner, taps) walks the taps of that axis with the pool's stride and dilation and reduces the
@@ -26,8 +28,10 @@ from neuronx_cc_lite.lower.hbm import HbmView
 from neuronx_cc_lite.lower.patterns import contiguous
 from neuronx_cc_lite.lower.program import Program, Tile
 from neuronx_cc_lite.lower.registry import lowering
-from neuronx_cc_lite.lower.windows import Axis, Block, blocks, load_windows, window_axes
+from neuronx_cc_lite.lower.windows import (Axis, Block, blocks, fill_edges, fill_window, load_windows, needs_fill,
+                                           window_axes, window_strides)
 
+STACKED_OUTPUTS = 512  # at least this many outputs per block for blocks to share the partitions
 _MAX_DTYPES = (np.float16, np.float32, np.float64, np.int8, np.uint8)
 
 
@@ -107,12 +111,21 @@ def _lower_pool(ctx: LowerCtx, node: Node, op: AluOp, fill: float) -> None:
             grid = np.multiply.outer(grid, c.astype(np.float32))
         divisors = float(grid.flat[0]) if np.all(grid == grid.flat[0]) else \
             ctx.view(ctx.constant(f"{node.name}/divisors", grid))
-    for r0 in range(0, xr.shape[0], prog.target.partitions):
-        p = min(prog.target.partitions, xr.shape[0] - r0)
+    pmax = prog.target.partitions
+    total = math.prod(ax.out for ax in axes)
+    # few rows (ResNet's stem pool: 64 channels): blocks side by side fill the partitions, each keeping enough
+    # outputs that the passes' fixed costs stay small
+    stack = 1 if isinstance(divisors, HbmView) else max(1, min(pmax // xr.shape[0], total // STACKED_OUTPUTS))
+    if stack > 1:
+        wanted = -(-len(plan) // stack) * stack
+        plan = blocks(1, axes, -(-total // wanted), budget)
+    for r0 in range(0, xr.shape[0], pmax):
+        p = min(pmax, xr.shape[0] - r0)
         src = xr.slice(0, r0, r0 + p).reshape((p, 1, *xr.shape[1:]))
         assert src is not None
-        for block in plan:
-            window, _ = load_windows(prog, src, block, axes, fill, f"{node.name}/x")
+        for group in _stacks(plan, stack):
+            block = group[0]
+            window = _stacked_windows(prog, src, group, axes, fill, f"{node.name}/x")
             result = _reduce_window(prog, window, block, axes, op, f"{node.name}/r")
             if isinstance(divisors, float):
                 prog.emit("tensor_scalar", Engine.DVE, dst=result.ap(), src=result.ap(), op0=AluOp.divide,
@@ -121,7 +134,38 @@ def _lower_pool(ctx: LowerCtx, node: Node, op: AluOp, fill: float) -> None:
                 d = prog.sbuf(p, block.size, DType.fp32, f"{node.name}/divisors")
                 prog.dma(d.ap(), divisors.box(block.starts, block.counts).broadcast_to((p, *block.counts)))
                 prog.emit("tensor_tensor", Engine.DVE, dst=result.ap(), a=result.ap(), b=d.ap(), op=AluOp.divide)
-            prog.dma(outr.box((r0, *block.starts), (p, *block.counts)), result.ap())
+            for j, member in enumerate(group):
+                prog.dma(outr.box((r0, *member.starts), (p, *member.counts)),
+                         result.ap(None, 0, j * p, p))
+
+
+def _stacks(plan: list[Block], stack: int) -> list[list[Block]]:
+    """The blocks in groups of at most `stack` of one shape (the same counts: one reduction pattern serves them)."""
+    groups: list[list[Block]] = []
+    for block in plan:
+        if groups and len(groups[-1]) < stack and groups[-1][0].counts == block.counts and \
+                groups[-1][0].images == block.images:
+            groups[-1].append(block)
+        else:
+            groups.append([block])
+    return groups
+
+
+def _stacked_windows(prog: Program, src: HbmView, group: list[Block], axes: list[Axis], fill: float,
+                     name: str) -> Tile:
+    """The windows of a group of same-shaped blocks, block j on partitions j * p ..: every block's padding filled
+    over the whole tile first (another block's loads then overwrite what is input for them), then the loads."""
+    if len(group) == 1:
+        return load_windows(prog, src, group[0], axes, fill, name)[0]
+    p = src.shape[0]
+    _, image = window_strides(group[0], axes)
+    tile = prog.sbuf(len(group) * p, group[0].images * image, DType.fp32, name)
+    for block in group:
+        if needs_fill(block, axes):
+            fill_edges(prog, tile, block, axes, [0], fill)
+    for j, block in enumerate(group):
+        fill_window(prog, tile, src, block, axes, j * p)
+    return tile
 
 
 @lowering("MaxPool", check=_check_pool)
