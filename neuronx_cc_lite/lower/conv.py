@@ -32,9 +32,10 @@ from isa.target import TARGETS, Target
 from neuronx_cc_lite.errors import CompileError
 from neuronx_cc_lite.ir import Graph, Node
 from neuronx_cc_lite.lower.context import LowerCtx
+from neuronx_cc_lite.lower.activations import half_column, hard_sigmoid, hard_swish
 from neuronx_cc_lite.lower.hbm import HbmView
 from neuronx_cc_lite.lower.patterns import dma_tile
-from neuronx_cc_lite.lower.program import Program, Tile
+from neuronx_cc_lite.lower.program import Program, Tile, TileAccess
 from neuronx_cc_lite.lower.registry import lowering
 from neuronx_cc_lite.lower.windows import (Axis, Block, blocks, fill_edges, fill_window, load_windows, window_ap,
                                            window_axes, window_strides)
@@ -332,7 +333,9 @@ def lower_windowed_matmul(ctx: LowerCtx, node: Node, geo: ConvGeometry) -> None:
     bias = ctx.view(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else None
     # a ConvEpilogue's residual and activation (passes/fuse_epilogues.py)
     residual = ctx.view(node.inputs[3]) if len(node.inputs) > 3 and node.inputs[3] else None
-    func = EPILOGUE_FUNCS[node.attrs.get("activation", "")]
+    activation = node.attrs.get("activation", "")
+    func = EPILOGUE_FUNCS.get(activation, ActFunc.copy)  # a hard one follows the copy (hard_activation)
+    hard = hard_activation(ctx, node)
     rank, batch, pmax = len(geo.kernel), x.shape[0], target.partitions
     mt_max = geo.output_tile(target)
     co_tiles = [(co0, min(mt_max, geo.outputs - co0)) for co0 in range(0, geo.outputs, mt_max)]
@@ -394,6 +397,8 @@ def lower_windowed_matmul(ctx: LowerCtx, node: Node, geo: ConvGeometry) -> None:
                           scalar=column if column is not None else 0.0, op1=AluOp.add, b=extra.ap())
                 if func is not ActFunc.copy:
                     prog.emit("activation", Engine.ACT, dst=res.ap(), src=res.ap(), func=func, scale=1.0)
+            if hard is not None:
+                hard(res.ap())
             prog.dma(box.transpose((1, 0, *spatial)), res.ap())
 
 
@@ -434,6 +439,20 @@ def _geometry_or_fail(geo: ConvGeometry | str, node: Node) -> ConvGeometry:
 
 
 EPILOGUE_FUNCS = {"": ActFunc.copy, "Relu": ActFunc.relu, "Tanh": ActFunc.tanh, "Sigmoid": ActFunc.sigmoid}
+
+
+def hard_activation(ctx: LowerCtx, node: Node) -> Callable[[TileAccess], None] | None:
+    """A ConvEpilogue's HardSwish or HardSigmoid, applied in place to the evacuated block (which then holds the
+    convolution plus bias and residual): ScalarE has no entry for them (lower/activations.py)."""
+    activation = node.attrs.get("activation", "")
+    prog = ctx.program
+    if activation == "HardSwish":
+        half = half_column(ctx)
+        return lambda res: hard_swish(prog, res, res, ctx.columns.column(half, res.partitions))
+    if activation == "HardSigmoid":
+        alpha, beta = float(node.attrs["activation_alpha"]), float(node.attrs["activation_beta"])
+        return lambda res: hard_sigmoid(prog, res, res, alpha, beta)
+    return None
 
 
 @lowering("Conv", "ConvEpilogue", check=_check(conv_geometry))

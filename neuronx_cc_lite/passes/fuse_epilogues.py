@@ -4,10 +4,11 @@
                    ->  [Relu | Gelu | Tanh | Sigmoid]
     becomes one MatMulEpilogue node named after the MatMul: y = act(alpha * A @ B + bias + residual)
 
-and Conv -> [Add a residual] -> [Relu | Tanh | Sigmoid] becomes ConvEpilogue (a ResNet block's tail), each
-lowered as one pass over each PSUM bank (lower/matmul.py, lower/conv.py): PE adds the bias while it accumulates (one more matmul,
-a ones row times the bias row), VectorE adds the residual as it evacuates the bank, ScalarE applies the
-activation; the intermediate tensors never exist.
+and Conv -> [Add a residual] -> [Relu | Tanh | Sigmoid | HardSwish | HardSigmoid] becomes ConvEpilogue (a ResNet
+block's tail, a MobileNetV3 expansion or squeeze), each lowered as one pass over each PSUM bank (lower/matmul.py,
+lower/conv.py): PE adds the bias while it accumulates (one more matmul, a ones row times the bias row), VectorE
+adds the residual as it evacuates the bank, ScalarE applies the activation (the hard ones: ScalarE's relu and a
+VectorE instruction or two, lower/activations.py); the intermediate tensors never exist.
 
 The bias must be a constant with one value per output column (shape [N], [1, N], a scalar, ...); the residual a
 computed tensor broadcasting to the output's shape (an attention mask too). Gemm's C joins as a bias when it is
@@ -19,11 +20,14 @@ from __future__ import annotations
 import numpy as np
 
 from neuronx_cc_lite.ir import Graph, Node, Tensor
+from neuronx_cc_lite.lower.activations import hard_sigmoid_attrs
 from neuronx_cc_lite.lower.registry import INTERNAL_DOMAIN as DOMAIN
 
 OP = "MatMulEpilogue"
 CONV_OP = "ConvEpilogue"
 ACTIVATIONS = ("Relu", "Gelu", "Tanh", "Sigmoid")
+# a convolution's: MobileNetV3's HardSwish after its expansions, HardSigmoid closing its squeeze-and-excitation
+CONV_ACTIVATIONS = ("Relu", "Tanh", "Sigmoid", "HardSwish", "HardSigmoid")
 
 
 def _sole_user(g: Graph, users: dict[str, list[Node]], name: str) -> Node | None:
@@ -140,14 +144,16 @@ def _fuse_conv(g: Graph, users: dict[str, list[Node]], head: Node) -> tuple[Node
             matched.append(nxt)
             out = nxt.outputs[0]
             nxt = _sole_user(g, users, out)
-    activation = ""
-    if nxt is not None and nxt.op in ("Relu", "Tanh", "Sigmoid"):
+    activation, extra = "", {}
+    if nxt is not None and nxt.op in CONV_ACTIVATIONS:
         activation = nxt.op
+        if nxt.op == "HardSigmoid":  # its slope and offset ride along
+            extra = dict(zip(("activation_alpha", "activation_beta"), hard_sigmoid_attrs(nxt.attrs)))
         matched.append(nxt)
         out = nxt.outputs[0]
     if len(matched) == 1:
         return None
-    attrs = {**head.attrs, "activation": activation, "fused": [n.name for n in matched[1:]]}
+    attrs = {**head.attrs, **extra, "activation": activation, "fused": [n.name for n in matched[1:]]}
     return Node(CONV_OP, head.name, inputs, [out], attrs, DOMAIN, opset=g.opset_of(head)), matched
 
 
