@@ -34,6 +34,7 @@ from neuronx_cc_lite.ir import Graph, Node
 from neuronx_cc_lite.lower.context import LowerCtx
 from neuronx_cc_lite.lower.activations import half_column, hard_sigmoid, hard_swish
 from neuronx_cc_lite.lower.hbm import HbmView
+from neuronx_cc_lite.lower.instr import ts
 from neuronx_cc_lite.lower.patterns import dma_tile
 from neuronx_cc_lite.lower.program import Program, Tile, TileAccess
 from neuronx_cc_lite.lower.registry import lowering
@@ -258,6 +259,24 @@ def _runtime_weights(ctx: LowerCtx, node: Node, geo: ConvGeometry) -> WeightLoad
     return load
 
 
+def _scaled_rows(ctx: LowerCtx, node: Node, load: WeightLoader) -> WeightLoader:
+    """A ConvEpilogue's input scale s, one value per input channel ([1, C, 1, ...]: a squeeze-and-excitation
+    gate): conv(x * s) is the convolution of x with each input channel's weights times s, so each pair's rows
+    (input channels on partitions) are scaled by a [ct, 1] column of s on chip: ct x taps x mt products where
+    scaling the input would take one per input element (the pass admits only 1x1 convolutions of one image)."""
+    prog, scale = ctx.program, ctx.view(node.inputs[4])
+
+    def load_scaled(c0: int, ct: int, co0: int, mt: int) -> Tile:
+        tile = load(c0, ct, co0, mt)
+        column = prog.sbuf(ct, 1, DType.fp32, f"{node.name}/scale")
+        prog.dma(column.ap(), HbmView(scale.tensor, scale.dtype, (ct, 1), (scale.strides[1], 1),
+                                      scale.offset + c0 * scale.strides[1]))
+        ts(prog, tile.ap(), tile.ap(), AluOp.multiply, column.ap())
+        return tile
+
+    return load_scaled
+
+
 # ---- the lowering ----------------------------------------------------------------------------------------------
 
 
@@ -349,6 +368,8 @@ def lower_windowed_matmul(ctx: LowerCtx, node: Node, geo: ConvGeometry) -> None:
     pairs = [(c0, ct, co0, mt) for co0, mt in co_tiles for c0, ct in chunks[co0]]
     load_weights = (_constant_weights(ctx, node, geo, pairs) if ctx.graph.tensors[node.inputs[1]].is_constant
                     else _runtime_weights(ctx, node, geo))
+    if len(node.inputs) > 4 and node.inputs[4]:  # a ConvEpilogue's input scale
+        load_weights = _scaled_rows(ctx, node, load_weights)
     out_max = min(target.psum_bank_fmax, target.gemm_moving_fmax)
     plan = blocks(batch, window_axes_, out_max, window_budget(target))
     taps = list(itertools.product(*(range(k) for k in geo.kernel)))

@@ -23,26 +23,35 @@ def test_gemm_bias_then_a_scaling(tmp):
 
 
 def _se_block() -> onnx.ModelProto:
-    """MobileNetV3's pattern: a convolution then HardSwish (an expansion), a 1x1 convolution then HardSigmoid
-    (squeeze-and-excitation's gate; torch's slope 1/6), the gate read by a Mul so that the fused value is the
-    gated one. Weights wide enough that the values cross both clamps of both activations."""
+    """MobileNetV3's block: a convolution then HardSwish (an expansion); squeeze-and-excitation: the pooled values
+    through a 1x1 convolution and Relu, another and HardSigmoid (torch's slope 1/6), the gate scaling the expanded
+    values; a 1x1 projection of the gated values. Weights wide enough that the values cross both clamps of both
+    activations."""
     rng = np.random.default_rng(3)
     weights = {"w": (rng.standard_normal((8, 4, 3, 3)) * 2).astype(np.float32),
                "b": rng.standard_normal(8).astype(np.float32),
-               "w2": (rng.standard_normal((8, 8, 1, 1)) * 3).astype(np.float32),
-               "b2": rng.standard_normal(8).astype(np.float32)}
+               "w2": rng.standard_normal((4, 8, 1, 1)).astype(np.float32),
+               "b2": rng.standard_normal(4).astype(np.float32),
+               "w3": (rng.standard_normal((8, 4, 1, 1)) * 3).astype(np.float32),
+               "b3": rng.standard_normal(8).astype(np.float32),
+               "w4": rng.standard_normal((5, 8, 1, 1)).astype(np.float32),
+               "b4": rng.standard_normal(5).astype(np.float32)}
     nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
              helper.make_node("HardSwish", ["c"], ["h"]),
-             helper.make_node("Conv", ["h", "w2", "b2"], ["c2"]),
-             helper.make_node("HardSigmoid", ["c2"], ["g"], alpha=1 / 6, beta=0.5),
-             helper.make_node("Mul", ["h", "g"], ["y"])]
-    return make_model(nodes, {"x": ([1, 4, 6, 7], TensorProto.FLOAT)}, {"y": ([1, 8, 6, 7], TensorProto.FLOAT)},
+             helper.make_node("GlobalAveragePool", ["h"], ["p"]),
+             helper.make_node("Conv", ["p", "w2", "b2"], ["s"]),
+             helper.make_node("Relu", ["s"], ["r"]),
+             helper.make_node("Conv", ["r", "w3", "b3"], ["c3"]),
+             helper.make_node("HardSigmoid", ["c3"], ["g"], alpha=1 / 6, beta=0.5),
+             helper.make_node("Mul", ["h", "g"], ["m"]),
+             helper.make_node("Conv", ["m", "w4", "b4"], ["y"])]
+    return make_model(nodes, {"x": ([1, 4, 6, 7], TensorProto.FLOAT)}, {"y": ([1, 5, 6, 7], TensorProto.FLOAT)},
                       weights)
 
 
-def test_conv_hard_swish_and_hard_sigmoid_join_the_convolution(tmp):
-    """Each hard activation becomes the epilogue of the convolution before it (no node of its own, its slope and
-    offset kept) and the result is onnxruntime's."""
+def test_a_squeeze_and_excitation_block_fuses_into_its_convolutions(tmp):
+    """Each hard activation becomes the epilogue of the convolution before it (its slope and offset kept), the
+    gate's Mul the projection's input scale; the result is onnxruntime's."""
     from neuronx_cc_lite.frontend import import_model
     from neuronx_cc_lite.passes import run_pipeline
 
@@ -51,5 +60,22 @@ def test_conv_hard_swish_and_hard_sigmoid_join_the_convolution(tmp):
     fused = [(n.op, n.attrs.get("activation"), n.attrs.get("activation_alpha")) for n in g.nodes]
     assert ("ConvEpilogue", "HardSwish", None) in fused
     assert ("ConvEpilogue", "HardSigmoid", pytest.approx(1 / 6)) in fused
-    assert not {"HardSwish", "HardSigmoid"} & {n.op for n in g.nodes}
+    assert not {"HardSwish", "HardSigmoid", "Mul"} & {n.op for n in g.nodes}
+    projection = next(n for n in g.nodes if n.op == "ConvEpilogue" and n.inputs[1] == "w4")
+    assert (projection.inputs[0], projection.inputs[4]) == ("h", "g")
+    check(model, tmp)
+
+
+def test_an_input_scale_of_several_images_is_not_fused(tmp):
+    """Over a batch each image has its own gate, and one set of scaled weights cannot serve them all: the Mul
+    stays."""
+    rng = np.random.default_rng(4)
+    weights = {"w": rng.standard_normal((3, 4, 1, 1)).astype(np.float32)}
+    nodes = [helper.make_node("Mul", ["x", "s"], ["m"]), helper.make_node("Conv", ["m", "w"], ["y"])]
+    model = make_model(nodes, {"x": ([2, 4, 3, 3], TensorProto.FLOAT), "s": ([2, 4, 1, 1], TensorProto.FLOAT)},
+                       {"y": ([2, 3, 3, 3], TensorProto.FLOAT)}, weights)
+    from neuronx_cc_lite.frontend import import_model
+    from neuronx_cc_lite.passes import run_pipeline
+
+    assert "Mul" in {n.op for n in run_pipeline(import_model(model)).nodes}
     check(model, tmp)
