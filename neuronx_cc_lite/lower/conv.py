@@ -26,18 +26,18 @@ import numpy as np
 
 from isa.dtypes import DType
 from isa.instructions import pe_rate
-from isa.functions import ActFunc, AluOp
+from isa.functions import AluOp
 from isa.operand import Engine
 from isa.target import TARGETS, Target
 from neuronx_cc_lite.errors import CompileError
 from neuronx_cc_lite.ir import Graph, Node
 from neuronx_cc_lite.lower.context import LowerCtx
-from neuronx_cc_lite.lower.activations import constant_column, hard_sigmoid, hard_swish
+from neuronx_cc_lite.lower.conv_epilogue import Epilogue
+from neuronx_cc_lite.lower.depthwise import band_plan, lower_banded_depthwise
 from neuronx_cc_lite.lower.hbm import HbmView
 from neuronx_cc_lite.lower.instr import ts
-from neuronx_cc_lite.lower.operands import bias_rows
 from neuronx_cc_lite.lower.patterns import dma_tile
-from neuronx_cc_lite.lower.program import Program, Tile, TileAccess
+from neuronx_cc_lite.lower.program import Program, Tile
 from neuronx_cc_lite.lower.registry import lowering
 from neuronx_cc_lite.lower.windows import (Axis, Block, blocks, fill_edges, fill_window, load_windows, window_ap,
                                            window_axes, window_strides)
@@ -81,6 +81,11 @@ class ConvGeometry:
     @property
     def group_out(self) -> int:
         return self.outputs // self.groups
+
+    @property
+    def depthwise(self) -> bool:
+        """One input and one output channel per group: each tap's weights are a diagonal."""
+        return self.groups > 1 and self.group_in == 1 and self.group_out == 1
 
     def input_range(self, co0: int, mt: int) -> tuple[int, int]:
         """The input channels that output channels co0 .. co0 + mt - 1 read: those of their groups."""
@@ -349,13 +354,11 @@ def _packed_weights(ctx: LowerCtx, node: Node, geo: ConvGeometry, packed: int, p
 
 def lower_windowed_matmul(ctx: LowerCtx, node: Node, geo: ConvGeometry) -> None:
     prog, target = ctx.program, ctx.program.target
-    x, out = ctx.view(node.inputs[0]), ctx.output(node.outputs[0], (1, 2))  # output channels on partitions
-    bias = ctx.view(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else None
-    # a ConvEpilogue's residual and activation (passes/fuse_epilogues.py)
-    residual = ctx.view(node.inputs[3]) if len(node.inputs) > 3 and node.inputs[3] else None
-    activation = node.attrs.get("activation", "")
-    func = EPILOGUE_FUNCS.get(activation, ActFunc.copy)  # a hard one follows the copy (hard_activation)
-    hard = hard_activation(ctx, node)
+    bands, per_band = band_plan(ctx, node, geo, window_budget(target))
+    if bands > 1:  # a depthwise convolution over few channels: bands of output rows share the partitions
+        lower_banded_depthwise(ctx, node, geo, bands, per_band, min(target.psum_bank_fmax, target.gemm_moving_fmax))
+        return
+    x = ctx.view(node.inputs[0])
     rank, batch, pmax = len(geo.kernel), x.shape[0], target.partitions
     mt_max = geo.output_tile(target)
     co_tiles = [(co0, min(mt_max, geo.outputs - co0)) for co0 in range(0, geo.outputs, mt_max)]
@@ -381,21 +384,13 @@ def lower_windowed_matmul(ctx: LowerCtx, node: Node, geo: ConvGeometry) -> None:
               for outer in itertools.product(*(range(k) for k in outer_kernel))
               for w0 in range(0, geo.kernel[-1], packed)]
     spatial = tuple(range(2, 2 + rank))
-    # a hard activation after a constant bias (or none), without a residual, reads the bank itself
-    bias_value = ctx.graph.tensors[node.inputs[2]].value if bias is not None else None
-    direct = hard is not None and residual is None and (bias is None or bias_value is not None) and \
-        _pe_has_room(prog)
-    pe_bias = _bias_on_pe(ctx, node, bias_value, out_max) if direct else None
+    epilogue = Epilogue(ctx, node, out_max)
     for co0, mt in co_tiles:
         if packed > 1:
             packed_w = _packed_weights(ctx, node, geo, packed, phases, groups, co0, mt)
         else:
             weights = [load_weights(c0, ct, co0, mt) for c0, ct in chunks[co0]]
-        bias_tile = None
-        if bias is not None and not direct:
-            bias_tile = prog.sbuf(mt, 1, DType.fp32, f"{node.name}/bias")
-            prog.dma(bias_tile.ap(), HbmView(bias.tensor, bias.dtype, (mt, 1), (bias.strides[0], 1),
-                                             bias.offset + co0 * bias.strides[0]))
+        column = epilogue.bias_column(mt, [(0, co0, mt)])
         for block in plan:
             acc = prog.psum(mt, block.size, f"{node.name}/acc")
             if packed > 1:
@@ -411,29 +406,7 @@ def lower_windowed_matmul(ctx: LowerCtx, node: Node, geo: ConvGeometry) -> None:
                         prog.emit("nc_matmul", Engine.PE, dst=acc.ap(), stationary=w.ap(((mt, 1),), w_tap * mt),
                                   moving=window_ap(window, strides, block, geo.axes, tap, ct), accumulate=not first)
                         first = False
-            res = prog.sbuf(mt, block.size, DType.fp32, f"{node.name}/y")
-            box = out.box((block.n0, co0, *block.starts), (block.images, mt, *block.counts))
-            column = bias_tile.ap() if bias_tile is not None else None
-            if direct:
-                assert hard is not None
-                if pe_bias is not None:  # psum[m, n] += sum over rows r of bias_r[m] * 1
-                    rows, ones = pe_bias
-                    prog.emit("nc_matmul", Engine.PE, dst=acc.ap(), stationary=rows.ap(((mt, 1),), co0),
-                              moving=ones.ap(((block.size, 1),)), accumulate=True)
-                hard(res.ap(), acc.ap())
-            elif residual is None:
-                prog.emit("activation", Engine.ACT, dst=res.ap(), src=acc.ap(), bias=column, func=func, scale=1.0)
-            else:  # (psum + bias) + residual as the bank leaves, then the activation
-                extra = prog.sbuf(mt, block.size, residual.dtype, f"{node.name}/residual")
-                prog.dma(extra.ap(), residual.box((block.n0, co0, *block.starts),
-                                                  (block.images, mt, *block.counts)).transpose((1, 0, *spatial)))
-                prog.emit("scalar_tensor_tensor", Engine.DVE, dst=res.ap(), src=acc.ap(), op0=AluOp.add,
-                          scalar=column if column is not None else 0.0, op1=AluOp.add, b=extra.ap())
-                if func is not ActFunc.copy:
-                    prog.emit("activation", Engine.ACT, dst=res.ap(), src=res.ap(), func=func, scale=1.0)
-            if hard is not None and not direct:
-                hard(res.ap(), res.ap())
-            prog.dma(box.transpose((1, 0, *spatial)), res.ap())
+            epilogue.finish(acc, column, [(block, 0, co0, mt)], co0)
 
 
 def _packed_products(prog: Program, acc: Tile, weights: Tile, x: HbmView, block: Block, geo: ConvGeometry,
@@ -470,42 +443,6 @@ def _geometry_or_fail(geo: ConvGeometry | str, node: Node) -> ConvGeometry:
     if isinstance(geo, str):
         raise CompileError("NCC_UNSUPPORTED", geo, node.name, node.op)
     return geo
-
-
-EPILOGUE_FUNCS = {"": ActFunc.copy, "Relu": ActFunc.relu, "Tanh": ActFunc.tanh, "Sigmoid": ActFunc.sigmoid}
-
-
-def hard_activation(ctx: LowerCtx, node: Node) -> Callable[[TileAccess, TileAccess], None] | None:
-    """A ConvEpilogue's HardSwish or HardSigmoid as hard(dst, x): x the bank with its bias added by PE, or the
-    evacuated block (bias and residual added) in place. ScalarE has no entry for them (lower/activations.py)."""
-    activation = node.attrs.get("activation", "")
-    prog = ctx.program
-    if activation == "HardSwish":
-        return lambda dst, x: hard_swish(prog, dst, x, constant_column(ctx, 0.5, dst.partitions))
-    if activation == "HardSigmoid":
-        alpha, beta = float(node.attrs["activation_alpha"]), float(node.attrs["activation_beta"])
-        return lambda dst, x: hard_sigmoid(prog, dst, x, alpha, constant_column(ctx, beta, dst.partitions))
-    return None
-
-
-def _pe_has_room(prog: Program) -> bool:
-    """Whether PE has room for the bias matmul: when matmuls run at the bf16 rate or faster. With fp32 operands
-    (four passes) PE is a convolution network's busiest engine (MobileNetV3-Small in fp32: 223 us of PE against 63
-    of ScalarE; adding the bias on PE there cost 3 us, 280.3 -> 283.5, where in bf16 it gained 13.6)."""
-    return pe_rate(prog.operand_dtype(DType.fp32), prog.target) >= 1
-
-
-def _bias_on_pe(ctx: LowerCtx, node: Node, bias: np.ndarray | None, out_max: int) -> tuple[Tile, Tile] | None:
-    """(bias rows, ones) when PE adds a constant bias to the bank as it accumulates, (rows [parts, M] against
-    ones [parts, N]: three bf16 rows whose sum is the fp32 bias exactly, lower/operands.bias_rows), so that a hard
-    activation reads the bank itself: its two passes replace the evacuation's and the two of the block it
-    evacuated (VectorE at one element per cycle, reading PSUM and SBUF, instead of two)."""
-    if bias is None:
-        return None
-    rows = bias_rows(ctx, bias, f"{node.name}/bias")
-    ones = ctx.program.sbuf(rows.partitions, out_max, rows.dtype, f"{node.name}/ones")
-    ctx.program.emit("memset", Engine.POOL, dst=ones.ap(), value=1.0)
-    return rows, ones
 
 
 @lowering("Conv", "ConvEpilogue", check=_check(conv_geometry))

@@ -7,7 +7,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from tests.compiler.one_node import check
+from tests.compiler.one_node import bf16_operands, check
 from tests.conftest import make_model
 
 
@@ -81,32 +81,6 @@ def test_an_input_scale_of_several_images_is_not_fused(tmp):
     check(model, tmp)
 
 
-def _bf16_operands(model: onnx.ModelProto) -> onnx.ModelProto:
-    """The model as --auto-cast matmult bf16 computes it: each Conv's input and weights rounded to bf16, the rest
-    in fp32 (onnxruntime's Cast to bfloat16 rounds to nearest even)."""
-    import ml_dtypes
-
-    rounded = onnx.ModelProto()
-    rounded.CopyFrom(model)
-    graph = rounded.graph
-    weights = {n.input[1] for n in graph.node if n.op_type == "Conv"}
-    for init in graph.initializer:
-        if init.name in weights:
-            value = onnx.numpy_helper.to_array(init).astype(ml_dtypes.bfloat16).astype(np.float32)
-            init.CopyFrom(onnx.numpy_helper.from_array(value, init.name))
-    nodes = []
-    for n in graph.node:
-        if n.op_type == "Conv":
-            narrow, back = f"{n.input[0]}/bf16", f"{n.input[0]}/rounded"
-            nodes += [helper.make_node("Cast", [n.input[0]], [narrow], to=TensorProto.BFLOAT16),
-                      helper.make_node("Cast", [narrow], [back], to=TensorProto.FLOAT)]
-            n.input[0] = back
-        nodes.append(n)
-    del graph.node[:]
-    graph.node.extend(nodes)
-    return rounded
-
-
 def test_under_auto_cast_a_hard_activation_reads_the_bank(tmp):
     """With bf16 matmuls PE adds the bias as it accumulates (three bf16 rows summing to the fp32 bias) and the
     hard activations read the PSUM bank, with no evacuation of their own: exact to bf16 operands and fp32
@@ -129,7 +103,7 @@ def test_under_auto_cast_a_hard_activation_reads_the_bank(tmp):
     options = Options(auto_cast="matmult", auto_cast_type="bf16")
     compiled = compile_to_model(model, tmp, options)
     inputs = seeded_inputs(compiled.inputs)
-    ours, ref = compiled.run(inputs), onnxruntime_outputs(_bf16_operands(model), inputs)
+    ours, ref = compiled.run(inputs), onnxruntime_outputs(bf16_operands(model), inputs)
     y = ref["y"]
     assert y.min() == 0.0 and y.max() == 1.0 and ((y > 0) & (y < 1)).any()  # both clamps of HardSigmoid and between
     assert_close(ours, ref, rtol=1e-5)
