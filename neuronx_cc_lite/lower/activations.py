@@ -47,29 +47,47 @@ def lower_prelu(ctx: LowerCtx, node: Node) -> None:
     elementwise(ctx, node, lambda prog, dst, s: _negative_part_scaled(prog, dst, s[0], s[1]))
 
 
+def hard_sigmoid_attrs(attrs: dict[str, object]) -> tuple[float, float]:
+    """(alpha, beta) of a HardSigmoid, ONNX's defaults where absent."""
+    return float(attrs.get("alpha", 0.2)), float(attrs.get("beta", 0.5))  # type: ignore[arg-type]
+
+
+def hard_sigmoid(prog: Program, dst: TileAccess, x: TileAccess, alpha: float, beta: TileAccess) -> None:
+    """dst = min(relu(alpha * x + beta), 1), `beta` a column: ScalarE's relu (table-less; it may read x from PSUM
+    as a convolution's epilogue does), then one VectorE pass."""
+    act(prog, dst, x, ActFunc.relu, scale=alpha, bias=beta)
+    ts(prog, dst, dst, AluOp.minimum, 1.0)
+
+
+def hard_swish(prog: Program, dst: TileAccess, x: TileAccess, half: TileAccess) -> None:
+    """dst = x * min(relu(x / 6 + 0.5), 1), `half` a column of 0.5: the relu on ScalarE (a table-less function),
+    the rest in one VectorE instruction, so that VectorE and GpSimdE (which share an SBUF port) make one pass
+    over the tile, not three. x may be in PSUM (a convolution's bank, its bias added by PE): VectorE then reads
+    one input from each memory, at one element per cycle instead of two."""
+    gate = scratch(prog, dst, "gate")
+    act(prog, gate, x, ActFunc.relu, scale=1 / 6, bias=half)
+    prog.emit("scalar_tensor_tensor", Engine.DVE, dst=dst, src=gate, op0=AluOp.minimum, scalar=1.0,
+              op1=AluOp.multiply, b=x)
+
+
+def constant_column(ctx: LowerCtx, value: float, partitions: int) -> TileAccess:
+    """A column of `value` on `partitions` partitions, from the program's column pool."""
+    index = ctx.columns.add(np.full(ctx.program.target.partitions, value))
+    return ctx.columns.column(index, partitions)
+
+
 @lowering("HardSigmoid", check=floats_only, elementwise=True)
 def lower_hard_sigmoid(ctx: LowerCtx, node: Node) -> None:
-    alpha, beta = float(node.attrs.get("alpha", 0.2)), float(node.attrs.get("beta", 0.5))
-
-    def compute(prog: Program, dst: TileAccess, s: list[Operand]) -> None:
-        ts(prog, dst, s[0], AluOp.multiply, alpha, AluOp.add, beta)
-        ts(prog, dst, dst, AluOp.maximum, 0.0, AluOp.minimum, 1.0)
-
-    elementwise(ctx, node, compute)
+    alpha, beta = hard_sigmoid_attrs(node.attrs)
+    elementwise(ctx, node, lambda prog, dst, s: hard_sigmoid(prog, dst, s[0], alpha,
+                                                             constant_column(ctx, beta, dst.partitions)))
 
 
 @lowering("HardSwish", check=floats_only, elementwise=True)
 def lower_hard_swish(ctx: LowerCtx, node: Node) -> None:
-    """x * min(relu(x / 6 + 0.5), 1): the relu on ScalarE (a table-less function), the rest in one VectorE
-    instruction, so that VectorE and GpSimdE (which share an SBUF port) make one pass over the tile, not three."""
-    half = ctx.columns.add(np.full(ctx.program.target.partitions, 0.5))
-
     def compute(prog: Program, dst: TileAccess, s: list[Operand]) -> None:
         assert isinstance(s[0], TileAccess)
-        gate = scratch(prog, dst, "gate")
-        act(prog, gate, s[0], ActFunc.relu, scale=1 / 6, bias=ctx.columns.column(half, dst.partitions))
-        prog.emit("scalar_tensor_tensor", Engine.DVE, dst=dst, src=gate, op0=AluOp.minimum, scalar=1.0,
-                  op1=AluOp.multiply, b=s[0])
+        hard_swish(prog, dst, s[0], constant_column(ctx, 0.5, dst.partitions))
 
     elementwise(ctx, node, compute)
 

@@ -26,13 +26,16 @@ import numpy as np
 
 from isa.dtypes import DType
 from isa.instructions import pe_rate
-from isa.functions import ActFunc, AluOp
+from isa.functions import AluOp
 from isa.operand import Engine
 from isa.target import TARGETS, Target
 from neuronx_cc_lite.errors import CompileError
 from neuronx_cc_lite.ir import Graph, Node
 from neuronx_cc_lite.lower.context import LowerCtx
+from neuronx_cc_lite.lower.conv_epilogue import Epilogue
+from neuronx_cc_lite.lower.depthwise import band_plan, lower_banded_depthwise
 from neuronx_cc_lite.lower.hbm import HbmView
+from neuronx_cc_lite.lower.instr import ts
 from neuronx_cc_lite.lower.patterns import dma_tile
 from neuronx_cc_lite.lower.program import Program, Tile
 from neuronx_cc_lite.lower.registry import lowering
@@ -78,6 +81,11 @@ class ConvGeometry:
     @property
     def group_out(self) -> int:
         return self.outputs // self.groups
+
+    @property
+    def depthwise(self) -> bool:
+        """One input and one output channel per group: each tap's weights are a diagonal."""
+        return self.groups > 1 and self.group_in == 1 and self.group_out == 1
 
     def input_range(self, co0: int, mt: int) -> tuple[int, int]:
         """The input channels that output channels co0 .. co0 + mt - 1 read: those of their groups."""
@@ -257,6 +265,24 @@ def _runtime_weights(ctx: LowerCtx, node: Node, geo: ConvGeometry) -> WeightLoad
     return load
 
 
+def _scaled_rows(ctx: LowerCtx, node: Node, load: WeightLoader) -> WeightLoader:
+    """A ConvEpilogue's input scale s, one value per input channel ([1, C, 1, ...]: a squeeze-and-excitation
+    gate): conv(x * s) is the convolution of x with each input channel's weights times s, so each pair's rows
+    (input channels on partitions) are scaled by a [ct, 1] column of s on chip: ct x taps x mt products where
+    scaling the input would take one per input element (the pass admits only 1x1 convolutions of one image)."""
+    prog, scale = ctx.program, ctx.view(node.inputs[4])
+
+    def load_scaled(c0: int, ct: int, co0: int, mt: int) -> Tile:
+        tile = load(c0, ct, co0, mt)
+        column = prog.sbuf(ct, 1, DType.fp32, f"{node.name}/scale")
+        prog.dma(column.ap(), HbmView(scale.tensor, scale.dtype, (ct, 1), (scale.strides[1], 1),
+                                      scale.offset + c0 * scale.strides[1]))
+        ts(prog, tile.ap(), tile.ap(), AluOp.multiply, column.ap())
+        return tile
+
+    return load_scaled
+
+
 # ---- the lowering ----------------------------------------------------------------------------------------------
 
 
@@ -345,11 +371,11 @@ def _packed_weights(ctx: LowerCtx, node: Node, geo: ConvGeometry, packed: int, p
 
 def lower_windowed_matmul(ctx: LowerCtx, node: Node, geo: ConvGeometry) -> None:
     prog, target = ctx.program, ctx.program.target
-    x, out = ctx.view(node.inputs[0]), ctx.output(node.outputs[0], (1, 2))  # output channels on partitions
-    bias = ctx.view(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else None
-    # a ConvEpilogue's residual and activation (passes/fuse_epilogues.py)
-    residual = ctx.view(node.inputs[3]) if len(node.inputs) > 3 and node.inputs[3] else None
-    func = EPILOGUE_FUNCS[node.attrs.get("activation", "")]
+    bands, per_band = band_plan(ctx, node, geo, window_budget(target))
+    if bands > 1:  # a depthwise convolution over few channels: bands of output rows share the partitions
+        lower_banded_depthwise(ctx, node, geo, bands, per_band, min(target.psum_bank_fmax, target.gemm_moving_fmax))
+        return
+    x = ctx.view(node.inputs[0])
     rank, batch, pmax = len(geo.kernel), x.shape[0], target.partitions
     mt_max = geo.output_tile(target)
     co_tiles = [(co0, min(mt_max, geo.outputs - co0)) for co0 in range(0, geo.outputs, mt_max)]
@@ -363,6 +389,8 @@ def lower_windowed_matmul(ctx: LowerCtx, node: Node, geo: ConvGeometry) -> None:
     pairs = [(c0, ct, co0, mt) for co0, mt in co_tiles for c0, ct in chunks[co0]]
     load_weights = (_constant_weights(ctx, node, geo, pairs) if ctx.graph.tensors[node.inputs[1]].is_constant
                     else _runtime_weights(ctx, node, geo))
+    if len(node.inputs) > 4 and node.inputs[4]:  # a ConvEpilogue's input scale
+        load_weights = _scaled_rows(ctx, node, load_weights)
     out_max = min(target.psum_bank_fmax, target.gemm_moving_fmax)
     plan = blocks(batch, window_axes_, out_max, window_budget(target))
     taps = list(itertools.product(*(range(k) for k in geo.kernel)))
@@ -373,16 +401,13 @@ def lower_windowed_matmul(ctx: LowerCtx, node: Node, geo: ConvGeometry) -> None:
               for outer in itertools.product(*(range(k) for k in outer_kernel))
               for w0 in range(0, geo.kernel[-1], packed)]
     spatial = tuple(range(2, 2 + rank))
+    epilogue = Epilogue(ctx, node, out_max)
     for co0, mt in co_tiles:
         if packed > 1:
             packed_w = _packed_weights(ctx, node, geo, packed, phases, groups, co0, mt)
         else:
             weights = [load_weights(c0, ct, co0, mt) for c0, ct in chunks[co0]]
-        bias_tile = None
-        if bias is not None:
-            bias_tile = prog.sbuf(mt, 1, DType.fp32, f"{node.name}/bias")
-            prog.dma(bias_tile.ap(), HbmView(bias.tensor, bias.dtype, (mt, 1), (bias.strides[0], 1),
-                                             bias.offset + co0 * bias.strides[0]))
+        column = epilogue.bias_column(mt, [(0, co0, mt)])
         for block in plan:
             acc = prog.psum(mt, block.size, f"{node.name}/acc")
             if packed > 1:
@@ -398,20 +423,7 @@ def lower_windowed_matmul(ctx: LowerCtx, node: Node, geo: ConvGeometry) -> None:
                         prog.emit("nc_matmul", Engine.PE, dst=acc.ap(), stationary=w.ap(((mt, 1),), w_tap * mt),
                                   moving=window_ap(window, strides, block, geo.axes, tap, ct), accumulate=not first)
                         first = False
-            res = prog.sbuf(mt, block.size, DType.fp32, f"{node.name}/y")
-            box = out.box((block.n0, co0, *block.starts), (block.images, mt, *block.counts))
-            column = bias_tile.ap() if bias_tile is not None else None
-            if residual is None:
-                prog.emit("activation", Engine.ACT, dst=res.ap(), src=acc.ap(), bias=column, func=func, scale=1.0)
-            else:  # (psum + bias) + residual as the bank leaves, then the activation
-                extra = prog.sbuf(mt, block.size, residual.dtype, f"{node.name}/residual")
-                prog.dma(extra.ap(), residual.box((block.n0, co0, *block.starts),
-                                                  (block.images, mt, *block.counts)).transpose((1, 0, *spatial)))
-                prog.emit("scalar_tensor_tensor", Engine.DVE, dst=res.ap(), src=acc.ap(), op0=AluOp.add,
-                          scalar=column if column is not None else 0.0, op1=AluOp.add, b=extra.ap())
-                if func is not ActFunc.copy:
-                    prog.emit("activation", Engine.ACT, dst=res.ap(), src=res.ap(), func=func, scale=1.0)
-            prog.dma(box.transpose((1, 0, *spatial)), res.ap())
+            epilogue.finish(acc, column, [(block, 0, co0, mt)], co0)
 
 
 def _packed_products(prog: Program, acc: Tile, weights: Tile, x: HbmView, block: Block, geo: ConvGeometry,
@@ -448,9 +460,6 @@ def _geometry_or_fail(geo: ConvGeometry | str, node: Node) -> ConvGeometry:
     if isinstance(geo, str):
         raise CompileError("NCC_UNSUPPORTED", geo, node.name, node.op)
     return geo
-
-
-EPILOGUE_FUNCS = {"": ActFunc.copy, "Relu": ActFunc.relu, "Tanh": ActFunc.tanh, "Sigmoid": ActFunc.sigmoid}
 
 
 @lowering("Conv", "ConvEpilogue", check=_check(conv_geometry))

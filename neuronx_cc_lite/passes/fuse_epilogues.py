@@ -4,10 +4,13 @@
                    ->  [Relu | Gelu | Tanh | Sigmoid]
     becomes one MatMulEpilogue node named after the MatMul: y = act(alpha * A @ B + bias + residual)
 
-and Conv -> [Add a residual] -> [Relu | Tanh | Sigmoid] becomes ConvEpilogue (a ResNet block's tail), each
-lowered as one pass over each PSUM bank (lower/matmul.py, lower/conv.py): PE adds the bias while it accumulates (one more matmul,
-a ones row times the bias row), VectorE adds the residual as it evacuates the bank, ScalarE applies the
-activation; the intermediate tensors never exist.
+and [x * a per-channel scale ->] Conv -> [Add a residual] -> [Relu | Tanh | Sigmoid | HardSwish | HardSigmoid]
+becomes ConvEpilogue (a ResNet block's tail; a MobileNetV3 expansion, squeeze, or projection of the gated values,
+whose gate scales the weights' rows on chip instead of every input element), each lowered as one pass over each
+PSUM bank (lower/matmul.py, lower/conv.py): PE adds the bias while it accumulates (one more matmul, a ones row
+times the bias row), VectorE adds the residual as it evacuates the bank, ScalarE applies the activation (the hard
+ones: ScalarE's relu and a VectorE instruction or two, lower/activations.py); the intermediate tensors never
+exist.
 
 The bias must be a constant with one value per output column (shape [N], [1, N], a scalar, ...); the residual a
 computed tensor broadcasting to the output's shape (an attention mask too). Gemm's C joins as a bias when it is
@@ -19,11 +22,14 @@ from __future__ import annotations
 import numpy as np
 
 from neuronx_cc_lite.ir import Graph, Node, Tensor
+from neuronx_cc_lite.lower.activations import hard_sigmoid_attrs
 from neuronx_cc_lite.lower.registry import INTERNAL_DOMAIN as DOMAIN
 
 OP = "MatMulEpilogue"
 CONV_OP = "ConvEpilogue"
 ACTIVATIONS = ("Relu", "Gelu", "Tanh", "Sigmoid")
+# a convolution's: MobileNetV3's HardSwish after its expansions, HardSigmoid closing its squeeze-and-excitation
+CONV_ACTIVATIONS = ("Relu", "Tanh", "Sigmoid", "HardSwish", "HardSigmoid")
 
 
 def _sole_user(g: Graph, users: dict[str, list[Node]], name: str) -> Node | None:
@@ -126,12 +132,38 @@ def _fuse(g: Graph, users: dict[str, list[Node]], head: Node) -> tuple[Node, lis
     return fused, matched
 
 
-def _fuse_conv(g: Graph, users: dict[str, list[Node]], head: Node) -> tuple[Node, list[Node]] | None:
-    """Conv -> [Add a residual of its shape] -> [an activation]: ConvEpilogue, the Conv's attributes kept."""
+def _input_scale(g: Graph, users: dict[str, list[Node]], producers: dict[str, Node],
+                 head: Node) -> tuple[Node, str, str] | None:
+    """(the Mul, the scaled tensor, the scale) when the Conv reads x * s alone, s one value per input channel of
+    one image ([1, C, 1, ...]; a squeeze-and-excitation gate) and the Conv a 1x1 one over constant weights: the
+    scale then multiplies the weights' rows on chip instead of the input (lower/conv.py _scaled_rows)."""
+    x = head.inputs[0]
+    mul = producers.get(x)
+    shape = g.tensors[x].shape
+    if mul is None or mul.op != "Mul" or _sole_user(g, users, x) is not head or shape is None or shape[0] != 1:
+        return None
+    if int(head.attrs.get("group", 1)) != 1 or not g.tensors[head.inputs[1]].is_constant or \
+            any(k != 1 for k in g.tensors[head.inputs[1]].shape[2:]):
+        return None
+    for scaled, scale in (mul.inputs[:2], mul.inputs[1::-1]):
+        column = (1, shape[1]) + (1,) * (len(shape) - 2)
+        if g.tensors[scaled].shape == shape and g.tensors[scale].shape == column and scaled != scale:
+            return mul, scaled, scale
+    return None
+
+
+def _fuse_conv(g: Graph, users: dict[str, list[Node]], producers: dict[str, Node],
+               head: Node) -> tuple[Node, list[Node]] | None:
+    """[x * a per-channel scale ->] Conv -> [Add a residual of its shape] -> [an activation]: ConvEpilogue, the
+    Conv's attributes kept; the scale is its fifth input."""
     out = head.outputs[0]
     shape = g.tensors[out].shape
-    inputs = [head.inputs[0], head.inputs[1], head.inputs[2] if len(head.inputs) > 2 else "", ""]
+    inputs = [head.inputs[0], head.inputs[1], head.inputs[2] if len(head.inputs) > 2 else "", "", ""]
     matched = [head]
+    before = _input_scale(g, users, producers, head)
+    if before is not None:
+        mul, inputs[0], inputs[4] = before
+        matched.insert(0, mul)
     nxt = _sole_user(g, users, out)
     if nxt is not None and nxt.op == "Add" and g.tensors[nxt.outputs[0]].shape == shape:
         residual = _other(nxt, out)
@@ -140,25 +172,27 @@ def _fuse_conv(g: Graph, users: dict[str, list[Node]], head: Node) -> tuple[Node
             matched.append(nxt)
             out = nxt.outputs[0]
             nxt = _sole_user(g, users, out)
-    activation = ""
-    if nxt is not None and nxt.op in ("Relu", "Tanh", "Sigmoid"):
+    activation, extra = "", {}
+    if nxt is not None and nxt.op in CONV_ACTIVATIONS:
         activation = nxt.op
+        if nxt.op == "HardSigmoid":  # its slope and offset ride along
+            extra = dict(zip(("activation_alpha", "activation_beta"), hard_sigmoid_attrs(nxt.attrs)))
         matched.append(nxt)
         out = nxt.outputs[0]
     if len(matched) == 1:
         return None
-    attrs = {**head.attrs, "activation": activation, "fused": [n.name for n in matched[1:]]}
+    attrs = {**head.attrs, **extra, "activation": activation, "fused": [n.name for n in matched if n is not head]}
     return Node(CONV_OP, head.name, inputs, [out], attrs, DOMAIN, opset=g.opset_of(head)), matched
 
 
 def run(g: Graph) -> Graph:
-    users = g.consumers()
+    users, producers = g.consumers(), g.producers()
     replaced: dict[int, Node] = {}
     dead: set[int] = set()
     for node in list(g.nodes):
         if node.op not in ("MatMul", "Gemm", "Conv") or node.domain not in ("", "ai.onnx") or id(node) in dead:
             continue
-        found = _fuse_conv(g, users, node) if node.op == "Conv" else _fuse(g, users, node)
+        found = _fuse_conv(g, users, producers, node) if node.op == "Conv" else _fuse(g, users, node)
         if found is None:
             continue
         fused, matched = found

@@ -3,8 +3,10 @@ onnxruntime, and the engine listing of a compiled model."""
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 import onnx
+import onnx.numpy_helper
 from onnx import TensorProto, helper
 
 from isa.assembly import disassemble
@@ -51,3 +53,27 @@ def streams(model: onnx.ModelProto, options: Options | None = None) -> dict[str,
 def rng_weights(seed: int, **shapes: tuple[int, ...]) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
     return {name: rng.standard_normal(shape).astype(np.float32) for name, shape in shapes.items()}
+
+
+def bf16_operands(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The model as --auto-cast matmult bf16 computes it: each Conv's input and weights rounded to bf16, the rest
+    in fp32 (onnxruntime's Cast to bfloat16 rounds to nearest even)."""
+    rounded = onnx.ModelProto()
+    rounded.CopyFrom(model)
+    graph = rounded.graph
+    weights = {n.input[1] for n in graph.node if n.op_type == "Conv"}
+    for init in graph.initializer:
+        if init.name in weights:
+            value = onnx.numpy_helper.to_array(init).astype(ml_dtypes.bfloat16).astype(np.float32)
+            init.CopyFrom(onnx.numpy_helper.from_array(value, init.name))
+    nodes = []
+    for n in graph.node:
+        if n.op_type == "Conv":
+            narrow, back = f"{n.input[0]}/bf16", f"{n.input[0]}/rounded"
+            nodes += [helper.make_node("Cast", [n.input[0]], [narrow], to=TensorProto.BFLOAT16),
+                      helper.make_node("Cast", [narrow], [back], to=TensorProto.FLOAT)]
+            n.input[0] = back
+        nodes.append(n)
+    del graph.node[:]
+    graph.node.extend(nodes)
+    return rounded

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import numpy as np
+import onnx
+import pytest
 from onnx import TensorProto, helper
 
-from tests.compiler.one_node import check
+from tests.compiler.one_node import bf16_operands, check
 from tests.conftest import make_model
 
 
@@ -18,3 +20,92 @@ def test_gemm_bias_then_a_scaling(tmp):
     nodes = [helper.make_node("Gemm", ["x", "w", "c"], ["t"], transB=1, alpha=0.5, beta=2.0),
              helper.make_node("Div", ["t", "s"], ["y"])]
     check(make_model(nodes, {"x": ([3, 16], TensorProto.FLOAT)}, {"y": ([3, 10], TensorProto.FLOAT)}, weights), tmp)
+
+
+def _se_block() -> onnx.ModelProto:
+    """MobileNetV3's block: a convolution then HardSwish (an expansion); squeeze-and-excitation: the pooled values
+    through a 1x1 convolution and Relu, another and HardSigmoid (torch's slope 1/6), the gate scaling the expanded
+    values; a 1x1 projection of the gated values. Weights wide enough that the values cross both clamps of both
+    activations."""
+    rng = np.random.default_rng(3)
+    weights = {"w": (rng.standard_normal((8, 4, 3, 3)) * 2).astype(np.float32),
+               "b": rng.standard_normal(8).astype(np.float32),
+               "w2": rng.standard_normal((4, 8, 1, 1)).astype(np.float32),
+               "b2": rng.standard_normal(4).astype(np.float32),
+               "w3": (rng.standard_normal((8, 4, 1, 1)) * 3).astype(np.float32),
+               "b3": rng.standard_normal(8).astype(np.float32),
+               "w4": rng.standard_normal((5, 8, 1, 1)).astype(np.float32),
+               "b4": rng.standard_normal(5).astype(np.float32)}
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("HardSwish", ["c"], ["h"]),
+             helper.make_node("GlobalAveragePool", ["h"], ["p"]),
+             helper.make_node("Conv", ["p", "w2", "b2"], ["s"]),
+             helper.make_node("Relu", ["s"], ["r"]),
+             helper.make_node("Conv", ["r", "w3", "b3"], ["c3"]),
+             helper.make_node("HardSigmoid", ["c3"], ["g"], alpha=1 / 6, beta=0.5),
+             helper.make_node("Mul", ["h", "g"], ["m"]),
+             helper.make_node("Conv", ["m", "w4", "b4"], ["y"])]
+    return make_model(nodes, {"x": ([1, 4, 6, 7], TensorProto.FLOAT)}, {"y": ([1, 5, 6, 7], TensorProto.FLOAT)},
+                      weights)
+
+
+def test_a_squeeze_and_excitation_block_fuses_into_its_convolutions(tmp):
+    """Each hard activation becomes the epilogue of the convolution before it (its slope and offset kept), the
+    gate's Mul the projection's input scale; the result is onnxruntime's."""
+    from neuronx_cc_lite.frontend import import_model
+    from neuronx_cc_lite.passes import run_pipeline
+
+    model = _se_block()
+    g = run_pipeline(import_model(model))
+    fused = [(n.op, n.attrs.get("activation"), n.attrs.get("activation_alpha")) for n in g.nodes]
+    assert ("ConvEpilogue", "HardSwish", None) in fused
+    assert ("ConvEpilogue", "HardSigmoid", pytest.approx(1 / 6)) in fused
+    assert not {"HardSwish", "HardSigmoid", "Mul"} & {n.op for n in g.nodes}
+    projection = next(n for n in g.nodes if n.op == "ConvEpilogue" and n.inputs[1] == "w4")
+    assert (projection.inputs[0], projection.inputs[4]) == ("h", "g")
+    check(model, tmp)
+
+
+def test_an_input_scale_of_several_images_is_not_fused(tmp):
+    """Over a batch each image has its own gate, and one set of scaled weights cannot serve them all: the Mul
+    stays."""
+    rng = np.random.default_rng(4)
+    weights = {"w": rng.standard_normal((3, 4, 1, 1)).astype(np.float32)}
+    nodes = [helper.make_node("Mul", ["x", "s"], ["m"]), helper.make_node("Conv", ["m", "w"], ["y"])]
+    model = make_model(nodes, {"x": ([2, 4, 3, 3], TensorProto.FLOAT), "s": ([2, 4, 1, 1], TensorProto.FLOAT)},
+                       {"y": ([2, 3, 3, 3], TensorProto.FLOAT)}, weights)
+    from neuronx_cc_lite.frontend import import_model
+    from neuronx_cc_lite.passes import run_pipeline
+
+    assert "Mul" in {n.op for n in run_pipeline(import_model(model)).nodes}
+    check(model, tmp)
+
+
+def test_under_auto_cast_a_hard_activation_reads_the_bank(tmp):
+    """With bf16 matmuls PE adds the bias as it accumulates (three bf16 rows summing to the fp32 bias) and the
+    hard activations read the PSUM bank, with no evacuation of their own: exact to bf16 operands and fp32
+    arithmetic elsewhere, and one more matmul per bank."""
+    from neuronx_cc_lite.compiler import Options
+    from neuronx_cc_lite.reference import onnxruntime_outputs, seeded_inputs
+    from tests.compiler.one_node import streams
+    from tests.conftest import assert_close, compile_to_model
+
+    rng = np.random.default_rng(5)
+    weights = {"w": (rng.standard_normal((8, 4, 1, 1)) * 2).astype(np.float32),
+               "b": (rng.standard_normal(8) * 3).astype(np.float32),
+               "w2": (rng.standard_normal((6, 8, 1, 1)) * 2).astype(np.float32),
+               "b2": rng.standard_normal(6).astype(np.float32)}
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"]), helper.make_node("HardSwish", ["c"], ["h"]),
+             helper.make_node("Conv", ["h", "w2", "b2"], ["c2"]),
+             helper.make_node("HardSigmoid", ["c2"], ["y"], alpha=0.2, beta=0.4)]
+    model = make_model(nodes, {"x": ([1, 4, 6, 7], TensorProto.FLOAT)}, {"y": ([1, 6, 6, 7], TensorProto.FLOAT)},
+                       weights)
+    options = Options(auto_cast="matmult", auto_cast_type="bf16")
+    compiled = compile_to_model(model, tmp, options)
+    inputs = seeded_inputs(compiled.inputs)
+    ours, ref = compiled.run(inputs), onnxruntime_outputs(bf16_operands(model), inputs)
+    y = ref["y"]
+    assert y.min() == 0.0 and y.max() == 1.0 and ((y > 0) & (y < 1)).any()  # both clamps of HardSigmoid and between
+    assert_close(ours, ref, rtol=1e-5)
+    engines = streams(model, options)
+    assert engines["PE"].count("nc_matmul") == 4  # two convolutions, each one bank and its bias

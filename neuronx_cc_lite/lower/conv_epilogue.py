@@ -1,0 +1,124 @@
+"""What follows a convolution's matmuls, per PSUM bank of outputs (output channels on partitions).
+
+    plain         ScalarE evacuates the bank adding the bias (a [P, 1] column) and applying Relu, Tanh or Sigmoid
+    residual      VectorE adds bias and residual as the bank leaves (a ConvEpilogue, passes/fuse_epilogues.py),
+                  then ScalarE the activation
+    hard          HardSwish or HardSigmoid (lower/activations.py) on the evacuated block; or, under auto-cast with
+                  a constant bias and no residual, on the bank itself: PE adds the bias as it accumulates (three
+                  bf16 rows summing to it exactly against ones, lower/operands.bias_rows), no evacuation pass
+then DMA stores the block. A bank may hold several parts, each (block of outputs, first partition, first output
+channel, channels): a plain convolution has one over its partitions; a depthwise convolution over few channels
+stacks bands of output rows on the partitions (lower/depthwise.py), one part per band.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from isa.dtypes import DType
+from isa.functions import ActFunc, AluOp
+from isa.instructions import pe_rate
+from isa.operand import Engine
+from neuronx_cc_lite.ir import Node
+from neuronx_cc_lite.lower.activations import constant_column, hard_sigmoid, hard_swish
+from neuronx_cc_lite.lower.context import LowerCtx
+from neuronx_cc_lite.lower.hbm import HbmView
+from neuronx_cc_lite.lower.operands import bias_rows
+from neuronx_cc_lite.lower.program import Program, Tile, TileAccess
+from neuronx_cc_lite.lower.windows import Block
+
+EPILOGUE_FUNCS = {"": ActFunc.copy, "Relu": ActFunc.relu, "Tanh": ActFunc.tanh, "Sigmoid": ActFunc.sigmoid}
+
+Part = tuple[Block, int, int, int]  # (outputs, first partition, first output channel, channels)
+
+
+def hard_activation(ctx: LowerCtx, node: Node) -> Callable[[TileAccess, TileAccess], None] | None:
+    """A ConvEpilogue's HardSwish or HardSigmoid as hard(dst, x): x the bank with its bias added by PE, or the
+    evacuated block (bias and residual added) in place. ScalarE has no entry for them (lower/activations.py)."""
+    activation = node.attrs.get("activation", "")
+    prog = ctx.program
+    if activation == "HardSwish":
+        return lambda dst, x: hard_swish(prog, dst, x, constant_column(ctx, 0.5, dst.partitions))
+    if activation == "HardSigmoid":
+        alpha, beta = float(node.attrs["activation_alpha"]), float(node.attrs["activation_beta"])
+        return lambda dst, x: hard_sigmoid(prog, dst, x, alpha, constant_column(ctx, beta, dst.partitions))
+    return None
+
+
+def pe_has_room(prog: Program) -> bool:
+    """Whether PE has room for the bias matmul: when matmuls run at the bf16 rate or faster. With fp32 operands
+    (four passes) PE is a convolution network's busiest engine (MobileNetV3-Small in fp32: 223 us of PE against 63
+    of ScalarE; adding the bias on PE there cost 3 us, 280.3 -> 283.5, where in bf16 it gained 13.6)."""
+    return pe_rate(prog.operand_dtype(DType.fp32), prog.target) >= 1
+
+
+class Epilogue:
+    """The epilogue of one convolution node; `repeat`: the bias repeated that many times down the partitions
+    (bands of a depthwise convolution)."""
+
+    def __init__(self, ctx: LowerCtx, node: Node, out_max: int, repeat: int = 1) -> None:
+        self.ctx, self.node = ctx, node
+        self.out = ctx.output(node.outputs[0], (1, 2))  # output channels on partitions
+        self.bias = ctx.view(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else None
+        self.residual = ctx.view(node.inputs[3]) if len(node.inputs) > 3 and node.inputs[3] else None
+        self.func = EPILOGUE_FUNCS.get(node.attrs.get("activation", ""), ActFunc.copy)  # a hard one: after it
+        self.hard = hard_activation(ctx, node)
+        value = ctx.graph.tensors[node.inputs[2]].value if self.bias is not None else None
+        # a hard activation after a constant bias (or none), without a residual, reads the bank itself
+        self.direct = self.hard is not None and self.residual is None and \
+            (self.bias is None or value is not None) and pe_has_room(ctx.program)
+        self.pe_bias: tuple[Tile, Tile] | None = None
+        if self.direct and value is not None:
+            prog = ctx.program
+            rows = bias_rows(ctx, np.tile(value, repeat), f"{node.name}/bias")
+            ones = prog.sbuf(rows.partitions, out_max, rows.dtype, f"{node.name}/ones")
+            prog.emit("memset", Engine.POOL, dst=ones.ap(), value=1.0)
+            self.pe_bias = rows, ones
+
+    def bias_column(self, partitions: int, parts: list[tuple[int, int, int]]) -> TileAccess | None:
+        """The bias as a [partitions, 1] column, for each (first partition, first output channel, channels);
+        None when there is none or PE adds it."""
+        if self.bias is None or self.direct:
+            return None
+        prog, bias = self.ctx.program, self.bias
+        tile = prog.sbuf(partitions, 1, DType.fp32, f"{self.node.name}/bias")
+        for first, co0, count in parts:
+            prog.dma(tile.ap(((1, 1),), 0, first, count),
+                     HbmView(bias.tensor, bias.dtype, (count, 1), (bias.strides[0], 1),
+                             bias.offset + co0 * bias.strides[0]))
+        return tile.ap()
+
+    def finish(self, acc: Tile, column: TileAccess | None, parts: list[Part], row0: int = 0) -> None:
+        """After the block's matmuls: the bank (all its partitions and columns) to each part's outputs. `row0`:
+        the bias rows' first column for the bank's partition 0 (its first output channel)."""
+        prog, name, residual = self.ctx.program, self.node.name, self.residual
+        spatial = tuple(range(2, 2 + len(parts[0][0].counts)))
+        res = prog.sbuf(acc.partitions, acc.free, DType.fp32, f"{name}/y")
+        if self.direct:
+            assert self.hard is not None
+            if self.pe_bias is not None:  # psum[m, n] += sum over rows r of bias_r[m] * 1
+                rows, ones = self.pe_bias
+                prog.emit("nc_matmul", Engine.PE, dst=acc.ap(), stationary=rows.ap(((acc.partitions, 1),), row0),
+                          moving=ones.ap(((acc.free, 1),)), accumulate=True)
+            self.hard(res.ap(), acc.ap())
+        elif residual is None:
+            prog.emit("activation", Engine.ACT, dst=res.ap(), src=acc.ap(), bias=column, func=self.func, scale=1.0)
+        else:  # (psum + bias) + residual as the bank leaves, then the activation
+            extra = prog.sbuf(acc.partitions, acc.free, residual.dtype, f"{name}/residual")
+            if len(parts) > 1 or parts[0][0].size < acc.free:  # the bank's columns no part covers are read too
+                prog.emit("memset", Engine.POOL, dst=extra.ap(), value=0.0)
+            for block, first, co0, count in parts:
+                prog.dma(extra.ap(((block.size, 1),), 0, first, count),
+                         residual.box((block.n0, co0, *block.starts),
+                                      (block.images, count, *block.counts)).transpose((1, 0, *spatial)))
+            prog.emit("scalar_tensor_tensor", Engine.DVE, dst=res.ap(), src=acc.ap(), op0=AluOp.add,
+                      scalar=column if column is not None else 0.0, op1=AluOp.add, b=extra.ap())
+            if self.func is not ActFunc.copy:
+                prog.emit("activation", Engine.ACT, dst=res.ap(), src=res.ap(), func=self.func, scale=1.0)
+        if self.hard is not None and not self.direct:
+            self.hard(res.ap(), res.ap())
+        for block, first, co0, count in parts:
+            box = self.out.box((block.n0, co0, *block.starts), (block.images, count, *block.counts))
+            prog.dma(box.transpose((1, 0, *spatial)), res.ap(((block.size, 1),), 0, first, count))

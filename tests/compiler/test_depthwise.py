@@ -1,0 +1,56 @@
+"""Depthwise convolution with bands of output rows on the partitions (lower/depthwise.py): against onnxruntime
+with short last bands, strides, batches, no bias, and the epilogues (residual and Relu; HardSwish reading the bank
+under auto-cast)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+from neuronx_cc_lite.compiler import Options, compile_model
+from neuronx_cc_lite.reference import onnxruntime_outputs, seeded_inputs
+from tests.compiler.one_node import bf16_operands, check
+from tests.compiler.test_conv import conv
+from tests.conftest import assert_close, compile_to_model, make_model
+
+BANDED = {  # (case, partitions a tap's matmul covers: bands x channels)
+    # 30 x 16 outputs: 4 bands of 8 rows, the last of 6
+    "pads": (dict(n=1, c=16, spatial=[30, 16], m=16, kernel=[3, 3], group=16, pads=[1, 1, 1, 1]), 64),
+    # 30 x 10 outputs, two images: 3 bands of 13 rows, the last of 4
+    "stride2-batch2": (dict(n=2, c=32, spatial=[60, 20], m=32, kernel=[3, 3], group=32, strides=[2, 2],
+                            pads=[0, 1, 1, 0]), 96),
+    # 40 x 12 outputs: two groups of 3 bands of 11 rows, the second with one band of 7
+    "5x5-no-bias": (dict(n=1, c=40, spatial=[40, 12], m=40, kernel=[5, 5], group=40, pads=[2, 2, 2, 2],
+                         bias=False), 120),
+}
+
+
+@pytest.mark.parametrize("case, partitions", BANDED.values(), ids=BANDED.keys())
+def test_banded_depthwise(tmp, case, partitions):
+    model = conv("Conv", **case)
+    pe = compile_model(model).cores[0]["PE"].instructions
+    assert {i.args["moving"].num_partitions for i in pe} == {partitions}
+    check(model, tmp)
+
+
+def _depthwise_block(epilogue: list) -> "object":
+    rng = np.random.default_rng(6)
+    weights = {"w": (rng.standard_normal((16, 1, 3, 3)) * 2).astype(np.float32),
+               "b": rng.standard_normal(16).astype(np.float32)}
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], group=16, pads=[1, 1, 1, 1]), *epilogue]
+    return make_model(nodes, {"x": ([1, 16, 26, 16], TensorProto.FLOAT)},
+                      {"y": ([1, 16, 26, 16], TensorProto.FLOAT)}, weights)
+
+
+def test_banded_depthwise_adds_a_residual_then_relu(tmp):
+    check(_depthwise_block([helper.make_node("Add", ["c", "x"], ["r"]), helper.make_node("Relu", ["r"], ["y"])]),
+          tmp)
+
+
+def test_banded_depthwise_hard_swish_reads_the_bank_under_auto_cast(tmp):
+    """The bias added by PE (its rows repeated for each band) and HardSwish on the bank: exact to bf16 operands."""
+    model = _depthwise_block([helper.make_node("HardSwish", ["c"], ["y"])])
+    compiled = compile_to_model(model, tmp, Options(auto_cast="matmult", auto_cast_type="bf16"))
+    inputs = seeded_inputs(compiled.inputs)
+    assert_close(compiled.run(inputs), onnxruntime_outputs(bf16_operands(model), inputs), rtol=1e-5)
