@@ -1,4 +1,4 @@
-"""MPI's own start-up for `mpiexec -n K neuronx-cc-lite run`, bounded by the rank timeout.
+"""MPI's own start-up and finalisation for `mpiexec -n K neuronx-cc-lite run`, bounded by the rank timeout.
 
 MPI_Init_thread returns only once every process of the job has reached it (MPICH's does a PMI barrier over the
 job): a partner stopped before it, crashed before it (Hydra, the launcher, ends the job only when a process dies of
@@ -14,7 +14,9 @@ of a call that does not return. Before that it leaves the other processes a mome
 the job ends inside MPI's start-up, Hydra SIGKILLs all the others at once, so a process whose own timeout comes
 later than that can print nothing.
 
-MPI calls stay on the main thread; the watchdog makes none. mpi4py is told not to start MPI itself at import
+MPI_Finalize waits for every process too, and runs under the same watchdog; after a process was given up on, it
+is skipped (it would wait for that process for ever, or crash: MPICH's does once the process has died). MPI calls
+stay on the main thread; the watchdog makes none. mpi4py is told not to start MPI itself at import
 (rc.initialize) and to finalise it at exit (rc.finalize): a process that leaves without MPI_Finalize makes Hydra
 SIGKILL every other process of the job.
 """
