@@ -340,11 +340,25 @@ def _check_array(path: str, info: TensorInfo, shape: tuple[int, ...], dtype: np.
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    comm = _mpi_job()
+    if comm is None:
+        return _run_bundle(args, None)
+    from neuronx_cc_lite.mpi_start import partner_lost
+    from runtime.errors import RanksError
+
+    try:
+        return _run_bundle(args, comm)
+    except RanksError as e:
+        if getattr(e, "partner_lost", False):  # set by runtime/ranks.py when it gave up on a process
+            partner_lost()
+        raise
+
+
+def _run_bundle(args: argparse.Namespace, comm: Any) -> int:
     import numpy as np
 
     import runtime
 
-    comm = _mpi_job()
     host = None
     if comm is not None:  # every process agrees on the bundle before any of them loads it
         from runtime.ranks import MpiRanks
@@ -436,15 +450,17 @@ def _mpi_job() -> Any:
     try:
         if not launched_by_mpi():
             return None
-        rank_timeout()  # a bad $NEURONX_CC_LITE_RANK_TIMEOUT is said before any process waits on another
+        timeout = rank_timeout()  # a bad $NEURONX_CC_LITE_RANK_TIMEOUT is said before any process waits on another
     except ValueError as e:
         raise UsageError(str(e)) from None
     try:
-        from mpi4py import MPI
+        import mpi4py  # noqa: F401
     except ImportError:
         raise UsageError("started by mpiexec, but mpi4py is not installed: pip install 'neuronx-cc-lite[mpi]'") \
             from None
-    return MPI.COMM_WORLD
+    from neuronx_cc_lite.mpi_start import start_world
+
+    return start_world(timeout)  # MPI's own start-up, bounded as every later wait on another process is
 
 
 def _bundle_header(path: str) -> Any:
@@ -1143,12 +1159,14 @@ def _stop_logging(handlers: list[logging.Handler]) -> None:
 def main(argv: list[str] | None = None) -> int:
     with interrupts.handled():  # from the first line: a signal while parsing or loading gives the coded line too
         try:
-            return _main(argv)
+            status = _main(argv)
         except BaseException as e:
             if interrupts.interrupted_by(e) is None:
                 raise
             print(f"{PROG}: error: {interrupts.message(e)}", file=sys.stderr)
-            return interrupts.status(e)
+            status = interrupts.status(e)
+        mpi = sys.modules.get("neuronx_cc_lite.mpi_start")  # loaded only when mpiexec started this process
+        return status if mpi is None else mpi.finish(status)  # MPI_Finalize, bounded, still under the handlers
 
 
 

@@ -16,7 +16,9 @@ outputs) is point to point, polled: a process that has not sent its part within 
 (`$NEURONX_CC_LITE_RANK_TIMEOUT` seconds, default 600) is named as killed, stopped or stuck, and the process that
 gave up tells every other one, so that each ends with that NRT_RANKS error instead of waiting on. A rank that fails
 on its process (say, an out-of-range gather index) does the same with its own error, then aborts the MPI job.
-(MPICH's mpiexec itself ends the whole job at once when one of its processes is killed by a signal.)
+A RanksError that gave up on a process, or heard that another did, says so (`partner_lost`): MPI_Finalize would
+wait for that process too, so the command leaves without it. (MPICH's mpiexec itself SIGKILLs every process of the
+job at once when one ends without MPI_Finalize; MPI's own start-up is bounded by neuronx_cc_lite/mpi_start.py.)
 """
 
 from __future__ import annotations
@@ -165,9 +167,10 @@ def _wait_a_little(comm: Any, deadline: float, pause: float, pending: list[int] 
     process then tells the others)."""
     from runtime.errors import RanksError
 
-    if comm.iprobe(tag=_NOTICE):
+    if comm.iprobe(tag=_NOTICE):  # a notice comes only from a process that gave up on another, or that aborts
         error = RanksError(comm.recv(tag=_NOTICE))
         error.heard = True  # type: ignore[attr-defined]
+        error.partner_lost = True  # type: ignore[attr-defined]
         raise error
     if time.monotonic() > deadline:
         who = (f"process{'es' if len(pending) > 1 else ''} {', '.join(map(str, pending))}" if pending
@@ -175,7 +178,9 @@ def _wait_a_little(comm: Any, deadline: float, pause: float, pending: list[int] 
         text = (f"process {comm.Get_rank()} of the MPI job waited {rank_timeout():g} s for {who} at {what}: "
                 "killed, stopped or stuck ($NEURONX_CC_LITE_RANK_TIMEOUT sets the wait)")
         notify(comm, text)
-        raise RanksError(text)
+        error = RanksError(text)
+        error.partner_lost = True  # type: ignore[attr-defined]  # MPI_Finalize would wait for it (or crash)
+        raise error
     time.sleep(pause)
 
 

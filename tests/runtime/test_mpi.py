@@ -201,3 +201,156 @@ def test_a_rank_timeout_that_is_not_a_number_is_a_usage_error(tmp, capsys, monke
     monkeypatch.setenv("NEURONX_CC_LITE_RANK_TIMEOUT", "soon")
     assert main(["run", f"{tmp}/m.neff"]) == 2
     assert "NCC_USAGE: $NEURONX_CC_LITE_RANK_TIMEOUT is 'soon', not a number of seconds" in capsys.readouterr().err
+
+
+# A partner of the job that fails around MPI's own start-up. It writes its process id first, so that the test can
+# end it if the launcher has not: a stopped process keeps mpiexec waiting.
+EARLY_PARTNER = """
+import os, signal, sys, time
+open(sys.argv[2], "w").write(str(os.getpid()))
+how = sys.argv[1]
+if how.startswith("slow"):  # slow to import: reaches MPI's start-up late, then runs as the survivor does
+    time.sleep(float(how[4:]))
+    from neuronx_cc_lite.cli import main
+    sys.exit(main(sys.argv[3:]))
+if how in ("stopped", "crashed"):  # before MPI's start-up
+    os.kill(os.getpid(), signal.SIGSTOP) if how == "stopped" else os._exit(5)
+from mpi4py import MPI  # after it: dies or stops once process 0 has sent its part of the first agreement
+MPI.COMM_WORLD.probe(source=0, tag=7301)
+os.kill(os.getpid(), signal.SIGKILL if how == "killed" else signal.SIGSTOP)
+"""
+
+# Runs a command and writes its exit status to a file: the survivor's own status, which mpiexec's is not. The
+# command and the process that waits for it are in a session of their own, out of reach of the launcher's clean-up
+# (it SIGKILLs the process group of each process it started, and this one, which it started, leads its group).
+STATUS_OF = """
+import os, subprocess, sys
+child = os.fork()
+if child == 0:
+    os.setsid()
+    status = subprocess.call(sys.argv[2:], close_fds=False)  # the launcher's PMI_FD
+    open(sys.argv[1], "w").write(str(status))
+    os._exit(0)
+os.waitpid(child, 0)
+"""
+
+
+def _early(tmp: str, how: str, survivors: int = 1, timeout: float = 2, launcher: tuple[str, ...] = (),
+           wrap: bool = True) -> tuple[str, list[str], float]:
+    """`survivors` processes run the tp2 bundle, the last process of the job is a partner that fails as `how` says;
+    returns what mpiexec printed (its own notices go to stdout), each survivor's exit status and the seconds the job took (the partner is then made
+    sure to be gone)."""
+    import signal
+    import time
+
+    bundle = _tp2(tmp, "a", 0)
+    for name, text in (("partner.py", EARLY_PARTNER), ("status_of.py", STATUS_OF)):
+        with open(f"{tmp}/{name}", "w") as f:
+            f.write(text)
+    run = [CLI, "-q", "run", bundle, "--inputs", f"{tmp}/a.npz", "--outputs", f"{tmp}/out.npz"]
+    command = [MPIEXEC, *launcher]
+    for s in range(survivors):
+        wrapper = [sys.executable, f"{tmp}/status_of.py", f"{tmp}/status{s}"] if wrap else []
+        command += ["-n", "1", *wrapper, *run, ":"]
+    command += ["-n", "1", sys.executable, f"{tmp}/partner.py", how, f"{tmp}/partner.pid", *run[1:]]
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "NEURONX_CC_LITE_RANK_TIMEOUT": str(timeout),
+           "PYTHONPATH": root}
+    start = time.monotonic()
+    job = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        deadline = start + 60
+        while time.monotonic() < deadline and job.poll() is None and not (
+                wrap and all(os.path.exists(f"{tmp}/status{s}") for s in range(survivors))):
+            time.sleep(0.1)
+        took = time.monotonic() - start
+        if job.poll() is None and os.path.exists(f"{tmp}/partner.pid"):  # a stopped partner keeps mpiexec waiting
+            try:
+                os.kill(int(open(f"{tmp}/partner.pid").read()), signal.SIGKILL)
+            except (ProcessLookupError, ValueError):
+                pass
+        stdout, stderr = job.communicate(timeout=TIMEOUT)
+    finally:
+        if job.poll() is None:
+            job.kill()
+            job.communicate()
+    statuses = [open(f"{tmp}/status{s}").read() if os.path.exists(f"{tmp}/status{s}") else "none"
+                for s in range(survivors)]
+    return stdout + stderr, statuses, took
+
+
+def _clean(stderr: str, tmp: str) -> None:
+    assert "Traceback" not in stderr and "NCC_INTERNAL" not in stderr, stderr
+    assert not os.path.exists(f"{tmp}/out.npz")
+
+
+@pytest.mark.parametrize("how", ["stopped", "crashed"])
+def test_a_partner_that_never_starts_mpi_is_a_coded_error_within_the_rank_timeout(tmp, how):
+    """A partner stopped or crashed before MPI's own start-up left the others inside MPI_Init for ever (Hydra ends
+    the job only when a process dies of a signal), spinning; now each gives up after the rank timeout."""
+    stderr, statuses, took = _early(tmp, how)
+    assert ("neuronx-cc-lite: error: NRT_RANKS: process 0 of the MPI job waited 2 s in MPI's start-up for the "
+            "other processes of the job: one of them did not start") in stderr, stderr
+    assert statuses == ["1"] and took < 20, (statuses, took)
+    _clean(stderr, tmp)
+
+
+@pytest.mark.parametrize("how", ["killed", pytest.param("stopped-after-start-up", marks=pytest.mark.slow)])
+def test_a_partner_lost_after_start_up_leaves_the_survivor_free_to_exit(tmp, how):
+    """With the launcher's clean-up off, the survivor gave its NRT_RANKS error, then waited in MPI_Finalize for the
+    lost partner for ever (or crashed in it, as MPICH's does when the partner has died): it now leaves without."""
+    stderr, statuses, took = _early(tmp, how, launcher=("-disable-auto-cleanup",))
+    assert ("NRT_RANKS: process 0 of the MPI job waited 2 s for process 1 at the agreement on the bundle: killed, "
+            "stopped or stuck") in stderr, stderr
+    assert statuses == ["1"] and took < 20, (statuses, took)
+    _clean(stderr, tmp)
+
+
+@pytest.mark.slow
+def test_each_survivor_of_a_partner_that_never_starts_says_so(tmp):
+    """The first survivor to leave MPI's start-up makes Hydra SIGKILL the others: the moment it leaves them
+    (mpi_start.GRACE) lets theirs, whose timeouts end at about the same time, be said too."""
+    stderr, statuses, took = _early(tmp, "stopped", survivors=2)
+    for process in (0, 1):
+        assert f"NRT_RANKS: process {process} of the MPI job waited 2 s in MPI's start-up" in stderr, stderr
+    assert "1" in statuses and took < 30, (statuses, took)
+    _clean(stderr, tmp)
+
+
+@pytest.mark.slow
+def test_a_partner_slow_to_start_within_the_rank_timeout_is_waited_for(tmp):
+    stderr, statuses, took = _early(tmp, "slow3", timeout=30)
+    assert statuses == ["0"], stderr
+    assert os.path.exists(f"{tmp}/out.npz")
+
+
+@pytest.mark.slow
+def test_ctrl_c_while_mpi_starts_gives_the_interrupted_line_on_each_survivor(tmp):
+    """mpiexec passes a first Ctrl-C on to every process; those inside MPI_Init could not run their handlers."""
+    import signal
+    import threading
+
+    def interrupt() -> None:  # once the survivor is inside MPI's start-up, well before its timeout of 60 s
+        import time
+
+        time.sleep(8)
+        for line in os.popen(f"ps -o pid= -o args= --ppid {os.getpid()}"):
+            if MPIEXEC in line:
+                os.kill(int(line.split()[0]), signal.SIGINT)
+
+    threading.Thread(target=interrupt, daemon=True).start()
+    stderr, _, took = _early(tmp, "stopped", timeout=60, wrap=False)
+    assert "neuronx-cc-lite: error: NCC_INTERRUPTED: interrupted (Ctrl-C); no output was written" in stderr, stderr
+    assert took < 30
+    _clean(stderr, tmp)
+
+
+@pytest.mark.slow
+def test_a_partner_killed_by_a_signal_makes_the_launcher_sigkill_the_survivors(tmp):
+    """What MPICH's mpiexec does by default: when a process dies of a signal, it SIGKILLs every other process of
+    the job at once (no SIGTERM first; measured with strace: within 15-30 ms), so they can say nothing. Here the
+    survivor, whose rank timeout is 60 s, is gone within seconds, silent, and no output was written."""
+    stderr, _, took = _early(tmp, "killed", timeout=60, wrap=False)
+    assert "Killed (signal 9)" in stderr and "neuronx-cc-lite: error" not in stderr, stderr
+    assert took < 30
+    _clean(stderr, tmp)
