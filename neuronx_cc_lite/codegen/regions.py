@@ -201,3 +201,23 @@ class Index:
             bisect.insort(self.occupied[where], first)
         cells[first].append(r)
         self.reach[where] = max(self.reach[where], (r.box[3] - 1) // size - first)
+
+
+class Conflicts:
+    """The records of the accesses so far, reads and writes filed apart: an access conflicts with the writes it
+    meets and, if it writes, with the reads too; so a read never visits the reads (the reads of a tile that a
+    hundred matmuls read would otherwise be visited by every read after them)."""
+
+    def __init__(self) -> None:
+        self.reads, self.writes = Index(), Index()
+
+    def find(self, space: Hashable, r: Record, known: Sequence[int] = NO_STREAMS,
+             settled: Sequence[int] = NO_STREAMS) -> list[Record]:
+        """The live records (Index.find) whose boxes meet r's and of which r or they write."""
+        found = self.writes.find(space, r.box, known, settled)
+        if r.writes:
+            found += self.reads.find(space, r.box, known, settled)
+        return found
+
+    def add(self, space: Hashable, r: Record) -> None:
+        (self.writes if r.writes else self.reads).add(space, r)

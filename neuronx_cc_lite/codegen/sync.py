@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from isa.instructions import Instruction
 from isa.operand import Mem
-from neuronx_cc_lite.codegen.regions import Index, Record, box_of
+from neuronx_cc_lite.codegen.regions import Conflicts, Index, Record, box_of
 
 
 # How often (in instructions) the positions every stream knows complete are recomputed: their records are dropped
@@ -35,7 +35,7 @@ KNOWN_EVERY = 256
 def synchronize(program: list[tuple[int, Instruction]], num_streams: int) -> None:
     """Set `waits` and `signal` on every instruction. `program` lists (stream, instruction) in program order; the
     semaphore of stream s is s."""
-    index = Index()
+    index = Conflicts()
     written_hbm = Index()  # every HBM write: a read that no later write overlaps need not be remembered
     for position, (stream, instr) in enumerate(program):
         for o in instr.writes():
@@ -57,10 +57,10 @@ def synchronize(program: list[tuple[int, Instruction]], num_streams: int) -> Non
             settled = [min(clocks[s][t] for s in active) for t in range(num_streams)]
         left[stream] -= 1
         clock = clocks[stream]  # (this stream's own records are known complete: they come before this one)
-        overlapping = [index.find(o.mem, access.box, clock, settled) for o, access in accesses]
+        overlapping = [index.find(o.mem, access, clock, settled) for o, access in accesses]
         for (o, access), earlier in zip(accesses, overlapping):
-            for r in earlier:  # (the cheap tests first: most candidates are already needed)
-                if (access.writes or r.writes) and r.index > needs.get(r.stream, -1) and r.meets(access):
+            for r in earlier:  # (the cheap test first: most candidates are already needed)
+                if r.index > needs.get(r.stream, -1) and r.meets(access):
                     needs[r.stream] = r.index
         mine = []
         for other, at in sorted(needs.items(), key=lambda kv: -kv[1]):

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from isa.dtypes import DType
 from isa.operand import Mem, Operand
-from neuronx_cc_lite.codegen.regions import MAX_RUNS, Index, Record, box_of, runs
+from neuronx_cc_lite.codegen.regions import MAX_RUNS, Conflicts, Index, Record, box_of, runs
 
 
 def bytes_of(o: Operand) -> set[int]:
@@ -126,3 +126,19 @@ def test_the_index_finds_each_meeting_record_once(added, query, known, settled_a
     expected = {id(r) for r in records if r.index > known[r.stream] and r.index > settled[r.stream] and
                 r.box[0] < q[1] and q[0] < r.box[1] and r.box[2] < q[3] and q[2] < r.box[3]}
     assert {id(r) for r in found} == expected
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(spans, st.booleans()), min_size=1, max_size=30), spans, st.booleans())
+def test_conflicts_are_the_meeting_records_of_which_one_writes(added, query, writes):
+    """Conflicts.find: the records whose boxes meet the access's, a read's among the writes only."""
+    conflicts, records = Conflicts(), []
+    for span, wrote in added:
+        records.append(Record(_box(span), -1, len(records), wrote))
+        conflicts.add(Mem.SBUF, records[-1])
+    access = Record(_box(query), -1, len(records), writes)
+    q = access.box
+    expected = {id(r) for r in records if (writes or r.writes) and
+                r.box[0] < q[1] and q[0] < r.box[1] and r.box[2] < q[3] and q[2] < r.box[3]}
+    found = conflicts.find(Mem.SBUF, access)
+    assert len(found) == len(expected) and {id(r) for r in found} == expected
