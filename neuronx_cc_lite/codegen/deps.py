@@ -12,7 +12,7 @@ weights) order nothing and are not tracked.
 
 from __future__ import annotations
 
-from neuronx_cc_lite.codegen.regions import Index, Record, box_of
+from neuronx_cc_lite.codegen.regions import Conflicts, Record, box_of
 from neuronx_cc_lite.lower.program import HbmAccess, PendingInstr
 
 _READ_ONLY = ("input", "weight")
@@ -32,11 +32,11 @@ def footprints(p: PendingInstr, position: int) -> list[tuple[object, Record]]:
 
 def dependencies(instrs: list[PendingInstr]) -> list[list[int]]:
     """For each instruction, the positions of the earlier instructions it must follow."""
-    index = Index()
+    index = Conflicts()
     preds: list[list[int]] = []
     for position, p in enumerate(instrs):
         accesses = footprints(p, position)
-        overlapping = [[r for r in index.find(space, mine.box) if (mine.writes or r.writes) and r.meets(mine)]
+        overlapping = [[r for r in index.find(space, mine) if r.meets(mine)]
                        for space, mine in accesses]
         preds.append(sorted({r.index for earlier in overlapping for r in earlier}))
         for (space, mine), earlier in zip(accesses, overlapping):

@@ -17,7 +17,7 @@ from __future__ import annotations
 import bisect
 import math
 from dataclasses import dataclass
-from typing import Hashable
+from typing import Hashable, Sequence
 
 import numpy as np
 
@@ -130,17 +130,24 @@ class Record:
         return b is not None and covers(a, b)
 
 
+# `known` and `settled` for records of no stream (-1, before streams are assigned): nothing is known complete
+NO_STREAMS = (-1,)
+
+
 class Index:
-    """Live access records per space, found by address through a grid of several granularities: a record sits
-    in at most four cells of the finest level whose cells it spans that few of, so a 4 KiB tile and a 100 MiB
-    strided weight read are each found in a handful of cells, and a query visits only occupied cells."""
+    """Live access records per space, found by address through a grid of several granularities. A record is
+    filed once, in the first cell it spans at the finest level whose cells it spans at most CELLS of; a query
+    visits, level by level, the occupied cells from its own first cell less the widest record's reach at that
+    level to its last cell. So a 4 KiB tile and a 100 MiB strided weight read are each filed in one cell, each
+    record is met at most once per query (no set to drop repeats), and a query visits only occupied cells."""
 
     LEVELS = (1 << 9, *(1 << shift for shift in range(12, 40, 4)))  # 512 B, 4 KiB, 64 KiB, ... cell sizes
     CELLS = 4
 
     def __init__(self) -> None:
-        self.cells: dict[tuple[Hashable, int, int], list[Record]] = {}  # (space, level, cell) -> records
+        self.cells: dict[tuple[Hashable, int], dict[int, list[Record]]] = {}  # (space, level) -> cell -> records
         self.occupied: dict[tuple[Hashable, int], list[int]] = {}  # (space, level) -> sorted occupied cells
+        self.reach: dict[tuple[Hashable, int], int] = {}  # (space, level) -> most cells after its first any spans
 
     def _level(self, box: Box) -> int:
         for level, size in enumerate(self.LEVELS):
@@ -148,39 +155,69 @@ class Index:
                 return level
         return len(self.LEVELS) - 1
 
-    def find(self, space: Hashable, box: Box, known: list[int] | None = None) -> list[Record]:
-        """The live records whose boxes meet `box`. `known` (per stream, the last position every stream still to
-        run knows complete): records at or before it can order nothing more, and die here."""
-        found: dict[int, Record] = {}
+    def find(self, space: Hashable, box: Box, known: Sequence[int] = NO_STREAMS,
+             settled: Sequence[int] = NO_STREAMS) -> list[Record]:
+        """The live records whose boxes meet `box` and that the asker does not know complete: per stream, `known`
+        is the last position the asker knows complete, `settled` the last position every stream still to run
+        knows complete (settled <= known); records at or before `settled` can order nothing more, and die here."""
+        found: list[Record] = []
         p0, p1, b0, b1 = box
-        cells, occupied = self.cells, self.occupied
         for level, size in enumerate(self.LEVELS):
-            keys = occupied.get((space, level))
+            keys = self.occupied.get((space, level))
             if not keys:
                 continue
-            first = bisect.bisect_left(keys, b0 // size)
+            cells = self.cells[space, level]
+            first = bisect.bisect_left(keys, b0 // size - self.reach[space, level])
             last = bisect.bisect_right(keys, (b1 - 1) // size)
             for key in keys[first:last]:
-                bucket = cells[space, level, key]
+                bucket = cells[key]
                 dead = False
-                for r in bucket:  # the hot loop: the overlap test inlined
-                    if not r.alive or known is not None and r.index <= known[r.stream]:
-                        r.alive = False
+                for r in bucket:  # the hot loop: the tests inlined
+                    if r.index <= known[r.stream]:
+                        if not r.alive or r.index <= settled[r.stream]:
+                            r.alive = False
+                            dead = True
+                        continue
+                    if not r.alive:
                         dead = True
                         continue
                     b = r.box
                     if b[0] < p1 and p0 < b[1] and b[2] < b1 and b0 < b[3]:
-                        found[id(r)] = r
+                        found.append(r)
                 if dead:
                     bucket[:] = [r for r in bucket if r.alive]
-        return list(found.values())
+        return found
 
     def add(self, space: Hashable, r: Record) -> None:
         level = self._level(r.box)
         size = self.LEVELS[level]
-        keys = self.occupied.setdefault((space, level), [])
-        for key in range(r.box[2] // size, (r.box[3] - 1) // size + 1):
-            bucket = self.cells.setdefault((space, level, key), [])
-            if not bucket:
-                bisect.insort(keys, key)
-            bucket.append(r)
+        first = r.box[2] // size
+        where = space, level
+        if where not in self.cells:
+            self.cells[where], self.occupied[where], self.reach[where] = {}, [], 0
+        cells = self.cells[where]
+        if first not in cells:  # (a cell whose records all died stays, empty, where it was)
+            cells[first] = []
+            bisect.insort(self.occupied[where], first)
+        cells[first].append(r)
+        self.reach[where] = max(self.reach[where], (r.box[3] - 1) // size - first)
+
+
+class Conflicts:
+    """The records of the accesses so far, reads and writes filed apart: an access conflicts with the writes it
+    meets and, if it writes, with the reads too; so a read never visits the reads (the reads of a tile that a
+    hundred matmuls read would otherwise be visited by every read after them)."""
+
+    def __init__(self) -> None:
+        self.reads, self.writes = Index(), Index()
+
+    def find(self, space: Hashable, r: Record, known: Sequence[int] = NO_STREAMS,
+             settled: Sequence[int] = NO_STREAMS) -> list[Record]:
+        """The live records (Index.find) whose boxes meet r's and of which r or they write."""
+        found = self.writes.find(space, r.box, known, settled)
+        if r.writes:
+            found += self.reads.find(space, r.box, known, settled)
+        return found
+
+    def add(self, space: Hashable, r: Record) -> None:
+        (self.writes if r.writes else self.reads).add(space, r)

@@ -11,13 +11,19 @@ dependency that the clock covers (directly, or through an earlier wait) needs no
 
 Footprints are bounding boxes (regions.py): never smaller than the truth, so no dependency is missed; a false one
 only costs a wait. Accesses whose boxes meet are compared byte run by byte run, as the scheduler's were.
+
+The index is asked only for the records the stream does not know complete (most of those that meet an access
+are known: a thousand positions may pass before every stream knows a record complete and it dies). A write
+retires the records it covers among those; one it covers that its stream knew complete stays alive, and makes no
+difference: a later access that meets it meets the write too (or the write's own successor), which is ordered
+after it, and waiting for the write (or knowing it complete) covers it.
 """
 
 from __future__ import annotations
 
 from isa.instructions import Instruction
 from isa.operand import Mem
-from neuronx_cc_lite.codegen.regions import Index, Record, box_of
+from neuronx_cc_lite.codegen.regions import Conflicts, Index, Record, box_of
 
 
 # How often (in instructions) the positions every stream knows complete are recomputed: their records are dropped
@@ -29,12 +35,12 @@ KNOWN_EVERY = 256
 def synchronize(program: list[tuple[int, Instruction]], num_streams: int) -> None:
     """Set `waits` and `signal` on every instruction. `program` lists (stream, instruction) in program order; the
     semaphore of stream s is s."""
-    index = Index()
+    index = Conflicts()
     written_hbm = Index()  # every HBM write: a read that no later write overlaps need not be remembered
     for position, (stream, instr) in enumerate(program):
         for o in instr.writes():
             if o.mem is Mem.HBM:
-                written_hbm.add(Mem.HBM, Record(box_of(o), stream, position, True))
+                written_hbm.add(Mem.HBM, Record(box_of(o), -1, position, True))
     clocks = [[-1] * num_streams for _ in range(num_streams)]  # what each stream knows is complete
     left = [0] * num_streams  # instructions each stream has still to run
     for stream, _ in program:
@@ -50,12 +56,11 @@ def synchronize(program: list[tuple[int, Instruction]], num_streams: int) -> Non
             active = [s for s in range(num_streams) if left[s]]
             settled = [min(clocks[s][t] for s in active) for t in range(num_streams)]
         left[stream] -= 1
-        overlapping = [index.find(o.mem, access.box, settled) for o, access in accesses]
-        clock = clocks[stream]
+        clock = clocks[stream]  # (this stream's own records are known complete: they come before this one)
+        overlapping = [index.find(o.mem, access, clock, settled) for o, access in accesses]
         for (o, access), earlier in zip(accesses, overlapping):
-            for r in earlier:  # (the cheap tests first: most candidates are known complete or already needed)
-                if r.stream != stream and (access.writes or r.writes) and r.index > clock[r.stream] and \
-                        r.index > needs.get(r.stream, -1) and r.meets(access):
+            for r in earlier:  # (the cheap test first: most candidates are already needed)
+                if r.index > needs.get(r.stream, -1) and r.meets(access):
                     needs[r.stream] = r.index
         mine = []
         for other, at in sorted(needs.items(), key=lambda kv: -kv[1]):
@@ -74,9 +79,10 @@ def synchronize(program: list[tuple[int, Instruction]], num_streams: int) -> Non
                 continue  # nothing writes there later: this read can order nothing (weights, inputs)
             # (the records found before this instruction's own were added: one of its own that another of its
             # accesses covers stays alive, which costs nothing but a record)
-            for r in earlier:
-                if (access.writes or (r.stream == stream and not r.writes)) and access.covers(r):
-                    r.alive = False  # the new access is ordered after r and covers it
+            if access.writes:
+                for r in earlier:
+                    if access.covers(r):
+                        r.alive = False  # the new access is ordered after r and covers it
             index.add(o.mem, access)
     signalled = {at for mine in waits_on for at in mine}
     count = [0] * num_streams

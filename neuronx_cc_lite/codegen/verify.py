@@ -22,40 +22,43 @@ def _span(dims: tuple[tuple[int, int], ...]) -> int:
 
 
 def _check_access(stage: str, p: PendingInstr, name: str, a: TileAccess | HbmAccess, writes: bool) -> None:
-    where = f"{p.op} {name}"
-    if any(size < 1 or stride < 0 for size, stride in a.dims) or a.offset < 0 or a.partitions < 1:
-        _fail(stage, f"{where}: empty or negative access pattern {a.dims}", p.node)
+    # (the messages are made only on failure: this runs for every access after every stage)
+    for size, stride in a.dims:
+        if size < 1 or stride < 0:
+            _fail(stage, f"{p.op} {name}: empty or negative access pattern {a.dims}", p.node)
+    if a.offset < 0 or a.partitions < 1:
+        _fail(stage, f"{p.op} {name}: empty or negative access pattern {a.dims}", p.node)
     if isinstance(a, TileAccess):
         t = a.tile
         if a.first < 0 or a.first + a.partitions > t.partitions:
-            _fail(stage, f"{where}: partitions {a.first}..{a.first + a.partitions - 1} outside tile {t.name} "
+            _fail(stage, f"{p.op} {name}: partitions {a.first}..{a.first + a.partitions - 1} outside tile {t.name} "
                          f"({t.partitions} partitions)", p.node)
         if a.offset + _span(a.dims) > t.free:
-            _fail(stage, f"{where}: elements up to {a.offset + _span(a.dims) - 1} outside tile {t.name} "
+            _fail(stage, f"{p.op} {name}: elements up to {a.offset + _span(a.dims) - 1} outside tile {t.name} "
                          f"({t.free} per partition)", p.node)
-        mem = t.mem
+        if p.engine is not Engine.DMA and t.mem not in (WRITABLE if writes else READABLE)[p.engine]:
+            _fail(stage, f"{p.op} {name}: {p.engine.name} cannot {'write' if writes else 'read'} {t.mem.name}",
+                  p.node)
     else:
         end = (a.offset + _span(a.dims) + (a.partitions - 1) * a.partition_stride) * a.dtype.size
         if end > a.tensor.nbytes:
-            _fail(stage, f"{where}: bytes up to {end} outside HBM tensor {a.tensor.name} ({a.tensor.nbytes})",
+            _fail(stage, f"{p.op} {name}: bytes up to {end} outside HBM tensor {a.tensor.name} ({a.tensor.nbytes})",
                   p.node)
-        mem = None
-    if mem is not None and p.engine is not Engine.DMA:
-        allowed = WRITABLE[p.engine] if writes else READABLE[p.engine]
-        if mem not in allowed:
-            _fail(stage, f"{where}: {p.engine.name} cannot {'write' if writes else 'read'} {mem.name}", p.node)
 
 
 def verify_program(program: Program, stage: str) -> None:
     written: set[int] = set()
     for p in program.instrs:
-        if p.engine not in OPS[p.op].engines:
+        spec = OPS[p.op]
+        if p.engine not in spec.engines:
             _fail(stage, f"{p.op} cannot run on {p.engine.name}", p.node)
-        fields = OPS[p.op].field_index
-        for name, value in p.args.items():
+        tiles = []
+        for f in spec.fields:  # (an indirect DMA's implicit table is in HBM: no tile is read or written there)
+            value = p.args[f.name]
             if isinstance(value, (TileAccess, HbmAccess)):
-                _check_access(stage, p, name, value, fields[name].writes)
-        tiles = [(access.tile, writes) for access, writes in p.accesses() if isinstance(access, TileAccess)]
+                _check_access(stage, p, f.name, value, f.writes)
+                if isinstance(value, TileAccess):
+                    tiles.append((value.tile, f.writes))
         for tile, writes in tiles:
             if not writes and id(tile) not in written:
                 _fail(stage, f"{p.op} reads tile {tile.name} before anything writes it", p.node)

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from isa.dtypes import DType
 from isa.operand import Mem, Operand
-from neuronx_cc_lite.codegen.regions import MAX_RUNS, Record, box_of, runs
+from neuronx_cc_lite.codegen.regions import MAX_RUNS, Conflicts, Index, Record, box_of, runs
 
 
 def bytes_of(o: Operand) -> set[int]:
@@ -88,3 +88,57 @@ def test_more_runs_than_the_limit_falls_back_to_the_box():
     dense = operand(Mem.HBM, [(4, 1)], 2)  # inside the box, between two of its elements
     a, b = Record(box_of(o), 0, 0, True, operand=o), Record(box_of(dense), 0, 1, True, operand=dense)
     assert a.meets(b)  # as a box: the truth is never smaller
+
+
+# boxes of every scale the index files: from a few bytes (its finest cells are 512 B) to many MiB
+spans = st.tuples(st.integers(0, 127), st.integers(1, 128), st.integers(0, 1 << 24),
+                  st.integers(0, 24).flatmap(lambda bits: st.integers(1, 1 << bits)))
+
+
+def _box(span: tuple[int, int, int, int]) -> tuple[int, int, int, int]:
+    first_partition, partitions, first_byte, size = span
+    return first_partition, min(128, first_partition + partitions), first_byte, first_byte + size
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(spans, st.integers(0, 2)), min_size=1, max_size=40), spans,
+       st.lists(st.integers(-1, 40), min_size=3, max_size=3), st.integers(0, 40))
+def test_the_index_finds_each_meeting_record_once(added, query, known, settled_at):
+    """Index.find against brute force: every live record whose box meets the query's and that the asker does not
+    know complete, each once, over records filed at every scale, after records died (some settled, cells left
+    empty) and more were filed in the same cells."""
+    index, records = Index(), []
+
+    def add(span, stream):
+        r = Record(_box(span), stream, len(records), False)
+        records.append(r)
+        index.add(Mem.SBUF, r)
+
+    for span, stream in added:
+        add(span, stream)
+    settled = [min(k, settled_at) for k in known]  # every stream still to run knows at least this much
+    index.find(Mem.SBUF, (0, 128, 0, 1 << 26), settled, settled)  # the settled die, their cells emptied
+    for span, stream in added:  # filed again, in the same cells
+        add(span, stream)
+    q = _box(query)
+    found = index.find(Mem.SBUF, q, known, settled)
+    assert len(found) == len({id(r) for r in found})
+    expected = {id(r) for r in records if r.index > known[r.stream] and r.index > settled[r.stream] and
+                r.box[0] < q[1] and q[0] < r.box[1] and r.box[2] < q[3] and q[2] < r.box[3]}
+    assert {id(r) for r in found} == expected
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(spans, st.booleans()), min_size=1, max_size=30), spans, st.booleans())
+def test_conflicts_are_the_meeting_records_of_which_one_writes(added, query, writes):
+    """Conflicts.find: the records whose boxes meet the access's, a read's among the writes only."""
+    conflicts, records = Conflicts(), []
+    for span, wrote in added:
+        records.append(Record(_box(span), -1, len(records), wrote))
+        conflicts.add(Mem.SBUF, records[-1])
+    access = Record(_box(query), -1, len(records), writes)
+    q = access.box
+    expected = {id(r) for r in records if (writes or r.writes) and
+                r.box[0] < q[1] and q[0] < r.box[1] and r.box[2] < q[3] and q[2] < r.box[3]}
+    found = conflicts.find(Mem.SBUF, access)
+    assert len(found) == len(expected) and {id(r) for r in found} == expected
