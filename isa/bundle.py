@@ -392,18 +392,21 @@ def to_bytes(bundle: Bundle) -> bytes:
     return _header(bundle, len(payload), hashlib.sha256(payload).digest()) + payload
 
 
-def write(bundle: Bundle, path: str | os.PathLike[str]) -> None:
+def write(bundle: Bundle, path: str | os.PathLike[str]) -> bytes:
     """Write atomically (the file appears complete or not at all: isa/files.py `replacing`) and streaming: the
     members go into the file as they are made, the header last, so that a bundle's weights are never copied in
     memory; the bytes are those of `to_bytes`. An existing file at `path` is replaced only if it is a bundle
-    (`check_output`)."""
+    (`check_output`). Returns the payload's sha256, as written in the header (taken from what was written, not read
+    back)."""
     _target_name(bundle)
     check_output(path)
     with replacing(path) as f:
         window = _Window(f, HEADER_SIZE)
         _write_archive(bundle, window)
+        sha256 = window.sha256()
         f.seek(0)
-        f.write(_header(bundle, window.end, window.sha256()))
+        f.write(_header(bundle, window.end, sha256))
+    return sha256
 
 
 def _members(z: zipfile.ZipFile, payload_size: int) -> dict[str, zipfile.ZipInfo]:

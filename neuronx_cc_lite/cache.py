@@ -5,21 +5,41 @@ The directory is `--cache-dir`, else $NEURONX_CC_LITE_CACHE, else $XDG_CACHE_HOM
 
 The key is the sha256 of the compiler's sources (not only its version: a changed compiler never returns an old
 bundle), the options, and the model's digest: the sha256 of the model file and of each external data file it names
-(read a piece at a time), or of a ModelProto's serialisation. Hashing BERT-base's 438 MB takes a second, so a
-file's digest is remembered (files/<hash of its path>.json) with the file's identity (isa/files.py: device, inode,
-size, mtime, ctime): while a file keeps its identity its digest is taken from the record. Any write, truncation,
-rename or replacement changes the ctime or the inode (and nothing sets a ctime back), so a changed model or weights
-file is hashed again. A record is only made of files whose last change is TRUST_AFTER seconds old when hashing
-starts: a change within the same tick of the file system's clock would keep the identity (git's "racily clean").
+(read a piece at a time), or of a ModelProto's serialisation (sha256 rather than blake2b: with the CPU's SHA
+instructions it is the faster, 0.82 GB/s against 0.47 on the 2-core machine). Hashing BERT-base's 438 MB takes half
+a second or more, so a file's digest is remembered (files/<hash of its path>.json) with the file's identity
+(isa/files.py: device, inode, size, mtime, ctime): while a file keeps its identity its digest is taken from the
+record. Any write, truncation, rename or replacement changes the ctime or the inode (and nothing sets a ctime back),
+so a changed model or weights file is hashed again.
+
+Settled files. An identity stands for a content only if no change can keep it: a change within the same tick of the
+file system's clock as the file's last one would get the same ctime (git's "racily clean" files). So an identity is
+recorded only for a file that had settled when its bytes were hashed: the file system's clock had already moved
+past its last change, so that every later change gets a strictly later ctime (or, for a file put in its place, a
+new inode or a later ctime). The file system's clock is read where it runs, not from time.time(): `_fs_clock` makes
+(and removes) a temporary file in the cache and takes its ctime, which has the file system's granularity (a few ms
+on ext4, one or two seconds on others) and, on NFS, the server's clock. Where the file is on another file system
+than the cache, or nothing can be made in the cache, the wall clock decides with a margin: TRUST_AFTER seconds
+since the last change.
 
 An entry is two files: <k>.neff, the bundle, and <k>.key, which binds it to its key: the key, the sha256 of the
-bundle's payload (its header's), the bundle file's identity (device, inode, size, mtime, ctime), when the payload was
-last checked against the hash, and what `compile` reports of the bundle (compiler.describe). A read checks that the
-.key names this key and the bundle's header that hash; while the bundle keeps the identity recorded (and was
-settled, TRUST_AFTER seconds unchanged, when it was checked), its payload is not hashed again, and otherwise it is
-checked in full. So an entry replaced by another bundle, valid or not, or edited in place, is never returned for this
-key: it is removed and the model compiled again. An entry or record that is not a regular file (a FIFO, a device, a
-link) is refused unread.
+bundle's payload (the one its writer computed from the bytes it wrote), the bundle file's identity (device, inode,
+size, mtime, ctime), whether that identity stands for the payload (`trusted`), and what `compile` reports of the
+bundle (compiler.describe). A read checks that the .key names this key and the bundle's header that hash; while the
+bundle keeps a trusted identity its payload is not hashed again, and otherwise it is checked in full (and its
+identity trusted from then on if it had settled before it was read). So an entry replaced by another bundle, valid
+or not, or edited in place, is never returned for this key: it is removed and the model compiled again. An entry or
+record that is not a regular file (a FIFO, a device, a link) is refused unread.
+
+The writer of an entry needs no second hash: it computed the payload's sha256 from the bytes it wrote, renames the
+bundle into place, then waits until the file system's clock has moved past the file's last change (usually one or
+two ms; at most SETTLE_WAIT seconds, else the entry is stored untrusted and its first hit checks it in full), and
+trusts the identity if the file still has the one it had after the rename. Any write after that, even within the
+same second, changes the ctime, and any replacement the inode or the ctime: so the first hit, straight after the
+store, is as quick as the later ones, and an entry changed after its store is still never returned. What this
+cannot see is a change made in the same tick as the rename, by another process racing the writer in the cache
+directory; the cache guards against accidents (a bundle copied over an entry, an editor), not against someone who
+may write the cache (who could as well write a .key).
 
 A hit for `compile -o` is then a copy of the entry's file (isa/files.py `copy_file`: a reflink where the file system
 has them, else copy_file_range; never a hard link, so that neither the user's output nor the entry changes with the
@@ -41,12 +61,13 @@ import json
 import logging
 import os
 import re
+import tempfile
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, BinaryIO, Callable
 
 from isa.errors import BundleError, IsaError
-from isa.files import copy_file, identity, open_regular, read_regular, replacing, sweep
+from isa.files import TEMPORARY_PREFIX, copy_file, identity, open_regular, read_regular, replacing, sweep
 from isa.header import HEADER_SIZE, check_output, read_header
 
 if TYPE_CHECKING:  # a hit loads neither (nor numpy, nor the compiler): they are imported where a bundle is made
@@ -57,7 +78,8 @@ if TYPE_CHECKING:  # a hit loads neither (nor numpy, nor the compiler): they are
 ENV = "NEURONX_CC_LITE_CACHE"
 SIZE_ENV = "NEURONX_CC_LITE_CACHE_SIZE"
 DEFAULT_SIZE = 4 << 30
-TRUST_AFTER = 2.0  # seconds since a file's last change before its digest is remembered
+TRUST_AFTER = 2.0  # seconds since a file's last change, by the wall clock, where the file system's cannot be read
+SETTLE_WAIT = 1.0  # seconds the writer of an entry waits at most for the file system's clock to pass its bundle
 _RECORD_BYTES = 1 << 20  # a .key or a file record is a few hundred bytes; anything larger is not one
 _ENTRY = re.compile(r"[0-9a-f]{64}\.(neff|key)$")
 _RECORD = re.compile(r"[0-9a-f]{64}\.json$")
@@ -107,22 +129,61 @@ def compiler_digest() -> str:
     return h.hexdigest()
 
 
-def _hash_file(path: str, limit: int | None = None) -> tuple[str, tuple[int, ...] | None, bytes | None]:
-    """The sha256 of a regular file, a piece at a time; its identity if it kept one throughout and its last change
-    is old enough to remember the digest by it (else None); with a `limit`, also its bytes (OSError past it)."""
-    started = time.time()
+def _fs_clock(folder: str) -> tuple[int, int] | None:
+    """The file system's clock at `folder`: (device, ns) from the ctime of a file made there just now (and removed);
+    None when no file can be made there. The file is a temporary of isa/files.py's kind: one a killed process
+    leaves is swept."""
+    try:
+        os.makedirs(folder, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=TEMPORARY_PREFIX, dir=folder)  # O_EXCL: never opens an existing file
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        return st.st_dev, st.st_ctime_ns
+    finally:
+        os.close(fd)
+        try:
+            os.unlink(probe)
+        except OSError:
+            pass
+
+
+def _settled(folder: str | None, st: os.stat_result, wait: float = 0.0) -> bool:
+    """Whether the file `st` describes has settled (the module says why it matters): the file system's clock, read in
+    `folder` when that is on the file's file system, has moved strictly past the file's last change, polled for up
+    to `wait` seconds; else, by the wall clock, the change is TRUST_AFTER seconds old."""
+    last = max(st.st_mtime_ns, st.st_ctime_ns)
+    deadline = time.monotonic() + wait
+    while folder is not None:
+        clock = _fs_clock(folder)
+        if clock is None or clock[0] != st.st_dev:
+            break
+        if clock[1] > last:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.001)
+    return time.time_ns() - last >= TRUST_AFTER * 1e9
+
+
+def _hash_file(path: str, limit: int | None = None, clock: str | None = None
+               ) -> tuple[str, tuple[int, ...] | None, bytes | None]:
+    """The sha256 of a regular file, a piece at a time; its identity if it had settled before it was read (`_settled`,
+    asking the clock in the folder `clock`) and kept it throughout (else None); with a `limit`, also its bytes
+    (OSError past it)."""
     h = hashlib.sha256()
     pieces: list[bytes] | None = [] if limit is not None else None
     with open_regular(path) as f:
         before = os.fstat(f.fileno())
         if limit is not None and before.st_size > limit:
             raise OSError(errno.EFBIG, f"larger than {limit} bytes", path)
+        settled = _settled(clock, before)
         for piece in iter(lambda: f.read(1 << 20), b""):
             h.update(piece)
             if pieces is not None:
                 pieces.append(piece)
         after = os.fstat(f.fileno())
-    settled = started - max(before.st_mtime, before.st_ctime) >= TRUST_AFTER
     ident = identity(before) if settled and identity(before) == identity(after) else None
     return h.hexdigest(), ident, b"".join(pieces) if pieces is not None else None
 
@@ -167,14 +228,15 @@ def model_files(model: str | os.PathLike[str] | onnx.ModelProto, directory: str 
     from neuronx_cc_lite.model_files import (MAX_MODEL_BYTES, external_info, external_path, external_tensors,
                                              parse_model)  # onnx: only to find the external data of a new model
 
-    digest, ident, data = _hash_file(path, MAX_MODEL_BYTES)
+    clock = os.path.join(directory, "files") if directory is not None else None  # where the records go
+    digest, ident, data = _hash_file(path, MAX_MODEL_BYTES, clock)
     root = os.path.dirname(path)
     tensors = external_tensors(parse_model(data, path))  # external data is not loaded: only its locations are wanted
     locations = sorted({(external_info(t).location, external_path(root, t)) for t in tensors})
     external, idents = [], [ident]
     h = hashlib.sha256(digest.encode())
     for location, real in locations:
-        file_digest, file_ident, _ = _hash_file(real)
+        file_digest, file_ident, _ = _hash_file(real, None, clock)
         h.update(f"\0{location}\0{file_digest}".encode())
         external.append([location, real, file_ident and list(file_ident), file_digest])
         idents.append(file_ident)
@@ -215,15 +277,11 @@ def _paths(directory: str, k: str) -> tuple[str, str]:
     return f"{stem}.neff", f"{stem}.key"
 
 
-def _last_change(st: os.stat_result) -> float:
-    return max(st.st_mtime, st.st_ctime)
-
-
-def _bind(binding: str, k: str, sha256: bytes, st: os.stat_result, checked: float, summary: dict[str, Any]) -> None:
-    """Write the .key of an entry: its key, its payload hash, its file's identity, when its payload was last
-    checked against the hash, and the bundle's summary."""
+def _bind(binding: str, k: str, sha256: bytes, st: os.stat_result, trusted: bool, summary: dict[str, Any]) -> None:
+    """Write the .key of an entry: its key, its payload hash, its file's identity, whether that identity stands for
+    the payload (the file had settled when the hash was taken), and the bundle's summary."""
     with replacing(binding) as f:
-        f.write(json.dumps({"key": k, "sha256": sha256.hex(), "identity": list(identity(st)), "checked": checked,
+        f.write(json.dumps({"key": k, "sha256": sha256.hex(), "identity": list(identity(st)), "trusted": trusted,
                             "summary": summary}).encode())
 
 
@@ -253,10 +311,12 @@ def lookup(directory: str, k: str) -> Entry | None:
     neff, binding = _paths(directory, k)
     try:
         record = json.loads(read_regular(binding, _RECORD_BYTES))
-        sha256, recorded, checked = bytes.fromhex(record["sha256"]), tuple(record["identity"]), float(record["checked"])
+        sha256, recorded, trusted = bytes.fromhex(record["sha256"]), tuple(record["identity"]), record["trusted"]
         summary = record["summary"]
         if record["key"] != k:
             raise ValueError(f"its .key is for another key ({str(record['key'])[:16]}...)")
+        if not isinstance(trusted, bool):
+            raise ValueError("its .key says neither that its identity is trusted nor that it is not")
         if not isinstance(summary, dict):
             raise ValueError("its .key holds no summary of the bundle")
     except FileNotFoundError:
@@ -265,13 +325,13 @@ def lookup(directory: str, k: str) -> Entry | None:
         _discard((neff, binding), f"{getattr(e, 'strerror', None) or e}")
         return None
     try:
-        started = time.time()
         with open_regular(neff) as f:
             st = os.fstat(f.fileno())
-            trusted = identity(st) == recorded and checked - _last_change(st) >= TRUST_AFTER
+            trusted = trusted and identity(st) == recorded
+            settled = not trusted and _settled(os.path.dirname(neff), st)  # asked before the payload is read
             _check_payload(f, st.st_size, sha256, in_full=not trusted)
-        if not trusted and started - _last_change(st) >= TRUST_AFTER:  # settled, and checked in full just now:
-            _bind(binding, k, sha256, st, started, summary)  # trusted unhashed from now on
+        if settled:  # checked in full just now, and any later change will show in the identity:
+            _bind(binding, k, sha256, st, True, summary)  # trusted unhashed from now on
         else:
             os.utime(binding)  # the least recently used entries go first
     except FileNotFoundError:
@@ -309,19 +369,24 @@ def store(directory: str, k: str, bundle: Bundle, size_limit: int) -> Entry | No
     neff, binding = _paths(directory, k)
     try:
         os.makedirs(os.path.dirname(neff), exist_ok=True)
-        written = time.time()
-        bundle_format.write(bundle, neff)
+        sha256 = bundle_format.write(bundle, neff)  # hashed from the bytes written: never read back to be hashed
         with open_regular(neff) as f:
             st = os.fstat(f.fileno())
-            sha256 = read_header(f.read(HEADER_SIZE)).sha256
+            ours = read_header(f.read(HEADER_SIZE)).sha256 == sha256
         if st.st_size > size_limit:
             log.info(f"not caching a bundle of {st.st_size} bytes, more than the cache's {size_limit}")
             os.unlink(neff)
             return None
         summary = describe(bundle)
-        _bind(binding, k, sha256, st, written, summary)
-    except OSError as e:  # a cache that cannot be written costs speed, never the compile
-        log.warning(f"cannot write the compile cache entry {neff}: {e.strerror or e}")
+        # The writer's hash stands for the file once the file system's clock has passed its last change (the module
+        # says why); waiting here, a few ms, spares the first hit a full hash of the payload.
+        trusted = (ours and _settled(os.path.dirname(neff), st, wait=SETTLE_WAIT)
+                   and identity(os.stat(neff)) == identity(st))
+        if not trusted:
+            log.debug(f"compile cache: {neff} stored untrusted (its first hit checks it in full)")
+        _bind(binding, k, sha256, st, trusted, summary)
+    except (IsaError, OSError) as e:  # a cache that cannot be written costs speed, never the compile
+        log.warning(f"cannot write the compile cache entry {neff}: {getattr(e, 'strerror', None) or e}")
         return None
     shrink(directory, size_limit, keep=k)
     return Entry(neff, identity(st), sha256, summary)

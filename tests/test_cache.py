@@ -7,6 +7,7 @@ refused at once, and the cache keeps to its size by dropping the least recently 
 from __future__ import annotations
 
 import glob
+import io
 import os
 import re
 import shutil
@@ -118,7 +119,8 @@ def _entry_of(cache: str, bundle) -> str:  # type: ignore[no-untyped-def]
 @pytest.fixture
 def settled(monkeypatch):  # type: ignore[no-untyped-def]
     """Files count as settled (their digests remembered, entries trusted unhashed) 50 ms after their last change
-    instead of 2 s; `settled()` waits that long."""
+    instead of 2 s where the wall clock decides (the file system's clock usually does, within a tick);
+    `settled()` waits that long."""
     monkeypatch.setattr(cache_module, "TRUST_AFTER", 0.05)
     return lambda: time.sleep(0.1)
 
@@ -315,21 +317,28 @@ def test_a_command_line_hit_loads_no_compiler_and_writes_the_entry_s_bytes(tmp, 
     assert _y(again) == 2.0
 
 
-def test_a_weights_file_changed_within_trust_after_is_hashed_at_every_compile(tmp, monkeypatch):
-    """The key of large weights: a file's digest is remembered against its identity only once the file has been
-    unchanged for TRUST_AFTER seconds, so a write in the same tick of the file system's clock as the hashing cannot
-    keep a stale digest; once it has, the digest comes from the record, and touching the file (same bytes) hashes
-    it again and still hits."""
-    monkeypatch.setattr(cache_module, "TRUST_AFTER", 3600.0)  # nothing is old enough
+def _frozen_clock(monkeypatch, folder: str) -> None:  # type: ignore[no-untyped-def]
+    """The file system's clock, as the cache reads it, stands still before every file in `folder`'s file system:
+    nothing settles (a file system whose clock ticks in seconds, caught within one tick)."""
+    device = os.stat(folder).st_dev
+    monkeypatch.setattr(cache_module, "_fs_clock", lambda _: (device, 0))
+
+
+def test_a_weights_file_that_has_not_settled_is_hashed_at_every_compile(tmp, monkeypatch):
+    """The key of large weights: a file's digest is remembered against its identity only once the file system's
+    clock has moved past the file's last change, so a write in the same tick as the hashing cannot keep a stale
+    digest; once it has, the digest comes from the record, and touching the file (same bytes) hashes it again and
+    still hits."""
     cache = os.path.join(tmp, "cache")
     model = _scale_model(tmp, 2.0)
     hashed: list[str] = []
-    real_hash = cache_module._hash_file
+    real_hash, real_clock = cache_module._hash_file, cache_module._fs_clock
     monkeypatch.setattr(cache_module, "_hash_file", lambda path, *a: hashed.append(path) or real_hash(path, *a))
+    _frozen_clock(monkeypatch, tmp)
     for _ in range(2):
         assert _y(neuronx_cc_lite.compile(model, cache_dir=cache)) == 2.0
     assert hashed.count(model + ".data") == 2 and not os.path.exists(os.path.join(cache, "files"))
-    monkeypatch.setattr(cache_module, "TRUST_AFTER", 0.0)
+    monkeypatch.setattr(cache_module, "_fs_clock", real_clock)
     neuronx_cc_lite.compile(model, cache_dir=cache)  # now remembered
     hashed.clear()
     neuronx_cc_lite.compile(model, cache_dir=cache)
@@ -337,6 +346,111 @@ def test_a_weights_file_changed_within_trust_after_is_hashed_at_every_compile(tm
     os.utime(model + ".data")  # the same bytes, a new mtime and ctime
     assert _y(neuronx_cc_lite.compile(model, cache_dir=cache)) == 2.0
     assert hashed == [model, model + ".data"] and len(_entries(cache)) == 1
+
+
+def _rescaled(data: bytes, old: float, new: float) -> bytes:
+    """A bundle file's bytes with its one immediate `old` (a float64 in the stream) made `new`, its archive's CRCs
+    mended, its header kept: a bundle that decodes and computes y = new * x, which only a hash of its payload tells
+    from the original."""
+    import struct
+    import zipfile
+    import zlib
+
+    header = bundle_format.HEADER_SIZE
+    at = data.index(np.float64(old).tobytes())
+    assert data.count(np.float64(old).tobytes()) == 1
+    edited = bytearray(data)
+    edited[at:at + 8] = np.float64(new).tobytes()
+    archive = zipfile.ZipFile(io.BytesIO(bytes(edited[header:])))
+    info = max((i for i in archive.infolist() if header + i.header_offset < at), key=lambda i: i.header_offset)
+    local = header + info.header_offset
+    body = local + 30 + int.from_bytes(edited[local + 26:local + 28], "little") + int.from_bytes(
+        edited[local + 28:local + 30], "little")
+    crc = struct.pack("<I", zlib.crc32(edited[body:body + info.file_size]))
+    edited[local + 14:local + 18] = crc
+    central = header + archive.start_dir
+    while edited[central:central + 4] == b"PK\x01\x02":  # the central directory's entry for the member
+        if int.from_bytes(edited[central + 42:central + 46], "little") == info.header_offset:
+            edited[central + 16:central + 20] = crc
+        central += 46 + sum(int.from_bytes(edited[central + o:central + o + 2], "little") for o in (28, 30, 32))
+    return bytes(edited)
+
+
+def _payload_checks(monkeypatch) -> list[bool]:  # type: ignore[no-untyped-def]
+    """For each entry read from now on, whether its payload was hashed in full."""
+    checks: list[bool] = []
+    real = cache_module._check_payload
+    monkeypatch.setattr(cache_module, "_check_payload",
+                        lambda f, size, sha256, in_full: checks.append(in_full) or real(f, size, sha256, in_full))
+    return checks
+
+
+def test_the_first_hit_right_after_the_store_hashes_nothing(tmp, monkeypatch):
+    """The writer hashed the bundle as it wrote it and waited for the file system's clock to pass the file's last
+    change: the first hit, straight after the miss, trusts the entry's identity as later ones do (issue 20)."""
+    cache, out = os.path.join(tmp, "cache"), os.path.join(tmp, "m.neff")
+    model = _scale_model(tmp, 2.0)
+    time.sleep(0.05)  # the model a little older than one tick of the clock, as a user's is
+    checks = _payload_checks(monkeypatch)
+    assert main(["compile", model, "-o", out, "--cache-dir", cache, "-q"]) == 0  # the miss
+    (entry,) = _entries(cache)
+    hashed: list[str] = []
+    real_hash = cache_module._hash_file
+    monkeypatch.setattr(cache_module, "_hash_file", lambda path, *a: hashed.append(path) or real_hash(path, *a))
+    os.unlink(out)
+    assert main(["compile", model, "-o", out, "--cache-dir", cache, "-q"]) == 0  # the first hit
+    assert checks == [False] and hashed == []  # neither the entry's payload nor the weights read to be hashed
+    assert open(out, "rb").read() == open(entry, "rb").read() and _entries(cache) == [entry]
+    assert not [f for _, _, fs in os.walk(cache) for f in fs if f.startswith(".")]  # no clock probe left behind
+
+
+@pytest.mark.parametrize("clock", ["ticking", "frozen"])
+@pytest.mark.parametrize("how", ["payload edited in place, mtime put back", "another bundle renamed onto it"])
+def test_an_entry_changed_right_after_its_store_is_not_returned(tmp, monkeypatch, clock, how):
+    """Changed in the same second as its store, an entry still misses: the store waited for the file system's
+    clock, so an edit that keeps the header has a later ctime and the payload is hashed in full (another bundle
+    fails the header's check at once). Where the clock does not move within SETTLE_WAIT (a file system that keeps
+    seconds), the entry is stored untrusted: every hit hashes it in full until it has settled."""
+    cache = os.path.join(tmp, "cache")
+    two, five = _scale_model(tmp, 2.0, "two.onnx"), _scale_model(tmp, 5.0, "five.onnx")
+    entry_five = _entry_of(cache, neuronx_cc_lite.compile(five, cache_dir=cache))
+    checks = _payload_checks(monkeypatch)
+    if clock == "frozen":
+        _frozen_clock(monkeypatch, tmp)
+        monkeypatch.setattr(cache_module, "SETTLE_WAIT", 0.2)  # the longest wait for the clock
+    entry_two = _entry_of(cache, neuronx_cc_lite.compile(two, cache_dir=cache))
+    stored = os.stat(entry_two)
+    if how == "another bundle renamed onto it":
+        shutil.copy(entry_five, entry_two + ".tmp")
+        os.replace(entry_two + ".tmp", entry_two)
+    else:  # a valid bundle computing 5x under the header (and hash) of the one computing 2x
+        with open(entry_two, "r+b") as f:
+            f.write(_rescaled(open(entry_two, "rb").read(), 2.0, 5.0))
+        os.utime(entry_two, ns=(stored.st_atime_ns, stored.st_mtime_ns))
+        assert os.stat(entry_two).st_size == stored.st_size
+    assert os.stat(entry_two).st_ctime_ns - stored.st_ctime_ns < 1e9  # within the same second
+    assert _y(neuronx_cc_lite.compile(two, cache_dir=cache)) == 2.0  # rebuilt, not the changed entry
+    if how != "another bundle renamed onto it":
+        assert checks == [True]  # the changed identity was seen: the payload hashed in full, found wrong
+    assert _y(neuronx_cc_lite.compile(five, cache_dir=cache)) == 5.0
+
+
+def test_an_entry_stored_while_the_clock_stands_still_is_hashed_until_it_settles(tmp, monkeypatch):
+    cache = os.path.join(tmp, "cache")
+    model = _scale_model(tmp, 2.0)
+    checks = _payload_checks(monkeypatch)
+    real_clock = cache_module._fs_clock
+    _frozen_clock(monkeypatch, tmp)
+    start = time.monotonic()
+    neuronx_cc_lite.compile(model, cache_dir=cache)
+    assert time.monotonic() - start < 30  # the store waited for the clock SETTLE_WAIT (1 s), no longer
+    for _ in range(2):
+        assert _y(neuronx_cc_lite.compile(model, cache_dir=cache)) == 2.0
+    assert checks == [True, True]
+    monkeypatch.setattr(cache_module, "_fs_clock", real_clock)  # the clock moves on: checked once more, then trusted
+    for _ in range(2):
+        assert _y(neuronx_cc_lite.compile(model, cache_dir=cache)) == 2.0
+    assert checks == [True, True, True, False]
 
 
 def test_a_copy_falls_back_to_reads_and_writes_where_the_kernel_cannot_copy(tmp, monkeypatch):
