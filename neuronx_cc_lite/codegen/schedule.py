@@ -40,6 +40,8 @@ import heapq
 import logging
 from dataclasses import dataclass
 
+import numpy as np
+
 from isa.costs import Port, dma_cost, duration_ns, ports, table_of
 from isa.instructions import OPS, Instruction
 from isa.operand import READABLE, WRITABLE, Engine, Mem
@@ -125,6 +127,28 @@ def assign_queues_in_order(program: Program) -> None:
             group = stores if is_store(p) else loads
             p.queue = group[turn[is_store(p)] % len(group)]
             turn[is_store(p)] += 1
+
+
+class _FreedAt:
+    """When the last access to each byte (of a partition) of SBUF and PSUM ends, among the tiles freed there, as
+    estimated: a tile placed over them cannot be written before, since on the chip a semaphore holds its first
+    writer until those accesses are done (write after read). Without it a load placed where a tile was freed by
+    an instruction scheduled earlier but estimated to end later looks free to start at once, and its queue, which
+    runs in order, holds what is queued behind it on the chip (Llama-3-8B's decode over 24 inf2 ranks: a layer's
+    MLP weights queued ahead of its attention's transfers, 42 us a layer)."""
+
+    def __init__(self, target: Target) -> None:
+        self.until = {Mem.SBUF: np.zeros(target.sbuf_partition_bytes), Mem.PSUM: np.zeros(target.psum_partition_bytes)}
+
+    def free(self, tile: Tile, last_end: float) -> None:
+        assert tile.offset is not None
+        span = self.until[tile.mem][tile.offset:tile.offset + tile.bytes_per_partition]
+        np.maximum(span, last_end, out=span)
+
+    def ends(self, tile: Tile) -> float:
+        """When the place the tile was given is free of every earlier access."""
+        assert tile.offset is not None
+        return float(self.until[tile.mem][tile.offset:tile.offset + tile.bytes_per_partition].max(initial=0.0))
 
 
 class _Pool:
@@ -321,6 +345,10 @@ def schedule(program: Program, lookahead: int = LOOKAHEAD, preds: list[list[int]
                       and src.tensor.kind == "weight" for i, p in enumerate(instrs)]
     held_back: list[tuple[int, int]] = []  # ready, held until the frontier passes a position: (position, i), a heap
     opener: dict[Tile, int] = {}  # the instruction that placed each live tile
+    # places known as they go (OnChipMemory): when each place frees, and what each instruction's tiles wait for
+    freed_at = _FreedAt(target) if isinstance(memory, OnChipMemory) else None
+    last_end: dict[Tile, float] = {}  # the latest estimated end of each live tile's accesses
+    room_at: dict[Tile, float] = {}  # when the place each live tile was given is free of earlier accesses
     frontier = 0  # the first instruction in lowering order not yet scheduled
     order: list[int] = []
     started, ended = [0.0] * n, [0.0] * n  # estimated
@@ -360,6 +388,9 @@ def schedule(program: Program, lookahead: int = LOOKAHEAD, preds: list[list[int]
             placed.add(t)
             opened.append(t)
             opener[t] = i
+        if freed_at is not None:
+            for t in opened:
+                room_at[t] = freed_at.ends(t)
         return True
 
     for i in range(n):
@@ -409,6 +440,13 @@ def schedule(program: Program, lookahead: int = LOOKAHEAD, preds: list[list[int]
         far_pending -= far_bytes.pop(i, 0)
         if not place(i):
             heapq.heappush(blocked, i)  # out of every pool until memory frees
+            continue
+        room = max((room_at.get(t, 0.0) for t in tiles_of[i]), default=0.0)
+        if room > ready_at[i]:  # a tile's place frees later (each of a tile's loads waits): back to the pools
+            ready_at[i] = room
+            taken[i] = False
+            for key in pools_of(i):
+                pools[key].add(ready_at[i], rank[i], i)
             continue
         e = engine
         if e is Engine.DMA:
@@ -462,7 +500,11 @@ def schedule(program: Program, lookahead: int = LOOKAHEAD, preds: list[list[int]
         freed = False
         for t in tiles_of[i]:
             uses[t] -= 1
+            last_end[t] = max(last_end.get(t, 0.0), end)
             if uses[t] == 0:
+                if freed_at is not None:
+                    freed_at.free(t, last_end.pop(t))
+                    room_at.pop(t, None)
                 memory.free(t)
                 freed = True
         while freed and blocked and place(blocked[0]):  # the earliest waiting go first
