@@ -1,8 +1,7 @@
 """DMA pieces under 512 bytes where a partition's data is longer (isa/costs.small_pieces): the profile counts them,
 and the models of models/ that are free of them stay free (a transposing copy once cut a Transpose into
 4-byte pieces). benchmarks/small_pieces.py takes the census of models/ and the exporter families. Still cut small
-today, and so not held here: cnn_ops, cnn_qdq, cnn_qoperator, resnet_small (the convolutions' windows), lstm_tagger
-(a Reshape of its two directions' outputs, 512 bytes in 64-byte pieces)."""
+today, and so not held here: lstm_tagger (a Reshape of its two directions' outputs, 512 bytes in 64-byte pieces)."""
 
 from __future__ import annotations
 
@@ -22,11 +21,13 @@ from runtime.profile import small_pieces_by_node
 from tests.conftest import MODELS_DIR, make_model, run_both
 from tests.runtime.helpers import hbm, sbuf
 
-CLEAN = ["attention_int8", "bert_hf", "bert_legacy", "bert_modern", "gpt_legacy", "gpt_modern", "gru_classifier",
-         "mlp_small", "mlp_odd", "mlp_wide", "refine_loop"]
-# Cut small still (benchmarks/small_pieces.py): gpt2 (its first residual Add beside a feature-major projection), the
-# Llama layer (its grouped keys' Unsqueeze stores 256-byte head rows), ViT and MobileNetV3 (convolutions' windows).
-CLEAN_FAMILIES = ["bert_base", "bert_large", "distilbert", "resnet18", "resnet50", "unet_block", "scan"]
+CLEAN = ["attention_int8", "bert_hf", "bert_legacy", "bert_modern", "cnn_ops", "cnn_qdq", "cnn_qoperator",
+         "gpt_legacy", "gpt_modern", "gru_classifier", "mlp_small", "mlp_odd", "mlp_wide", "refine_loop",
+         "resnet_small"]
+# Cut small still (benchmarks/small_pieces.py): the Llama layer (its grouped keys' Unsqueeze stores 256-byte head
+# rows), ViT (the patch embedding's gather of 16-element patch rows).
+CLEAN_FAMILIES = ["bert_base", "bert_large", "distilbert", "resnet18", "resnet50", "gpt2", "mobilenet_v3",
+                  "unet_block", "scan"]
 
 
 def test_a_transposing_copy_is_all_small_pieces():
@@ -61,6 +62,35 @@ def test_exporter_families_free_of_small_pieces_stay_free(name, cast):
 
     found = small_pieces_by_node(compile_model(load_model(export(name)), Options(**CASTS[cast])))
     assert found == {}, sorted(found.items(), key=lambda r: -r[1])[:5]
+
+
+@pytest.mark.parametrize("case", [
+    dict(n=2, c=3, m=8, kernel=[3, 3], pads=[1, 1, 1, 1]),  # few channels: the taps of a row share PE rows
+    dict(n=1, c=3, m=8, kernel=[7, 7], strides=[2, 2], pads=[3, 3, 3, 3]),  # a stem: no row phases (conv.py)
+    dict(n=1, c=16, m=16, kernel=[3, 3], group=16, strides=[2, 2], pads=[1, 1, 1, 1]),  # depthwise, stride 2
+    dict(n=1, c=40, m=24, kernel=[3, 5], pads=[1, 2, 1, 2], dilations=[1, 2]),  # a tap per matmul
+], ids=["3x3-packed-batch2", "7x7-stem", "depthwise-stride2", "dilated"])
+def test_convolution_windows_of_short_rows_load_whole_rows(tmp, case):
+    """Rows of 20 fp32 (80 bytes): the windows hold the input's rows whole, one run per load (lower/windows.py),
+    where their padded rows were a piece each; the answer matches onnxruntime."""
+    from tests.compiler.one_node import check
+    from tests.compiler.test_conv import conv
+
+    model = conv("Conv", spatial=[12, 20], **case)
+    assert small_pieces_by_node(compile_model(model)) == {}
+    check(model, tmp)
+
+
+def test_an_input_read_down_its_columns_loads_whole_rows(tmp):
+    """a + b^T: the transposed input read as the sum's tiles want it would be a DMA piece per element (131,072);
+    its rows are loaded whole and turned on the Tensor engine instead (relayout.load_transposed), as GPT-2's
+    token-major embeddings beside its feature-major first projection. The answer matches onnxruntime."""
+    nodes = [helper.make_node("Transpose", ["b"], ["bt"], perm=[1, 0]), helper.make_node("Add", ["a", "bt"], ["y"])]
+    model = make_model(nodes, {"a": ([256, 512], TensorProto.FLOAT), "b": ([512, 256], TensorProto.FLOAT)},
+                       {"y": ([256, 512], TensorProto.FLOAT)})
+    assert small_pieces_by_node(compile_model(model)) == {}
+    ours, ref = run_both(model, tmp)
+    np.testing.assert_array_equal(ours["y"], ref["y"])
 
 
 def test_a_transpose_output_is_free_of_small_pieces():

@@ -39,8 +39,8 @@ from neuronx_cc_lite.lower.instr import ts
 from neuronx_cc_lite.lower.patterns import dma_tile
 from neuronx_cc_lite.lower.program import Program, Tile
 from neuronx_cc_lite.lower.registry import lowering
-from neuronx_cc_lite.lower.windows import (Axis, Block, blocks, fill_edges, fill_window, load_windows, window_ap,
-                                           window_axes, window_strides)
+from neuronx_cc_lite.lower.windows import (Axis, Block, blocks, flat_window, load_moved_windows, load_windows,
+                                           short_rows, window_ap, window_axes, window_taps)
 
 
 # check() runs before a target is chosen: it judges by the target with the least SBUF.
@@ -312,9 +312,12 @@ def packed_taps(ctx: LowerCtx, node: Node, geo: ConvGeometry) -> tuple[int, int]
     # Phases halve each window load, and a queue keeps only two transfers in flight, each paying the DMA
     # latency: worth it only where the matmuls take well over the loads' time at full DMA bandwidth. ResNet's
     # stem in fp32 (matmuls at a quarter of the bf16 rate: 126 us against 16 us of loads) gains 54 us; in bf16
-    # (31 us against 16) it ran 7% slower with them.
+    # (31 us against 16) it ran 7% slower with them. A phase's rows are apart in the input, a DMA piece each: not
+    # where rows are short (windows.short_rows), whose windows load whole otherwise.
     target, x = ctx.program.target, ctx.graph.tensors[node.inputs[0]]
     dtype = ctx.program.operand_dtype(DType.fp32)
+    if short_rows(geo.axes, max(x.dtype.itemsize, dtype.size)):
+        return packed, 1
     outputs = x.shape[0] * math.prod(ax.out for ax in geo.axes)
     matmul_ns = rows.kernel * outputs / pe_rate(dtype, target) / target.pe_ghz
     loads_ns = packed * x.size * x.dtype.itemsize / (target.dma_queues * target.dma_queue_gbps)
@@ -416,12 +419,13 @@ def lower_windowed_matmul(ctx: LowerCtx, node: Node, geo: ConvGeometry) -> None:
                 first = True
                 for (c0, ct), w in zip(chunks[co0], weights):
                     src = x.box((0, c0) + (0,) * rank, (batch, ct, *x.shape[2:])).transpose((1, 0, *spatial))
-                    window, strides = load_windows(prog, src, block, geo.axes, 0.0, f"{node.name}/x",
-                                                   prog.operand_dtype(DType.fp32))
-                    for t, tap in enumerate(taps):
+                    dtype = prog.operand_dtype(DType.fp32)
+                    flat = flat_window(block, geo.axes, src, dtype)
+                    window, strides = load_windows(prog, src, block, geo.axes, 0.0, f"{node.name}/x", dtype, flat)
+                    for t, dst, moving in window_taps(window, strides, block, geo.axes, taps, ct, acc, flat):
                         w_tap = geo.taps - 1 - t if geo.transposed else t
-                        prog.emit("nc_matmul", Engine.PE, dst=acc.ap(), stationary=w.ap(((mt, 1),), w_tap * mt),
-                                  moving=window_ap(window, strides, block, geo.axes, tap, ct), accumulate=not first)
+                        prog.emit("nc_matmul", Engine.PE, dst=dst, stationary=w.ap(((mt, 1),), w_tap * mt),
+                                  moving=moving, accumulate=not first)
                         first = False
             epilogue.finish(acc, column, [(block, 0, co0, mt)], co0)
 
@@ -439,20 +443,14 @@ def _packed_products(prog: Program, acc: Tile, weights: Tile, x: HbmView, block:
         for ph in range(phases):
             axis, first = row_phase(geo.axes[0], ph)
             views.append(([axis, *geo.axes[1:]], src.slice(2, first, src.shape[2], geo.axes[0].stride)))
-    strides, image = window_strides(block, views[0][0])
-    window = prog.sbuf(phases * packed * c, block.images * image, prog.operand_dtype(DType.fp32), f"{name}/x")
-    last = geo.axes[-1]
-    shifts = [j * last.dilation for j in range(packed)]
-    fill_edges(prog, window, block, views[0][0], shifts, 0.0, [axes for axes, _ in views])  # before any load
-    for ph, (axes, view) in enumerate(views):
-        for j in range(packed):
-            fill_window(prog, window, view, block, axes, (ph * packed + j) * c, shifts[j])
+    shifts = [j * geo.axes[-1].dilation for j in range(packed)]
+    window, strides = load_moved_windows(prog, views, block, shifts, prog.operand_dtype(DType.fp32), f"{name}/x")
     for q, (outer, w0, count) in enumerate(groups):
         # the phases with a tap in this group's kernel row (the last may have fewer), each all its shifts
         rows = count * c if phases == 1 else \
             min(phases, geo.kernel[0] - geo.axes[0].stride * outer[0]) * packed * c
         prog.emit("nc_matmul", Engine.PE, dst=acc.ap(), stationary=weights.ap(((mt, 1),), q * mt, 0, rows),
-                  moving=window_ap(window, (image, *strides), block, views[0][0], (*outer, w0), rows),
+                  moving=window_ap(window, strides, block, views[0][0], (*outer, w0), rows),
                   accumulate=q > 0)
 
 

@@ -25,6 +25,7 @@ from neuronx_cc_lite.lower.instr import act, scratch, ts, tt
 from neuronx_cc_lite.lower.program import Program, TileAccess
 from neuronx_cc_lite.lower.registry import lowering
 from neuronx_cc_lite.lower.hbm import HbmView
+from neuronx_cc_lite.lower.relayout import load_transposed
 from neuronx_cc_lite.lower.tiling import RowPieces, boxes, free_size, layout_boxes
 
 Operand = TileAccess | float
@@ -89,6 +90,9 @@ def elementwise(ctx: LowerCtx, node: Node, compute: Compute, inputs: list[str] |
                 continue
             if isinstance(view, HbmView) and (spread := broadcast_load(prog, view, names[i])) is not None:
                 operands[i] = spread
+                continue
+            if isinstance(view, HbmView) and (turned := load_transposed(prog, view, names[i])) is not None:
+                operands[i] = turned  # read down its columns: whole rows, turned on PE
                 continue
             t = prog.sbuf(p, f, ctx.view(names[i]).dtype, names[i])
             for first, piece in view.pieces if isinstance(view, RowPieces) else ((0, view),):

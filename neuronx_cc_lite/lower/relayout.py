@@ -6,6 +6,8 @@ graph output made 16.8 million 4-byte pieces. Such copies go through SBUF instea
 loaded with the source's rows on partitions, turned on the Tensor engine (transpose.py), and stored with the
 destination's rows on partitions, so that every DMA moves runs of at least RUN_ELEMENTS elements. The bytes
 cross a DMA engine twice (in and out) where a direct copy crosses once, which the long runs repay many times.
+A load into SBUF that reads its view down the columns (an operand wanted feature-major whose tensor lies token-major
+in HBM) goes the same way (`load_transposed`): the rows loaded whole, turned on the Tensor engine.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import math
 from isa.dtypes import DType
 from isa.operand import MAX_FREE_DIMS, Engine
 from neuronx_cc_lite.lower.hbm import HbmView, coalesce
-from neuronx_cc_lite.lower.program import HbmAccess, Program
+from neuronx_cc_lite.lower.program import HbmAccess, Program, TileAccess
 from neuronx_cc_lite.lower.transpose import Piece, transpose_pieces
 
 # Elements of one load's run along the source's contiguous axis (2 KiB of fp32): four PE blocks per load.
@@ -139,3 +141,31 @@ def _rows_axis(dst: HbmView, src: HbmView) -> int | None:
             if n > 1 and stride == row:
                 return axis
     return None
+
+
+def load_transposed(prog: Program, view: HbmView, name: str) -> TileAccess | None:
+    """A tile [P, F] of a view that reads HBM down its columns (partition stride 1, free stride S > 1: a DMA piece
+    per element), loaded as the rows of its transpose, [F, P] in blocks of at most pmax rows of P contiguous
+    elements, and turned on the Tensor engine (transpose.py). Only where the tensor stays in HBM, read so: an
+    input or a weight, or a result its producer laid out by rows (codegen/on_chip.py keeps it on chip in that
+    layout only if every access maps onto it, which a column read does not); a result laid out feature-major is
+    read down its columns on chip, for free. None when the view is not such a read, or too small for the blocks'
+    fixed costs to pay (MIN_AXIS), or of a type a transpose does not carry."""
+    free = [(n, st) for n, st in zip(view.shape[1:], view.strides[1:]) if n > 1]
+    if len(free) != 1 or view.dtype not in PE_TYPES or view.strides[0] != 1 or free[0][1] in (0, 1):
+        return None
+    layout = view.tensor.layout
+    if view.tensor.kind not in ("input", "weight") and (layout is None or layout[2] == 1):
+        return None
+    (p, f), stride = (view.shape[0], free[0][0]), free[0][1]
+    if min(p, f) < MIN_AXIS or p > prog.target.partitions:
+        return None
+    tile = prog.sbuf(p, f, view.dtype, name)
+    pieces = []
+    for r0 in range(0, f, prog.target.partitions):
+        n = min(prog.target.partitions, f - r0)
+        rows = prog.sbuf(n, p, view.dtype, f"{name}/rows")
+        prog.dma(rows.ap(), HbmView(view.tensor, view.dtype, (n, p), (stride, 1), view.offset + r0 * stride))
+        pieces.append(Piece(rows.ap(), tile, r0))
+    transpose_pieces(prog, pieces, name)
+    return tile.ap()

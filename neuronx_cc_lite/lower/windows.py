@@ -6,6 +6,16 @@ of the padded input, in which input element i sits at `offset + i * up`: `offset
 zero insertion of a transposed convolution. A block of outputs reads one box of virtual coordinates, its window:
 a tile holds it, filled (memset) where it has no input element and loaded by one strided DMA elsewhere. A tap then
 reads the tile through an access pattern that steps `stride` along each axis (`window_ap`).
+
+Copies of a window moved by a few taps each (lower/conv.py packs the taps of an image stem onto partition blocks)
+would cut every row short by its move and its padding: a 16-wide image in rows of 15 or 16 elements, 64-byte DMA
+pieces. Where a block holds whole rows of a 2-D input, the copies instead lie in rows as long as the input's
+(`flat_rows`): copy j is the input's rows read as one run starting its move away, so that position p of a row
+holds column p + move; the few positions whose column falls outside the row (the padding, and the neighbouring
+row's elements the run carried in) are set afterwards (`load_moved_windows`). A single window over short rows
+likewise holds them whole, without its padding columns (`flat_window`): a tap along the row then adds only to the
+outputs whose column it finds inside the input, the others' padding being zeros (`window_taps`). Rows of 512 bytes
+or more keep the padded layout: each is an efficient piece already.
 """
 
 from __future__ import annotations
@@ -15,7 +25,9 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from isa.costs import EFFICIENT_PIECE_BYTES
 from isa.dtypes import DType
+from isa.functions import AluOp
 from isa.operand import Engine
 from neuronx_cc_lite.lower.hbm import HbmView
 from neuronx_cc_lite.lower.patterns import dma_tile
@@ -89,9 +101,12 @@ def blocks(batch: int, axes: list[Axis], out_max: int, in_max: int) -> list[Bloc
             for n0, *starts in itertools.product(*ranges)]
 
 
-def window_strides(block: Block, axes: list[Axis]) -> tuple[tuple[int, ...], int]:
-    """(strides of the window tile per spatial axis, elements per image) of a block's windows."""
+def window_strides(block: Block, axes: list[Axis], flat: bool = False) -> tuple[tuple[int, ...], int]:
+    """(strides of the window tile per spatial axis, elements per image) of a block's windows; `flat`: rows as
+    long as the input's (flat_rows)."""
     spans = [ax.span(c) for ax, c in zip(axes, block.counts)]
+    if flat:
+        spans[-1] = axes[-1].size
     return tuple(math.prod(spans[k + 1:]) for k in range(len(spans))), math.prod(spans)
 
 
@@ -101,16 +116,21 @@ def needs_fill(block: Block, axes: list[Axis]) -> bool:
 
 
 def fill_edges(prog: Program, tile: Tile, block: Block, axes: list[Axis], shifts: list[int], value: float,
-               phases: list[list[Axis]] | None = None) -> None:
+               phases: list[list[Axis]] | None = None, flat: bool = False) -> None:
     """Fill what no input element of the block's windows covers, for windows moved by each of `shifts` along the
     last axis (all on the tile's partitions), and with `phases`, for the window of each of those axes too (row
     phases of the same spans, lower/conv.py): per axis, the slab before the first input element and the slab
     after the last (over the other axes whole), instead of the whole tile. Only for windows without zero
-    insertion (up = 1), where the input elements along an axis are one run."""
-    strides, image = window_strides(block, axes)
+    insertion (up = 1), where the input elements along an axis are one run. `flat`: rows as long as the input's
+    (flat_rows), which have no padding along the last axis to fill."""
+    strides, image = window_strides(block, axes, flat)
     spans = [ax.span(c) for ax, c in zip(axes, block.counts)]
+    if flat:
+        spans[-1] = axes[-1].size
     options = phases or [axes]
     for k, (start, count) in enumerate(zip(block.starts, block.counts)):
+        if flat and k == len(axes) - 1:
+            break
         runs = [option[k].interior(start, count, sh if k == len(axes) - 1 else 0)
                 for option in options for sh in shifts]
         before = max(pos if n else spans[k] for _, n, pos in runs)
@@ -125,12 +145,15 @@ def fill_edges(prog: Program, tile: Tile, block: Block, axes: list[Axis], shifts
 
 
 def fill_window(prog: Program, tile: Tile, src: HbmView, block: Block, axes: list[Axis], first: int = 0,
-                shift: int = 0) -> None:
+                shift: int = 0, flat: bool = False) -> None:
     """Load the input elements of the block's windows into partitions first .. of `tile` (laid out as
-    window_strides says), the window moved `shift` virtual coordinates along the last axis."""
-    strides, image = window_strides(block, axes)
+    window_strides says), the window moved `shift` virtual coordinates along the last axis; `flat`: the input's
+    rows whole (flat_window)."""
+    strides, image = window_strides(block, axes, flat)
     shifts = [0] * (len(axes) - 1) + [shift]
     inside = [ax.interior(s, c, sh) for ax, s, c, sh in zip(axes, block.starts, block.counts, shifts)]
+    if flat:
+        inside[-1] = (0, axes[-1].size, 0)
     if all(n > 0 for _, n, _ in inside):
         box = src.box((0, block.n0, *(f for f, _, _ in inside)),
                       (src.shape[0], block.images, *(n for _, n, _ in inside)))
@@ -138,18 +161,136 @@ def fill_window(prog: Program, tile: Tile, src: HbmView, block: Block, axes: lis
         dma_tile(prog, tile, box, (image, *(ax.up * st for ax, st in zip(axes, strides))), offset, first)
 
 
+def short_rows(axes: list[Axis], itemsize: int) -> bool:
+    """Whether the input's rows (of `itemsize`-byte elements, the larger of what a load reads and writes) are
+    shorter than an efficient DMA piece: a window cut from them costs a piece per row, where the rows whole would
+    be one run."""
+    return axes[-1].size * itemsize < EFFICIENT_PIECE_BYTES
+
+
+def flat_window(block: Block, axes: list[Axis], src: HbmView, dtype: DType) -> bool:
+    """Whether the block's windows lie in rows as long as the input's, without the padding columns (worth it for
+    short rows): for an axis without zero insertion, the block's outputs whole rows, and some tap along the row
+    that every output reads inside the input, so that the matmul of that tap writes every output (window_taps)."""
+    last = axes[-1]
+    return (short_rows(axes, max(src.dtype.size, dtype.size)) and last.up == 1 and block.counts[-1] == last.out and
+            any(_row_outputs(last, j) == (0, last.out) for j in range(last.kernel)))
+
+
+def _row_outputs(ax: Axis, tap: int) -> tuple[int, int]:
+    """[first, end) of the outputs along the axis whose tap `tap` reads an input element, not padding."""
+    at = tap * ax.dilation - ax.offset  # the input element output o reads: o * stride + at
+    first = max(0, -(at // ax.stride))  # the least o with o * stride + at >= 0
+    end = min(ax.out, (ax.size - 1 - at) // ax.stride + 1) if ax.size - 1 - at >= 0 else 0
+    return first, max(first, end)
+
+
+def window_taps(tile: Tile, strides: tuple[int, ...], block: Block, axes: list[Axis], taps: list[tuple[int, ...]],
+                partitions: int, acc: Tile, flat: bool) -> list[tuple[int, TileAccess, TileAccess]]:
+    """(index in taps, what of acc [mt, block.size] it adds to, what it reads of the window) per tap, those that
+    write every output first (the first starts the accumulation). In a flat window (flat_window) a tap along the
+    row reads only the outputs whose column lies inside the input, as the others would read padding (zeros), and
+    a tap that reads none is left out; otherwise every tap reads every output, in order."""
+    if not flat:
+        return [(t, acc.ap(), window_ap(tile, strides, block, axes, tap, partitions)) for t, tap in enumerate(taps)]
+    last, row = axes[-1], strides[-1]
+    outer = [(block.images, block.size // block.images)] + \
+        [(c, math.prod(block.counts[k + 1:])) for k, c in enumerate(block.counts[:-1])]
+    reads = [(block.images, strides[0])] + \
+        [(c, ax.stride * st) for c, ax, st in zip(block.counts[:-1], axes, strides[1:-1])]
+    found = []
+    for t, tap in enumerate(taps):
+        first, end = _row_outputs(last, tap[-1])
+        if end <= first:
+            continue
+        # the row holds input element i at position i: output o's tap reads o * stride + tap * dilation - offset
+        at = sum(j * ax.dilation * st for j, ax, st in zip(tap[:-1], axes[:-1], strides[1:-1])) + \
+            (first * last.stride + tap[-1] * last.dilation - last.offset) * row
+        dst = acc.ap(_dims(outer + [(end - first, 1)]), first)
+        moving = tile.ap(_dims(reads + [(end - first, last.stride * row)]), at, 0, partitions)
+        found.append((end - first < last.out, t, dst, moving))
+    found.sort(key=lambda f: f[0])  # (stable: in order otherwise)
+    return [(t, dst, moving) for _, t, dst, moving in found]
+
+
+def _dims(dims: list[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
+    return tuple(d for d in dims if d[0] > 1) or ((1, 1),)
+
+
+def flat_rows(block: Block, axes: list[Axis], shifts: list[int], src: HbmView, dtype: DType) -> bool:
+    """Whether the copies of the block's windows moved by `shifts` along the last axis lie in rows as long as the
+    input's. Worth it where the input's rows are shorter than an efficient DMA piece (each copy then one run where
+    it was a piece per row; a longer row is a piece of its own, and the selects would only add work); possible for
+    a 1-D or 2-D input whose rows are contiguous, without zero insertion, the block's outputs whole rows, and the
+    copies covering the kernel's taps along the row, so that every read (output o at position o * stride) stays
+    inside its row."""
+    last = axes[-1]
+    return (short_rows(axes, max(src.dtype.size, dtype.size)) and len(axes) <= 2 and last.up == 1 and
+            block.counts[-1] == last.out and len(shifts) >= last.kernel and (last.out - 1) * last.stride < last.size and 0 <= last.offset < last.size and
+            shifts[-1] - last.offset < last.size and src.strides[-1] == 1 and
+            (len(axes) == 1 or src.strides[-2] == last.size))
+
+
+def load_moved_windows(prog: Program, views: list[tuple[list[Axis], HbmView]], block: Block, shifts: list[int],
+                       dtype: DType, name: str) -> tuple[Tile, tuple[int, ...]]:
+    """The block's windows in a tile [copies x partitions, images, *spans], copy (v, j) on partition block
+    v * len(shifts) + j: the windows of view v (its axes and its rows, shape (partitions, batch, *inputs)) moved
+    shifts[j] virtual coordinates along the last axis. A single view whose block passes flat_rows lies in rows as
+    long as the input's: each copy one run of the input's rows, the positions that fall outside a row set to 0
+    once the run has landed. Returns the tile and its strides (per image, per spatial axis)."""
+    (axes, src), rows = views[0], views[0][1].shape[0]
+    flat = len(views) == 1 and flat_rows(block, axes, shifts, src, dtype)
+    strides, image = window_strides(block, axes, flat)
+    tile = prog.sbuf(len(views) * len(shifts) * rows, block.images * image, dtype, name)
+    if not flat:
+        fill_edges(prog, tile, block, axes, shifts, 0.0, [v for v, _ in views])  # before any load
+        for v, (view_axes, view) in enumerate(views):
+            for j, shift in enumerate(shifts):
+                fill_window(prog, tile, view, block, view_axes, (v * len(shifts) + j) * rows, shift)
+        return tile, (image, *strides)
+    last, width = axes[-1], axes[-1].size
+    first_row, count, pos = axes[0].interior(block.starts[0], block.counts[0]) if len(axes) == 2 else (0, 1, 0)
+    if len(axes) == 2:
+        fill_edges(prog, tile, block, axes, [0], 0.0, flat=True)  # the rows of padding, whole
+    image_end = width * (src.shape[2] if len(axes) == 2 else 1)
+    for j, shift in enumerate(shifts):
+        move = shift - last.offset  # position p of the copy's rows holds column p + move
+        start = first_row * width + move
+        lo, hi = max(start, 0), min(start + count * width, image_end)
+        if hi > lo:
+            run = HbmView(src.tensor, src.dtype, (rows, block.images, hi - lo), (src.strides[0], src.strides[1], 1),
+                          src.offset + block.n0 * src.strides[1] + lo)
+            dma_tile(prog, tile, run, (image, 1), pos * width + lo - start, j * rows)
+    # Position q of a row is outside it for the copies whose move is under -q (a first few: keep the partitions
+    # from theirs on) and position width - 1 - t for those whose move is over t (a last few: keep those before):
+    # one select per position over every partition, as the engines start at a quadrant's first partition only.
+    moves = [shift - last.offset for shift in shifts]
+    dims = tuple(d for d in [(block.images, image), (image // width, width)] if d[0] > 1) or ((1, 1),)
+    edges = [(q, -rows * sum(m < -q for m in moves), 1) for q in range(max(0, -moves[0]))]
+    edges += [(width - 1 - t, rows * sum(m <= t for m in moves) - 1, -1) for t in range(max(0, moves[-1]))]
+    for position, offset, sign in edges:
+        at = tile.ap(dims, position, 0, len(shifts) * rows)
+        prog.emit("affine_select", Engine.POOL, dst=at, src=at, offset=offset, channel_multiplier=sign,
+                  steps=(0,) * len(dims), cmp=AluOp.greater_equal, fill=0.0)
+    return tile, (image, *strides)
+
+
 def load_windows(prog: Program, src: HbmView, block: Block, axes: list[Axis], fill: float, name: str,
-                 dtype: DType = DType.fp32) -> tuple[Tile, tuple[int, ...]]:
-    """The windows of `block` in a tile [partitions, images, *spans] (the DMA casts to `dtype`). `src` has
-    shape (partitions, batch, *inputs). Returns the tile and its strides (per image, per spatial axis)."""
-    strides, image = window_strides(block, axes)
-    tile = prog.sbuf(src.shape[0], block.images * image, dtype, name)
-    if needs_fill(block, axes):
+                 dtype: DType = DType.fp32, flat: bool = False) -> tuple[Tile, tuple[int, ...]]:
+    """The windows of `block` in a tile [partitions, images, *spans] (the DMA casts to `dtype`); `flat`: in the
+    input's rows, whole (flat_window). `src` has shape (partitions, batch, *inputs). Returns the tile and its
+    strides (per image, per spatial axis)."""
+    strides, image = window_strides(block, axes, flat)
+    # A flat window takes the padded one's room all the same: measured, MobileNetV3 fp32 (trn1) took 471.2 us with
+    # the smaller tiles, where the scheduler's prefetch came to queue its depthwise weights (412 us of DMA per
+    # layer) one layer after the other, against 333.8 us before and 336.6 us at the padded size.
+    tile = prog.sbuf(src.shape[0], block.images * max(image, window_strides(block, axes)[1]), dtype, name)
+    if needs_fill(block, axes[:-1] if flat else axes):
         if all(ax.up == 1 for ax in axes):
-            fill_edges(prog, tile, block, axes, [0], fill)
+            fill_edges(prog, tile, block, axes, [0], fill, flat=flat)
         else:
             prog.emit("memset", Engine.POOL, dst=tile.ap(), value=float(fill))
-    fill_window(prog, tile, src, block, axes)
+    fill_window(prog, tile, src, block, axes, flat=flat)
     return tile, (image, *strides)
 
 

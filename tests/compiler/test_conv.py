@@ -89,11 +89,13 @@ def test_conv_is_right_under_random_interleaving(tmp):
 
 def test_conv_runs_on_the_tensor_engine():
     """Matmuls on PE into PSUM, evacuation with the bias on ACT, the padding memset wherever the scheduler has
-    room for it: no other work."""
+    room for it, and (rows of 9 are short: the shifted copies of the window are whole rows, lower/windows.py) a
+    select per row edge that zeroes what each copy's run carried past it: no other work."""
     engines = streams(conv("Conv", **CONV["pads-batch2"]))
     assert set(engines["PE"]) == {"nc_matmul"}
     assert set(engines["ACT"]) == {"activation"}
-    assert {op for e in ("DVE", "POOL") for op in engines.get(e, [])} == {"memset"}
+    assert {op for e in ("DVE", "POOL") for op in engines.get(e, [])} == {"memset", "affine_select"}
+    assert engines["POOL"].count("affine_select") == 2  # the first copy's first column, the last copy's last
     # one matmul per row of taps (few input channels: the taps of a row share the PE rows), both images in one bank
     assert len(engines["PE"]) == 3
 
@@ -101,11 +103,14 @@ def test_conv_runs_on_the_tensor_engine():
 def test_a_strided_stem_folds_its_row_phases_into_one_pass():
     """A 7x7 stride-2 convolution over RGB: in fp32, where the matmuls (a quarter of the bf16 rate) take well over
     the window loads, both row phases share each pass: 4 matmuls per bank of outputs instead of 7; in bf16 the
-    loads would lose more than the matmuls gain, and each kernel row is a pass (lower/conv.py packed_taps)."""
-    model = conv("Conv", n=1, c=3, spatial=[64, 64], m=16, kernel=[7, 7], strides=[2, 2], pads=[3, 3, 3, 3])
-    banks = 2  # 32 x 32 outputs, 512 to a bank
+    loads would lose more than the matmuls gain, and each kernel row is a pass (lower/conv.py packed_taps). Rows
+    shorter than an efficient DMA piece (64 fp32) take no phases: a phase's rows would load a piece each."""
+    model = conv("Conv", n=1, c=3, spatial=[32, 256], m=16, kernel=[7, 7], strides=[2, 2], pads=[3, 3, 3, 3])
+    banks = 4  # 16 x 128 outputs, 512 to a bank
     assert len(streams(model)["PE"]) == 4 * banks
     assert len(streams(model, Options(auto_cast="matmult"))["PE"]) == 7 * banks
+    short = conv("Conv", n=1, c=3, spatial=[64, 64], m=16, kernel=[7, 7], strides=[2, 2], pads=[3, 3, 3, 3])
+    assert len(streams(short)["PE"]) == 7 * 2
 
 
 def test_a_hidden_layer_packs_tap_pairs_in_fp32_only():
