@@ -303,7 +303,9 @@ def packed_taps(ctx: LowerCtx, node: Node, geo: ConvGeometry) -> tuple[int, int]
     if not ctx.graph.tensors[node.inputs[1]].is_constant:
         return 1, 1
     packed = min(geo.kernel[-1], pmax // geo.channels)
-    if geo.channels > PACK_CHANNELS and not _packing_pays(ctx, node, geo, packed):
+    if geo.channels > PACK_CHANNELS and (not _packing_pays(ctx, node, geo, packed) or
+                                         (packed < geo.kernel[-1] and short_rows(geo.axes, 4))):
+        # (copies of short rows that do not cover the row's taps are cut a piece per row: windows.flat_rows)
         return 1, 1
     rows = geo.axes[0]
     phases = min(rows.stride, rows.kernel) if len(geo.axes) == 2 and rows.dilation == 1 and rows.up == 1 else 1

@@ -1,6 +1,7 @@
 """What follows a convolution's matmuls, per PSUM bank of outputs (output channels on partitions).
 
-    plain         ScalarE evacuates the bank adding the bias (a [P, 1] column) and applying Relu, Tanh or Sigmoid
+    plain         ScalarE evacuates the bank adding the bias (a [P, 1] column: of the program's column pool when
+                  constant, lower/columns.py) and applying Relu, Tanh or Sigmoid
     residual      VectorE adds bias and residual as the bank leaves (a ConvEpilogue, passes/fuse_epilogues.py),
                   then ScalarE the activation
     hard          HardSwish or HardSigmoid (lower/activations.py) on the evacuated block; or, under auto-cast with
@@ -21,6 +22,7 @@ from isa.dtypes import DType
 from isa.functions import ActFunc, AluOp
 from isa.instructions import pe_rate
 from isa.operand import Engine
+from neuronx_cc_lite.declared import is_declared
 from neuronx_cc_lite.ir import Node
 from neuronx_cc_lite.lower.activations import constant_column, hard_sigmoid, hard_swish
 from neuronx_cc_lite.lower.context import LowerCtx
@@ -83,6 +85,13 @@ class Epilogue:
         if self.bias is None or self.direct:
             return None
         prog, bias = self.ctx.program, self.bias
+        value = self.ctx.graph.tensors[self.node.inputs[2]].value
+        if value is not None and not is_declared(value):  # a constant (a folded batch norm's): a column of the program's resident pool, where
+            # a [P, 1] load per output tile is P one-element pieces and a DMA latency (ResNet-50: 823 of them)
+            column = np.zeros(partitions, np.float32)
+            for first, co0, count in parts:
+                column[first:first + count] = np.asarray(value, np.float32).reshape(-1)[co0:co0 + count]
+            return self.ctx.columns.column(self.ctx.columns.add(column), partitions)
         tile = prog.sbuf(partitions, 1, DType.fp32, f"{self.node.name}/bias")
         for first, co0, count in parts:
             prog.dma(tile.ap(((1, 1),), 0, first, count),

@@ -34,7 +34,7 @@ from neuronx_cc_lite.lower.context import LowerCtx
 from neuronx_cc_lite.lower.conv_epilogue import Epilogue
 from neuronx_cc_lite.lower.hbm import HbmView
 from neuronx_cc_lite.lower.program import Tile
-from neuronx_cc_lite.lower.windows import Block, fill_window, needs_fill, window_ap, window_strides
+from neuronx_cc_lite.lower.windows import Block, fill_window, flat_window, needs_fill, window_strides, window_taps
 
 if TYPE_CHECKING:
     from neuronx_cc_lite.lower.conv import ConvGeometry
@@ -90,17 +90,20 @@ def lower_banded_depthwise(ctx: LowerCtx, node: Node, geo: ConvGeometry, bands: 
         for r0 in range(0, rows.out, bands * per_band):
             # every band's window laid out as a whole band's, past the last output row too
             whole = [Block(n, 1, (r0 + b * per_band, 0), (per_band, cols.out)) for b in range(bands)]
-            strides, image = window_strides(whole[0], geo.axes)
+            # over rows shorter than an efficient DMA piece, the input's rows whole (a run per band, not a piece
+            # per row), the taps along the row writing only the outputs they reach (windows.window_taps)
+            flat = flat_window(whole[0], geo.axes, src, dtype)
+            strides, image = window_strides(whole[0], geo.axes, flat)
             window = prog.sbuf(p, image, dtype, f"{node.name}/x")
-            if any(needs_fill(block, geo.axes) for block in whole):
+            if any(needs_fill(block, geo.axes[:-1] if flat else geo.axes) for block in whole):
                 prog.emit("memset", Engine.POOL, dst=window.ap(), value=0.0)
             for b, block in enumerate(whole):
-                fill_window(prog, window, src, block, geo.axes, b * c)
+                fill_window(prog, window, src, block, geo.axes, b * c, flat=flat)
             acc = prog.psum(p, per_band * cols.out, f"{node.name}/acc")
-            for t, tap in enumerate(taps):
-                prog.emit("nc_matmul", Engine.PE, dst=acc.ap(), stationary=weights.ap(((p, 1),), t * p),
-                          moving=window_ap(window, (image, *strides), whole[0], geo.axes, tap, p),
-                          accumulate=t > 0)
+            for k, (t, dst, moving) in enumerate(window_taps(window, (image, *strides), whole[0], geo.axes, taps, p,
+                                                            acc, flat)):
+                prog.emit("nc_matmul", Engine.PE, dst=dst, stationary=weights.ap(((p, 1),), t * p), moving=moving,
+                          accumulate=k > 0)
             parts = [(Block(n, 1, block.starts, (min(per_band, rows.out - block.starts[0]), cols.out)), b * c, 0, c)
                      for b, block in enumerate(whole) if block.starts[0] < rows.out]
             epilogue.finish(acc, column, parts)

@@ -29,7 +29,7 @@ from neuronx_cc_lite.lower.patterns import contiguous
 from neuronx_cc_lite.lower.program import Program, Tile
 from neuronx_cc_lite.lower.registry import lowering
 from neuronx_cc_lite.lower.windows import (Axis, Block, blocks, fill_edges, fill_window, load_windows, needs_fill,
-                                           window_axes, window_strides)
+                                           short_rows, window_axes, window_strides)
 
 STACKED_OUTPUTS = 512  # at least this many outputs per block for blocks to share the partitions
 _MAX_DTYPES = (np.float16, np.float32, np.float64, np.int8, np.uint8)
@@ -115,7 +115,9 @@ def _lower_pool(ctx: LowerCtx, node: Node, op: AluOp, fill: float) -> None:
     total = math.prod(ax.out for ax in axes)
     # few rows (ResNet's stem pool: 64 channels): blocks side by side fill the partitions, each keeping enough
     # outputs that the passes' fixed costs stay small
-    stack = 1 if isinstance(divisors, HbmView) else max(1, min(pmax // xr.shape[0], total // STACKED_OUTPUTS))
+    # (only over rows of an efficient DMA piece: a block moved to other partitions is a DMA, a piece per row)
+    stack = 1 if isinstance(divisors, HbmView) or short_rows(axes, 4) else \
+        max(1, min(pmax // xr.shape[0], total // STACKED_OUTPUTS))
     if stack > 1:
         wanted = -(-len(plan) // stack) * stack
         plan = blocks(1, axes, -(-total // wanted), budget)

@@ -26,7 +26,7 @@ MAX = {
     "3d": ([1, 2, 5, 6, 7], dict(kernel_shape=[2, 3, 2], strides=[2, 1, 2], pads=[1, 1, 0, 0, 1, 1])),
     "many-blocks": ([1, 2, 100, 90], dict(kernel_shape=[3, 3])),
     # blocks side by side on the partitions (fewer rows than half of them): a stem pool, padded at both ends
-    "stacked-stem": ([1, 32, 66, 66], dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),
+    "stacked-stem": ([1, 32, 66, 300], dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),
 }
 
 AVERAGE = {
@@ -40,7 +40,7 @@ AVERAGE = {
     "dilations-ceil-include": ([1, 3, 12, 11], dict(kernel_shape=[2, 3], dilations=[2, 2], pads=[1, 1, 1, 1],
                                                     strides=[2, 2], ceil_mode=1, count_include_pad=1)),
     "same-lower": ([1, 3, 12, 11], dict(kernel_shape=[3, 3], auto_pad="SAME_LOWER", strides=[2, 2])),
-    "stacked-include": ([1, 40, 64, 70], dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1], count_include_pad=1)),
+    "stacked-include": ([1, 40, 64, 140], dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1], count_include_pad=1)),
     "1d": ([2, 3, 20], dict(kernel_shape=[3], strides=[2], pads=[1, 1])),
     "3d": ([1, 2, 5, 6, 7], dict(kernel_shape=[2, 3, 2], strides=[2, 1, 2], pads=[1, 1, 0, 0, 1, 1])),
 }
@@ -67,11 +67,11 @@ def test_global_pool(tmp, op, shape):
 
 
 def test_few_channels_share_the_partitions_between_blocks():
-    """32 channels, 32 x 33 outputs: two blocks of rows side by side on 64 partitions, so each reduction pass
-    covers both (half the passes of one block at a time)."""
-    bundle = compile_model(pool("MaxPool", [1, 32, 64, 66], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]))
+    """32 channels, 32 x 150 outputs over rows of 1,200 bytes: four blocks of rows side by side on 128 partitions,
+    so each reduction pass covers them all (a quarter of the passes of one block at a time)."""
+    bundle = compile_model(pool("MaxPool", [1, 32, 64, 300], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]))
     reduces = [i for core in bundle.cores for s in core.values() for i in s.instructions if i.op == "tensor_reduce"]
-    assert reduces and all(i.args["dst"].num_partitions == 64 for i in reduces)
+    assert reduces and all(i.args["dst"].num_partitions == 128 for i in reduces)
 
 
 def test_pooling_runs_on_the_vector_engine():
