@@ -325,14 +325,15 @@ def nc_transpose(instr: Instruction, v: Views) -> Issue:
 def activation(instr: Instruction, v: Views) -> Issue:
     fn = ACTIVATIONS[instr.args["func"]]
     src, store = read_f32(v["src"]), write_to(v["dst"])
-    scale = _scalar(v["scale"])
+    # an immediate 1 multiplies nothing; a [P, 1] column (nki.isa.activation's vector scale) is read at issue
+    scale = _scalar(v["scale"]) if isinstance(v["scale"], np.ndarray) or F32(v["scale"]) != 1 else None
     bias = _scalar(v["bias"]) if v["bias"] is not None else None
     store_sum = write_to(v["reduce"]) if v["reduce"] is not None else None
 
     def issue() -> Commit:
-        x, factor = src(), scale()
-        if isinstance(factor, np.ndarray) or factor != 1:
-            x = x * factor
+        x = src()
+        if scale is not None:
+            x = x * scale()
         if bias is not None:
             x = x + bias()
         y = fn(x).astype(F32, copy=False)

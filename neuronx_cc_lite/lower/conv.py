@@ -303,8 +303,12 @@ def packed_taps(ctx: LowerCtx, node: Node, geo: ConvGeometry) -> tuple[int, int]
     if not ctx.graph.tensors[node.inputs[1]].is_constant:
         return 1, 1
     packed = min(geo.kernel[-1], pmax // geo.channels)
-    if geo.channels > PACK_CHANNELS and (not _packing_pays(ctx, node, geo, packed) or
-                                         (packed < geo.kernel[-1] and short_rows(geo.axes, 4))):
+    target, x = ctx.program.target, ctx.graph.tensors[node.inputs[0]]
+    dtype = ctx.program.operand_dtype(DType.fp32)
+    outputs = x.shape[0] * math.prod(ax.out for ax in geo.axes)
+    short = short_rows(geo.axes, max(x.dtype.itemsize, dtype.size))
+    if geo.channels > PACK_CHANNELS and (not _packing_pays(target, geo, packed, outputs, x.size * x.dtype.itemsize,
+                                                           dtype) or (packed < geo.kernel[-1] and short)):
         # (copies of short rows that do not cover the row's taps are cut a piece per row: windows.flat_rows)
         return 1, 1
     rows = geo.axes[0]
@@ -316,28 +320,23 @@ def packed_taps(ctx: LowerCtx, node: Node, geo: ConvGeometry) -> tuple[int, int]
     # stem in fp32 (matmuls at a quarter of the bf16 rate: 126 us against 16 us of loads) gains 54 us; in bf16
     # (31 us against 16) it ran 7% slower with them. A phase's rows are apart in the input, a DMA piece each: not
     # where rows are short (windows.short_rows), whose windows load whole otherwise.
-    target, x = ctx.program.target, ctx.graph.tensors[node.inputs[0]]
-    dtype = ctx.program.operand_dtype(DType.fp32)
-    if short_rows(geo.axes, max(x.dtype.itemsize, dtype.size)):
+    if short:
         return packed, 1
-    outputs = x.shape[0] * math.prod(ax.out for ax in geo.axes)
     matmul_ns = rows.kernel * outputs / pe_rate(dtype, target) / target.pe_ghz
     loads_ns = packed * x.size * x.dtype.itemsize / (target.dma_queues * target.dma_queue_gbps)
     return packed, phases if matmul_ns > 3 * loads_ns else 1
 
 
-def _packing_pays(ctx: LowerCtx, node: Node, geo: ConvGeometry, packed: int) -> bool:
+def _packing_pays(target: Target, geo: ConvGeometry, packed: int, outputs: int, input_bytes: int,
+                  dtype: DType) -> bool:
     """Whether a hidden layer's convolution (more channels than a stem's) gains by packing its taps: each extra
     copy of the window is another load of the input, against the passes it saves (3x3 over 64 channels: 6 passes,
     not 9). ResNet's 64-channel 3x3 layers in fp32, where PE runs at a quarter of the bf16 rate, save 13 us of
     matmuls each against 3 us of loads; in bf16 they would save 3.4 us against 1.5 us: too close to the loads'
     latency to gain (the issue's arithmetic on a 3x3 64->64 convolution in bf16)."""
-    target, x = ctx.program.target, ctx.graph.tensors[node.inputs[0]]
-    dtype = ctx.program.operand_dtype(DType.fp32)
-    outputs = x.shape[0] * math.prod(ax.out for ax in geo.axes)
     saved_passes = math.prod(geo.kernel[:-1]) * (geo.kernel[-1] - -(-geo.kernel[-1] // packed))
     saved_ns = saved_passes * outputs / pe_rate(dtype, target) / target.pe_ghz
-    loads_ns = (packed - 1) * x.size * x.dtype.itemsize / (target.dma_queues * target.dma_queue_gbps)
+    loads_ns = (packed - 1) * input_bytes / (target.dma_queues * target.dma_queue_gbps)
     return saved_ns > 3 * loads_ns
 
 

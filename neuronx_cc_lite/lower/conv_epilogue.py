@@ -86,8 +86,9 @@ class Epilogue:
             return None
         prog, bias = self.ctx.program, self.bias
         value = self.ctx.graph.tensors[self.node.inputs[2]].value
-        if value is not None and not is_declared(value):  # a constant (a folded batch norm's): a column of the program's resident pool, where
-            # a [P, 1] load per output tile is P one-element pieces and a DMA latency (ResNet-50: 823 of them)
+        if value is not None and not is_declared(value):
+            # a constant (a folded batch norm's): a column of the program's resident pool, where a [P, 1] load per
+            # output tile is P one-element pieces and a DMA latency (ResNet-50: 823 of them)
             column = np.zeros(partitions, np.float32)
             for first, co0, count in parts:
                 column[first:first + count] = np.asarray(value, np.float32).reshape(-1)[co0:co0 + count]

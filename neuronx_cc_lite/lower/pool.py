@@ -1,8 +1,10 @@
 """MaxPool, AveragePool, GlobalMaxPool and GlobalAveragePool on VectorE.
 
 Rows (batch x channels) go on partitions, the spatial axes along the free axis; with fewer rows than half the
-partitions, blocks of outputs of one shape sit side by side on them (ResNet's stem pool: 64 channels, two blocks
-of rows at once, half the VectorE passes). For each block of outputs the
+partitions, blocks of outputs of one shape sit side by side on them (32 channels: four blocks of rows at once, a
+quarter of the VectorE passes), where the input's rows are an efficient DMA piece (a block moved to other
+partitions is a DMA, a piece per row: ResNet's stem pool, rows of 112 fp32, is not stacked). For each block of
+outputs the
 padded input window is loaded into a tile filled with -inf (max) or 0 (average) where it has no input element
 (windows.py), then reduced separably: one tensor_reduce per spatial axis, innermost first, whose source pattern
 (outer, outputs, inner, taps) walks the taps of that axis with the pool's stride and dilation and reduces the
@@ -113,9 +115,8 @@ def _lower_pool(ctx: LowerCtx, node: Node, op: AluOp, fill: float) -> None:
             ctx.view(ctx.constant(f"{node.name}/divisors", grid))
     pmax = prog.target.partitions
     total = math.prod(ax.out for ax in axes)
-    # few rows (ResNet's stem pool: 64 channels): blocks side by side fill the partitions, each keeping enough
-    # outputs that the passes' fixed costs stay small
-    # (only over rows of an efficient DMA piece: a block moved to other partitions is a DMA, a piece per row)
+    # few rows: blocks side by side fill the partitions, each keeping enough outputs that the passes' fixed costs
+    # stay small, over rows of an efficient DMA piece (the windows are fp32)
     stack = 1 if isinstance(divisors, HbmView) or short_rows(axes, 4) else \
         max(1, min(pmax // xr.shape[0], total // STACKED_OUTPUTS))
     if stack > 1:
