@@ -354,7 +354,8 @@ def _bundle(compiled: list[CompiledRank], inputs: list[TensorInfo], outputs: lis
     first = compiled[0]
     stats = {**facts, "matmul_dtype": (cast or DType.fp32).name,
              "spill_bytes": first.on_chip.spill_bytes,
-             "kept_on_chip": len(first.on_chip.kept), "through_hbm": len(first.on_chip.through_hbm),
+             "kept_on_chip": len(first.on_chip.kept), "narrowed_on_chip": len(first.on_chip.narrowed),
+             "through_hbm": len(first.on_chip.through_hbm),
              "input_ranges": ranges, "model_nodes": model_nodes(compiled, model_ops),
              "schedule_tries": first.program.schedule_tries,
              # weights stored larger than the model's data (zeros around it): the bytes the roofline counts

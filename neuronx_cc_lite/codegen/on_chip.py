@@ -33,6 +33,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from isa.dtypes import DType
 from isa.operand import Engine, Mem
 from neuronx_cc_lite.lower.hbm import HbmTensor
 from neuronx_cc_lite.lower.program import ALIGN, HbmAccess, PendingInstr, Program, Tile, TileAccess
@@ -61,6 +62,7 @@ class Report:
     # feature-major tensors left in HBM: there their element-strided accesses cost a piece per element, so the
     # compiler lays them out by rows instead and tries again
     stranded: list[str] = field(default_factory=list)
+    narrowed: list[str] = field(default_factory=list)  # homes kept in the narrower type all their readers load
 
 
 def layout_from_split(shape: tuple[int, ...], first: int, last: int) -> Layout:
@@ -152,15 +154,81 @@ def keep_on_chip(program: Program) -> Report:
         layouts[tensor] = layout
     admitted = _admit(program, layouts, touching, report)
     _pair_collectives(instrs, admitted, report)
-    homes = {t: program.sbuf(min(pmax, layouts[t].rows), layouts[t].home_free(pmax), t.dtype, f"{t.name}@home")
-             for t in admitted}
     written_late = {t for t in admitted if _read_before_written(t, instrs, touching[t])}
+    narrowed = _narrowed(instrs, [t for t in admitted if t not in written_late], touching)
+    report.narrowed += [t.name for t in narrowed]
+    homes = {t: program.sbuf(min(pmax, layouts[t].rows), layouts[t].home_free(pmax), narrowed.get(t, t.dtype),
+                             f"{t.name}@home") for t in admitted}
     homed = set(admitted)  # membership tests against the list were quadratic in the node count
     report.stranded += [t.name for t in layouts if t not in homed and t.layout is not None and t.layout[2] == 1]
     program.hbm = [t for t in program.hbm if not (t in homed and t.kind == "scratch")]
     report.kept += [t.name for t in admitted]
     _rewrite(program, homes, layouts, written_late)
     return report
+
+
+# Instructions whose result may be written in any float type: the engine computes in fp32 and rounds as it writes.
+_ROUNDING_WRITERS = frozenset({"activation", "tensor_scalar", "tensor_tensor", "scalar_tensor_tensor", "tensor_copy",
+                               "tensor_reduce"})
+
+
+def _narrowed(instrs: list[PendingInstr], candidates: list[HbmTensor],
+              touching: dict[HbmTensor, list[int]]) -> dict[HbmTensor, DType]:
+    """The homes that can hold the narrower type their readers load (auto-cast: a matmul's operands in bf16), and
+    so skip the copy that converts each load: every read of the tensor loads it into a tile of one narrower float
+    type, and every write stores a tile that nothing else reads, written by engines that round as they write
+    (those tiles take the narrow type too). The values the readers see are the same: one rounding of the same
+    fp32 result, at the producer instead of at each load."""
+    readers: dict[Tile, list[int]] = {}
+    for i, p in enumerate(instrs):
+        for access, writes in p.accesses():
+            if not writes and isinstance(access, TileAccess):
+                readers.setdefault(access.tile, []).append(i)
+    writers = _writers(instrs)
+    plan: dict[HbmTensor, tuple[DType, set[Tile]]] = {}
+    for t in candidates:
+        if t.kind != "scratch" or not t.dtype.is_float:
+            continue
+        loads: set[DType] = set()
+        sources: set[Tile] = set()
+        for i in dict.fromkeys(touching[t]):
+            p = instrs[i]
+            dst, src = p.args.get("dst"), p.args.get("src")
+            if p.op != "dma_copy":
+                break
+            if isinstance(src, HbmAccess) and src.tensor is t and isinstance(dst, TileAccess):
+                loads.add(dst.tile.dtype)
+            elif isinstance(dst, HbmAccess) and dst.tensor is t and isinstance(src, TileAccess):
+                sources.add(src.tile)
+            else:
+                break
+        else:
+            narrow = loads.pop() if len(loads) == 1 else None
+            if narrow is not None and narrow.is_float and narrow.size < t.dtype.size and sources:
+                plan[t] = (narrow, sources)
+    changed = True
+    while changed:  # a source tile stored elsewhere too must go to homes narrowed alike
+        changed = False
+        for t, (narrow, sources) in list(plan.items()):
+            for tile in sources:
+                ok = tile.mem is Mem.SBUF and tile.dtype is t.dtype and all(
+                    instrs[i].op in _ROUNDING_WRITERS for i in writers.get(tile, [])) and all(
+                    _stores_into(instrs[i], tile, plan, narrow) for i in readers.get(tile, []))
+                if not ok:
+                    del plan[t]
+                    changed = True
+                    break
+    for narrow, sources in plan.values():
+        for tile in sources:
+            tile.dtype = narrow
+    return {t: narrow for t, (narrow, _) in plan.items()}
+
+
+def _stores_into(p: PendingInstr, tile: Tile, plan: dict[HbmTensor, tuple[DType, set[Tile]]], narrow: DType) -> bool:
+    """Whether `p` only stores `tile` into a home narrowed to `narrow`."""
+    dst, src = p.args.get("dst"), p.args.get("src")
+    return p.op == "dma_copy" and isinstance(src, TileAccess) and src.tile is tile and isinstance(dst, HbmAccess) \
+        and dst.tensor in plan and plan[dst.tensor][0] is narrow
 
 
 def _read_before_written(tensor: HbmTensor, instrs: list[PendingInstr], where: list[int]) -> bool:

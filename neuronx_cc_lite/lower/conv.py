@@ -32,6 +32,7 @@ from isa.target import TARGETS, Target
 from neuronx_cc_lite.errors import CompileError
 from neuronx_cc_lite.ir import Graph, Node
 from neuronx_cc_lite.lower.context import LowerCtx
+from neuronx_cc_lite.lower.banded_stem import lower_banded_stem, stem_bands
 from neuronx_cc_lite.lower.conv_epilogue import Epilogue
 from neuronx_cc_lite.lower.depthwise import band_plan, lower_banded_depthwise
 from neuronx_cc_lite.lower.hbm import HbmView
@@ -384,6 +385,12 @@ def lower_windowed_matmul(ctx: LowerCtx, node: Node, geo: ConvGeometry) -> None:
     mt_max = geo.output_tile(target)
     co_tiles = [(co0, min(mt_max, geo.outputs - co0)) for co0 in range(0, geo.outputs, mt_max)]
     packed, phases = packed_taps(ctx, node, geo)
+    stem_plan = stem_bands(ctx, node, geo, packed, phases, window_budget(target))
+    scaled = len(node.inputs) > 4 and bool(node.inputs[4])  # a ConvEpilogue's input scale (_scaled_rows)
+    if stem_plan[0] > 1 and ctx.graph.tensors[node.inputs[1]].is_constant and not scaled:
+        # a packed stem over few output channels: bands of output rows share the partitions
+        lower_banded_stem(ctx, node, geo, packed, *stem_plan, min(target.psum_bank_fmax, target.gemm_moving_fmax))
+        return
     # the windows' geometry: with row phases, that of one phase (each holds its rows only)
     window_axes_ = [row_phase(geo.axes[0], 0)[0], *geo.axes[1:]] if phases > 1 else geo.axes
     chunks = {}

@@ -22,7 +22,7 @@ from neuronx_cc_lite.ir import Graph, Node
 from neuronx_cc_lite.lower.context import LowerCtx
 from neuronx_cc_lite.lower.elementwise import tile_free_max
 from neuronx_cc_lite.lower.hbm import HbmView
-from neuronx_cc_lite.lower.instr import fill, select, tt
+from neuronx_cc_lite.lower.instr import act, fill, select, tt
 from neuronx_cc_lite.lower.program import Program, Tile
 from neuronx_cc_lite.lower.registry import lowering
 from neuronx_cc_lite.lower.rows import free_chunks, move_to_end, normalize_axes, row_boxes
@@ -81,7 +81,19 @@ def reduce_rows(prog: Program, row: HbmView, p: int, length: int, r: Reduction, 
         prog.emit("tensor_scalar", Engine.DVE, dst=shift.ap(), src=peak.ap(), op0=AluOp.multiply, scalar0=-1.0,
                   reverse0=False, reverse1=False)
     acc = None
-    for _, piece in free_chunks(row, budget):
+    chunks = list(free_chunks(row, budget))
+    if r.mean and r.op is AluOp.add and r.before is None and r.after is None and shift is None and len(chunks) == 1:
+        # a plain mean in one pass on ScalarE: x / length, its row sums landing in the result (a global pool's
+        # mean on a dependent chain: one instruction instead of a VectorE sum then a scaling)
+        piece = chunks[0][1]
+        f = math.prod(piece.shape[1:])
+        x = prog.sbuf(p, f, piece.dtype, f"{name}/x")
+        prog.dma(x.ap(), piece)
+        scaled = prog.sbuf(p, f, DType.fp32, f"{name}/scaled")
+        acc = prog.sbuf(p, 1, DType.fp32, f"{name}/mean")
+        act(prog, scaled.ap(), x.ap(), ActFunc.copy, scale=1.0 / length, reduce=acc.ap())
+        return acc
+    for _, piece in chunks:
         f = math.prod(piece.shape[1:])
         x = prog.sbuf(p, f, piece.dtype, f"{name}/x")
         prog.dma(x.ap(), piece)

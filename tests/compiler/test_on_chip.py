@@ -44,3 +44,51 @@ def test_a_pooled_vector_reaches_the_classifier_on_chip(tmp):
         assert not stored and not turned, (len(stored), len(turned))
     ours, ref = run_both(model, tmp)
     assert_close(ours, ref, rtol=1e-4)
+
+
+def _hard_swish_then_convs(residual: bool) -> object:
+    """Conv -> HardSwish -> 1x1 Conv (-> + the HardSwish's output, read in fp32)."""
+    rng = np.random.default_rng(5)
+    weights = {"w1": rng.standard_normal((32, 32, 3, 3)).astype(np.float32) * 0.2,
+               "w2": rng.standard_normal((32, 32, 1, 1)).astype(np.float32) * 0.2}
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("HardSwish", ["c"], ["h"]),
+             helper.make_node("Conv", ["h", "w2"], ["y" if not residual else "p"])]
+    if residual:
+        nodes.append(helper.make_node("Add", ["p", "h"], ["y"]))
+    return make_model(nodes, {"x": ([1, 32, 12, 12], TensorProto.FLOAT)}, {"y": ([1, 32, 12, 12], TensorProto.FLOAT)},
+                      weights)
+
+
+@pytest.mark.parametrize("residual", [False, True], ids=["matmul-only", "also-added"])
+def test_a_home_read_only_by_matmuls_holds_their_type(tmp, residual):
+    """Under auto-cast a tensor every reader loads in bf16 (a convolution's moving operand) lives in bf16: its
+    producer writes bf16 and no copy converts it on each load, the same values (one rounding of the same fp32
+    result). One also read in fp32 (a residual) keeps fp32."""
+    from neuronx_cc_lite.compiler import Options, compile_model
+    from neuronx_cc_lite.reference import onnxruntime_outputs, seeded_inputs
+    from tests.compiler.one_node import bf16_operands
+    from tests.conftest import compile_to_model
+
+    options = Options(auto_cast="matmult", auto_cast_type="bf16")
+    model = _hard_swish_then_convs(residual)
+    bundle = compile_model(model, options)
+    copies = [i for s in bundle.cores[0].values() for i in s.instructions if i.op == "tensor_copy"]
+    narrowed = bundle.stats["narrowed_on_chip"]
+    assert (narrowed, len(copies)) == ((1, 0) if not residual else (0, 1))
+    compiled = compile_to_model(model, tmp, options)
+    inputs = seeded_inputs(compiled.inputs)
+    assert_close(compiled.run(inputs), onnxruntime_outputs(bf16_operands(model), inputs), rtol=1e-5)
+
+
+def test_a_global_mean_is_one_scalar_engine_pass(tmp):
+    """ReduceMean over a row that fits one tile: x / n with its row sums on ScalarE (activation's reduce), one
+    instruction on a squeeze-and-excitation's dependent chain where a VectorE sum and a scaling were two."""
+    from neuronx_cc_lite.compiler import compile_model
+
+    model = make_model([helper.make_node("ReduceMean", ["x"], ["y"], axes=[2, 3], keepdims=1)],
+                       {"x": ([1, 48, 14, 14], TensorProto.FLOAT)}, {"y": ([1, 48, 1, 1], TensorProto.FLOAT)})
+    engines = {name: [i.op for i in s.instructions] for name, s in compile_model(model).cores[0].items()}
+    assert engines["ACT"] == ["activation"] and "DVE" not in engines
+    ours, ref = run_both(model, tmp)
+    assert_close(ours, ref, rtol=1e-6)

@@ -1,0 +1,72 @@
+"""A packed stem over few output channels with bands of output rows on the partitions (lower/banded_stem.py):
+against onnxruntime (exact to bf16 operands, as auto-cast rounds them), with a short last group of bands, a band
+at each padded edge, batches, a residual, and HardSwish reading the bank."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+from neuronx_cc_lite.compiler import Options, compile_model
+from neuronx_cc_lite.reference import onnxruntime_outputs, seeded_inputs
+from tests.compiler.one_node import bf16_operands
+from tests.compiler.test_conv import conv
+from tests.conftest import assert_close, compile_to_model, make_model
+
+BF16 = Options(auto_cast="matmult", auto_cast_type="bf16")
+
+STEMS = {  # (case, partitions a matmul contracts over: shifts x channels x bands, outputs on: channels x bands)
+    # MobileNetV3's stem at a smaller size: 12 x 80 outputs, 6 bands of 2 rows (rows of 160 fp32: 640 bytes)
+    "3x3-stride2": (dict(n=1, c=3, spatial=[24, 160], m=16, kernel=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+                    54, 96),
+    # 13 x 150 outputs, two images: 4 bands of a row (32 output channels), the last group of one band
+    "odd-rows-batch2": (dict(n=2, c=3, spatial=[13, 150], m=32, kernel=[3, 3], pads=[1, 1, 1, 1]), 36, 128),
+    # a 5x5 stem without bias, padding 2 (two bands at each edge read padding rows)
+    "5x5-no-bias": (dict(n=1, c=2, spatial=[20, 140], m=12, kernel=[5, 5], pads=[2, 2, 2, 2], bias=False),
+                    100, 120),
+}
+
+
+def _exact_to_bf16_operands(model, tmp, rtol=1e-5):
+    compiled = compile_to_model(model, tmp, BF16)
+    inputs = seeded_inputs(compiled.inputs)
+    assert_close(compiled.run(inputs), onnxruntime_outputs(bf16_operands(model), inputs), rtol=rtol)
+
+
+@pytest.mark.parametrize("case, contracted, outputs", STEMS.values(), ids=STEMS.keys())
+def test_banded_stem(tmp, case, contracted, outputs):
+    model = conv("Conv", **case)
+    pe = compile_model(model, BF16).cores[0]["PE"].instructions
+    assert {(i.args["moving"].num_partitions, i.args["dst"].num_partitions) for i in pe} == {(contracted, outputs)}
+    _exact_to_bf16_operands(model, tmp)
+
+
+def test_a_banded_stem_takes_a_pass_per_kernel_row_for_all_its_bands():
+    """MobileNetV3's stem shape: 112 x 112 outputs over 16 channels, 8 bands of 2 rows a group of matmuls: 7
+    groups of 3 passes (one per kernel row, the row's three taps packed), where a bank of 4 rows on 16
+    partitions took 28 banks of 3."""
+    model = conv("Conv", n=1, c=3, spatial=[224, 224], m=16, kernel=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    pe = compile_model(model, BF16).cores[0]["PE"].instructions
+    assert len(pe) == 7 * 3
+
+
+def _stem_block(epilogue: list, residual: bool = False) -> object:
+    rng = np.random.default_rng(3)
+    weights = {"w": rng.standard_normal((16, 3, 3, 3)).astype(np.float32),
+               "b": rng.standard_normal(16).astype(np.float32)}
+    inputs = {"x": ([1, 3, 20, 160], TensorProto.FLOAT)}
+    if residual:
+        inputs["r"] = ([1, 16, 10, 80], TensorProto.FLOAT)
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], strides=[2, 2], pads=[1, 1, 1, 1]), *epilogue]
+    return make_model(nodes, inputs, {"y": ([1, 16, 10, 80], TensorProto.FLOAT)}, weights)
+
+
+def test_banded_stem_hard_swish_reads_the_bank(tmp):
+    """The bias added by PE (its rows repeated for each band) and HardSwish on the bank."""
+    _exact_to_bf16_operands(_stem_block([helper.make_node("HardSwish", ["c"], ["y"])]), tmp)
+
+
+def test_banded_stem_adds_a_residual_then_relu(tmp):
+    _exact_to_bf16_operands(_stem_block([helper.make_node("Add", ["c", "r"], ["s"]),
+                                         helper.make_node("Relu", ["s"], ["y"])], residual=True), tmp)
