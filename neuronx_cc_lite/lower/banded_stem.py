@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from isa.dtypes import DType
+from isa.instructions import pe_rate
 from isa.operand import Engine
 from neuronx_cc_lite.ir import Node
 from neuronx_cc_lite.lower.context import LowerCtx
@@ -40,12 +41,16 @@ from neuronx_cc_lite.lower.windows import Axis, Block, short_rows, window_ap, wi
 if TYPE_CHECKING:
     from neuronx_cc_lite.lower.conv import ConvGeometry
 
+# Two bands halve the passes' columns but add a whole-window fill and a load per shift and channel a group of bands:
+# ResNet's stem (64 outputs: two bands) in bf16 took 215.1 us of ResNet-18 banded against 163.2 without.
+MIN_BANDS = 4
+
 
 def stem_bands(ctx: LowerCtx, node: Node, geo: ConvGeometry, packed: int, phases: int,
                window_budget: int) -> tuple[int, int]:
-    """(bands, output rows a band) for a packed 2-D convolution (no row phases, no zero insertion) of rows long
-    enough to load as they lie, whose bands' rows (K each) and outputs (M each) fit twice on the partitions; else
-    (1, 0)."""
+    """(bands, output rows a band) for a convolution packed_taps packs (few input channels, constant weights), 2-D
+    without row phases or zero insertion, over rows long enough to load as they lie, when at least MIN_BANDS
+    bands' outputs (M each) fit on the partitions; else (1, 0)."""
     target, pmax = ctx.program.target, ctx.program.target.partitions
     if packed < 2 or phases > 1 or len(geo.axes) != 2 or any(ax.up != 1 for ax in geo.axes):
         return 1, 0
@@ -57,9 +62,21 @@ def stem_bands(ctx: LowerCtx, node: Node, geo: ConvGeometry, packed: int, phases
     per_bank = min(target.psum_bank_fmax, target.gemm_moving_fmax) // cols.out
     per_band = min(-(-target.min_efficient_elements // cols.out), per_bank)
     bands = min(pmax // geo.outputs, pmax // (packed * geo.channels), -(-rows.out // max(per_band, 1)))
-    if bands < 2 or per_band < 1 or rows.span(per_band) * cols.span(cols.out) > window_budget:
+    if bands < MIN_BANDS or per_band < 1 or rows.span(per_band) * cols.span(cols.out) > window_budget:
         return 1, 0
     return bands, per_band
+
+
+def banded_shifts(ctx: LowerCtx, node: Node, geo: ConvGeometry, packed: int, bands: int) -> int:
+    """The copies of the window a banded stem packs: `packed` when the passes they save take longer than their
+    loads (a 7x7 kernel), else 1 (a 3x3 kernel: its bands already divide the passes' columns by B)."""
+    target, x = ctx.program.target, ctx.graph.tensors[node.inputs[0]]
+    dtype = ctx.program.operand_dtype(DType.fp32)
+    columns = x.shape[0] * geo.axes[0].out * geo.axes[1].out / bands
+    saved = geo.kernel[0] * (geo.kernel[1] - -(-geo.kernel[1] // packed)) * columns
+    saved_ns = saved / pe_rate(dtype, target) / target.pe_ghz
+    loads_ns = (packed - 1) * x.size * x.dtype.itemsize / (target.dma_queues * target.dma_queue_gbps)  # bytes read
+    return packed if saved_ns > loads_ns else 1
 
 
 def _banded_weights(ctx: LowerCtx, node: Node, geo: ConvGeometry, packed: int, bands: int,
@@ -83,12 +100,12 @@ def _banded_weights(ctx: LowerCtx, node: Node, geo: ConvGeometry, packed: int, b
     return tile
 
 
-def lower_banded_stem(ctx: LowerCtx, node: Node, geo: ConvGeometry, packed: int, bands: int, per_band: int,
-                      out_max: int) -> None:
+def lower_banded_stem(ctx: LowerCtx, node: Node, geo: ConvGeometry, packed: int, bands: int, per_band: int) -> None:
     prog = ctx.program
+    packed = banded_shifts(ctx, node, geo, packed, bands)
     c, m = geo.channels, geo.outputs
     k, p = packed * c, bands * m
-    x, epilogue = ctx.view(node.inputs[0]), Epilogue(ctx, node, out_max, bands)
+    x, epilogue = ctx.view(node.inputs[0]), Epilogue(ctx, node, bands)
     src = x.transpose((1, 0, 2, 3))  # (C, batch, rows, columns)
     rows, cols = geo.axes
     groups = [(kh, w0, min(packed, geo.kernel[1] - w0)) for kh in range(geo.kernel[0])

@@ -378,18 +378,17 @@ def lower_windowed_matmul(ctx: LowerCtx, node: Node, geo: ConvGeometry) -> None:
     prog, target = ctx.program, ctx.program.target
     bands, per_band = band_plan(ctx, node, geo, window_budget(target))
     if bands > 1:  # a depthwise convolution over few channels: bands of output rows share the partitions
-        lower_banded_depthwise(ctx, node, geo, bands, per_band, min(target.psum_bank_fmax, target.gemm_moving_fmax))
+        lower_banded_depthwise(ctx, node, geo, bands, per_band)
         return
     x = ctx.view(node.inputs[0])
     rank, batch, pmax = len(geo.kernel), x.shape[0], target.partitions
     mt_max = geo.output_tile(target)
     co_tiles = [(co0, min(mt_max, geo.outputs - co0)) for co0 in range(0, geo.outputs, mt_max)]
     packed, phases = packed_taps(ctx, node, geo)
-    stem_plan = stem_bands(ctx, node, geo, packed, phases, window_budget(target))
+    bands, per_band = stem_bands(ctx, node, geo, packed, phases, window_budget(target))
     scaled = len(node.inputs) > 4 and bool(node.inputs[4])  # a ConvEpilogue's input scale (_scaled_rows)
-    if stem_plan[0] > 1 and ctx.graph.tensors[node.inputs[1]].is_constant and not scaled:
-        # a packed stem over few output channels: bands of output rows share the partitions
-        lower_banded_stem(ctx, node, geo, packed, *stem_plan, min(target.psum_bank_fmax, target.gemm_moving_fmax))
+    if bands > 1 and not scaled:  # a stem over few output channels: bands of output rows share the partitions
+        lower_banded_stem(ctx, node, geo, packed, bands, per_band)
         return
     # the windows' geometry: with row phases, that of one phase (each holds its rows only)
     window_axes_ = [row_phase(geo.axes[0], 0)[0], *geo.axes[1:]] if phases > 1 else geo.axes
@@ -412,7 +411,7 @@ def lower_windowed_matmul(ctx: LowerCtx, node: Node, geo: ConvGeometry) -> None:
               for outer in itertools.product(*(range(k) for k in outer_kernel))
               for w0 in range(0, geo.kernel[-1], packed)]
     spatial = tuple(range(2, 2 + rank))
-    epilogue = Epilogue(ctx, node, out_max)
+    epilogue = Epilogue(ctx, node)
     for co0, mt in co_tiles:
         if packed > 1:
             packed_w = _packed_weights(ctx, node, geo, packed, phases, groups, co0, mt)

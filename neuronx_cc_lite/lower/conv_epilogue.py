@@ -60,7 +60,7 @@ class Epilogue:
     """The epilogue of one convolution node; `repeat`: the bias repeated that many times down the partitions
     (bands of a depthwise convolution)."""
 
-    def __init__(self, ctx: LowerCtx, node: Node, out_max: int, repeat: int = 1) -> None:
+    def __init__(self, ctx: LowerCtx, node: Node, repeat: int = 1) -> None:
         self.ctx, self.node = ctx, node
         self.out = ctx.output(node.outputs[0], (1, 2))  # output channels on partitions
         self.bias = ctx.view(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else None
@@ -75,8 +75,8 @@ class Epilogue:
         if self.direct and value is not None:
             prog = ctx.program
             rows = bias_rows(ctx, np.tile(value, repeat), f"{node.name}/bias")
-            ones = prog.sbuf(rows.partitions, out_max, rows.dtype, f"{node.name}/ones")
-            prog.emit("memset", Engine.POOL, dst=ones.ap(), value=1.0)
+            ones = prog.filled(rows.partitions, min(prog.target.psum_bank_fmax, prog.target.gemm_moving_fmax),
+                               rows.dtype, 1.0)
             self.pe_bias = rows, ones
 
     def bias_column(self, partitions: int, parts: list[tuple[int, int, int]]) -> TileAccess | None:

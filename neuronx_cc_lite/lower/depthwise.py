@@ -75,11 +75,10 @@ def _banded_weights(ctx: LowerCtx, node: Node, geo: ConvGeometry, bands: int) ->
     return tile
 
 
-def lower_banded_depthwise(ctx: LowerCtx, node: Node, geo: ConvGeometry, bands: int, per_band: int,
-                           out_max: int) -> None:
+def lower_banded_depthwise(ctx: LowerCtx, node: Node, geo: ConvGeometry, bands: int, per_band: int) -> None:
     prog = ctx.program
     c, p = geo.channels, bands * geo.channels
-    x, epilogue = ctx.view(node.inputs[0]), Epilogue(ctx, node, out_max, bands)
+    x, epilogue = ctx.view(node.inputs[0]), Epilogue(ctx, node, bands)
     src = x.transpose((1, 0, 2, 3))  # (C, batch, rows, columns)
     rows, cols = geo.axes
     weights = _banded_weights(ctx, node, geo, bands)

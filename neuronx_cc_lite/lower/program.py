@@ -135,6 +135,7 @@ class Program:
         self.hbm_size = 0  # bytes, once the HBM layout has placed every tensor
         self._ones: dict[DType, Tile] = {}
         self._scalars: dict[tuple[DType, str], Tile] = {}
+        self._filled: dict[tuple[DType, str, int, int], Tile] = {}
 
     def operand_dtype(self, dtype: DType) -> DType:
         """The type a matmul operand of type `dtype` is held in on chip: the auto-cast type for fp32."""
@@ -163,6 +164,16 @@ class Program:
             self._ones[dtype] = tile = self.sbuf(pmax, pmax, dtype, f"ones/{dtype.name}")
             self.instrs.insert(0, PendingInstr("memset", Engine.POOL, 0, {"dst": tile.ap(), "value": 1.0}, ""))
         return self._ones[dtype]
+
+    def filled(self, partitions: int, free: int, dtype: DType, value: float) -> Tile:
+        """A [partitions, free] tile holding `value`, filled once at the start of the program and shared by every
+        lowering that asks for the same (a convolution epilogue's ones, against which PE adds its bias rows: one
+        fill where each convolution's own was a GpSimdE pass on the dependent chain's shared SBUF port)."""
+        key = (dtype, repr(float(value)), partitions, free)
+        if key not in self._filled:
+            self._filled[key] = tile = self.sbuf(partitions, free, dtype, f"filled/{dtype.name}/{value:g}")
+            self.instrs.insert(0, PendingInstr("memset", Engine.POOL, 0, {"dst": tile.ap(), "value": value}, ""))
+        return self._filled[key]
 
     def scalar(self, value: float, dtype: DType) -> Tile:
         """A pmax x 1 tile holding `value` on every partition, filled once at the start of the program: a constant

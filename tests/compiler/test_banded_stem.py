@@ -17,7 +17,8 @@ from tests.conftest import assert_close, compile_to_model, make_model
 BF16 = Options(auto_cast="matmult", auto_cast_type="bf16")
 
 STEMS = {  # (case, partitions a matmul contracts over: shifts x channels x bands, outputs on: channels x bands)
-    # MobileNetV3's stem at a smaller size: 12 x 80 outputs, 6 bands of 2 rows (rows of 160 fp32: 640 bytes)
+    # MobileNetV3's stem at a smaller size: 12 x 80 outputs, 6 bands of 2 rows (rows of 160 fp32: 640 bytes), its
+    # taps packed (a small image: the copies load faster than the passes they save; at 224 x 224, below, not)
     "3x3-stride2": (dict(n=1, c=3, spatial=[24, 160], m=16, kernel=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
                     54, 96),
     # 13 x 150 outputs, two images: 4 bands of a row (32 output channels), the last group of one band
@@ -42,13 +43,14 @@ def test_banded_stem(tmp, case, contracted, outputs):
     _exact_to_bf16_operands(model, tmp)
 
 
-def test_a_banded_stem_takes_a_pass_per_kernel_row_for_all_its_bands():
+def test_a_banded_stem_takes_each_tap_for_all_its_bands():
     """MobileNetV3's stem shape: 112 x 112 outputs over 16 channels, 8 bands of 2 rows a group of matmuls: 7
-    groups of 3 passes (one per kernel row, the row's three taps packed), where a bank of 4 rows on 16
-    partitions took 28 banks of 3."""
+    groups of 9 passes over 1,792 columns, where 28 banks of 4 rows on 16 partitions took 3 passes each (taps
+    packed: three copies of the window each) over 12,544."""
     model = conv("Conv", n=1, c=3, spatial=[224, 224], m=16, kernel=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
     pe = compile_model(model, BF16).cores[0]["PE"].instructions
-    assert len(pe) == 7 * 3
+    assert len(pe) == 7 * 9
+    assert {(i.args["moving"].num_partitions, i.args["dst"].num_partitions) for i in pe} == {(24, 128)}
 
 
 def _stem_block(epilogue: list, residual: bool = False) -> object:
