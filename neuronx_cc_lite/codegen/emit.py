@@ -27,10 +27,33 @@ def emit(program: Program, hbm_size: int) -> dict[str, Stream]:
                                p.node)
         stream = f"DMA{p.queue}" if p.engine is Engine.DMA else p.engine.name
         items.append((index_of[stream], instr))
-    synchronize(items, len(names))
+    synchronize(items, len(names), _port_anchors(program, items, index_of))
     streams: dict[str, Stream] = {}
     for (s, instr), p in zip(items, program.instrs):
         stream = streams.setdefault(names[s], Stream([], []))
         stream.instructions.append(instr)
         stream.nodes.append(p.node)
     return {name: streams[name] for name in names if name in streams}
+
+
+# Engines that share one SBUF port: an instruction on one holds it from the other (isa/costs.py ports).
+_PORT_SHARERS = {"DVE": "POOL", "POOL": "DVE"}
+
+
+def _port_anchors(program: Program, items: list[tuple[int, Instruction]], index_of: dict[str, int]) -> dict[int, int]:
+    """For each fill (memset) on VectorE or GpSimdE: the instruction the schedule placed before it on the engine it
+    shares the SBUF port with, which it then waits for. A fill depends on nothing, so without it the engine runs
+    every fill of the program back to back as soon as it can, holding the port the other engine's dependent chain
+    needs (MobileNetV3: the padding fills of fifteen later convolutions ran at the start and held the stem's
+    HardSwish 7 us). Anchored, each runs about when the schedule planned it."""
+    stream_of = {index_of[e]: e for e in _PORT_SHARERS if e in index_of}
+    last: dict[str, int] = {}
+    anchors: dict[int, int] = {}
+    for position, ((stream, _), p) in enumerate(zip(items, program.instrs)):
+        engine = stream_of.get(stream)
+        if engine is None:
+            continue
+        if p.op == "memset" and _PORT_SHARERS[engine] in last:
+            anchors[position] = last[_PORT_SHARERS[engine]]
+        last[engine] = position
+    return anchors

@@ -32,9 +32,11 @@ from neuronx_cc_lite.codegen.regions import Conflicts, Index, Record, box_of
 KNOWN_EVERY = 256
 
 
-def synchronize(program: list[tuple[int, Instruction]], num_streams: int) -> None:
+def synchronize(program: list[tuple[int, Instruction]], num_streams: int,
+                anchors: dict[int, int] | None = None) -> None:
     """Set `waits` and `signal` on every instruction. `program` lists (stream, instruction) in program order; the
-    semaphore of stream s is s."""
+    semaphore of stream s is s. `anchors`: position -> an earlier position it must also follow (emit.py)."""
+    anchors = anchors or {}
     index = Conflicts()
     written_hbm = Index()  # every HBM write: a read that no later write overlaps need not be remembered
     for position, (stream, instr) in enumerate(program):
@@ -62,6 +64,9 @@ def synchronize(program: list[tuple[int, Instruction]], num_streams: int) -> Non
             for r in earlier:  # (the cheap test first: most candidates are already needed)
                 if r.index > needs.get(r.stream, -1) and r.meets(access):
                     needs[r.stream] = r.index
+        anchor = anchors.get(position)
+        if anchor is not None and anchor > needs.get(program[anchor][0], -1):
+            needs[program[anchor][0]] = anchor
         mine = []
         for other, at in sorted(needs.items(), key=lambda kv: -kv[1]):
             if clock[other] >= at:
