@@ -11,8 +11,10 @@ the diagonal, so that one matmul computes B bands: B times fewer columns, the ep
 
     B = min(pmax // M, pmax // K, bands of R rows the outputs have);  R as lower/depthwise.band_plan
     for each image, for each group of B bands (R * B output rows):
-        window [K * B, span(R) x span(W)]: zeros (the whole tile: the engines start only at a quadrant's first
-            partition), then per shift j and channel c one load of every band's rows onto partitions
+        window [K * B, span(R) x span(W)]: zeros where no input lands (the padding columns; the rows above the
+            image or below it, of every band: the engines start only at a quadrant's first partition, and the
+            other bands' loads come after), then per shift j and channel c one load of every band's rows onto
+            partitions
             (j * C + c) * B + b: the bands' rows lie R * stride input rows apart, one stride, so one transfer
             moves them all (a band at the image's edge, with fewer rows, apart)
         acc [B * M, R * W] = sum over tap groups of W_group.T @ (window read at the group's tap), W_group's rows
@@ -120,7 +122,7 @@ def lower_banded_stem(ctx: LowerCtx, node: Node, geo: ConvGeometry, packed: int,
             whole = [Block(n, 1, (r0 + b * per_band, 0), (per_band, cols.out)) for b in range(bands)]
             strides, image = window_strides(whole[0], geo.axes)
             window = prog.sbuf(bands * k, image, dtype, f"{node.name}/x")
-            prog.emit("memset", Engine.POOL, dst=window.ap(), value=0.0)
+            _fill_edges(prog, window, whole, geo.axes, shifts, (image, *strides))
             for j, shift in enumerate(shifts):
                 _load_bands(prog, window, src, whole, geo.axes, shift, j, c, strides[0])
             acc = prog.psum(p, per_band * cols.out, f"{node.name}/acc")
@@ -163,3 +165,26 @@ def _load_bands(prog: Program, window: Tile, src: HbmView, whole: list[Block], a
                            src.offset + c * s_c + n * s_n + first * s_h + first_col * s_w)
             dma_tile(prog, window, view, (row_stride, cols.up), pos * row_stride + col_pos,
                      (j * channels + c) * bands + run[0])
+
+
+def _fill_edges(prog: Program, window: Tile, whole: list[Block], axes: list[Axis], shifts: list[int],
+                strides: tuple[int, ...]) -> None:
+    """Zero what no load of the group writes: the columns before the first input column and after the last of any
+    shift (every band alike), and the rows before and after each band's input rows, on every partition (a band
+    past the image's last row: its whole window). The loads, which write over the other bands' rows, follow."""
+    rows, cols = axes
+    row_span, col_span = rows.span(whole[0].counts[0]), cols.span(cols.out)
+    runs = [cols.interior(0, cols.out, shift) for shift in shifts]
+    before = max(pos if n else col_span for _, n, pos in runs)
+    after = min(pos + n if n else 0 for _, n, pos in runs)
+    row_stride = strides[1]
+    for lo, hi in ((0, before), (after, col_span)):
+        if hi > lo:
+            prog.emit("memset", Engine.POOL, dst=window.ap(((row_span, row_stride), (hi - lo, 1)), lo), value=0.0)
+    slabs = set()
+    for block in whole:
+        _, count, pos = rows.interior(block.starts[0], block.counts[0])
+        slabs |= {(0, pos), (pos + count, row_span)} if count else {(0, row_span)}
+    for lo, hi in sorted(slabs):
+        if hi > lo:
+            prog.emit("memset", Engine.POOL, dst=window.ap((((hi - lo) * row_stride, 1),), lo * row_stride), value=0.0)

@@ -72,3 +72,14 @@ def test_banded_stem_hard_swish_reads_the_bank(tmp):
 def test_banded_stem_adds_a_residual_then_relu(tmp):
     _exact_to_bf16_operands(_stem_block([helper.make_node("Add", ["c", "r"], ["s"]),
                                          helper.make_node("Relu", ["s"], ["y"])], residual=True), tmp)
+
+
+def test_banded_stem_is_right_under_random_interleaving(tmp):
+    """The edge fills span every band's partitions and the loads of the other bands write over them: ordered by
+    semaphores alone."""
+    model = conv("Conv", **STEMS["5x5-no-bias"][0])
+    compiled = compile_to_model(model, tmp, BF16)
+    inputs = seeded_inputs(compiled.inputs)
+    reference = onnxruntime_outputs(bf16_operands(model), inputs)
+    for seed in range(2):
+        assert_close(compiled.run(inputs, policy="random", seed=seed), reference, rtol=1e-5)
