@@ -109,9 +109,17 @@ def _reduce(prog: Program, dst: TileAccess, src: TileAccess, op: AluOp) -> None:
     prog.emit("tensor_reduce", Engine.DVE, dst=dst, src=src, op=op, axes=1)
 
 
+def _zero_where(prog: Program, y: TileAccess, predicate: TileAccess) -> None:
+    """y = 0 where `predicate` is non-zero (a NaN guard's Where), y elsewhere: one VectorE pass."""
+    zero = prog.scalar(0.0, DType.fp32).ap(((math.prod(n for n, _ in y.dims), 0),), 0, 0, y.partitions)
+    prog.emit("tensor_copy_predicated", Engine.DVE, dst=y, src=zero, predicate=predicate)
+
+
 @lowering("Softmax", "LogSoftmax", check=_check)
 def lower_softmax(ctx: LowerCtx, node: Node) -> None:
+    """Softmax with nan_to_zero (passes/fuse_epilogues.py): Where(IsNaN(softmax), 0, softmax), the NaN rows zero."""
     log = node.op == "LogSoftmax"
+    guarded = bool(node.attrs.get("nan_to_zero"))
 
     def body(prog: Program, p: int, n: int, x: TileAccess, y: TileAccess, _: list[HbmView]) -> None:
         neg_max, total = _column(prog, p, "-max"), _column(prog, p, "sum")
@@ -134,6 +142,10 @@ def lower_softmax(ctx: LowerCtx, node: Node) -> None:
             ts(prog, y, x, AluOp.subtract, total)
         else:
             ts(prog, y, e, AluOp.divide, total)
+        if guarded:  # a row is NaN whole or not at all (a NaN anywhere makes its sum NaN): zero the rows whose is
+            bad = _column(prog, p, "nan")
+            tt(prog, bad, total, total, AluOp.not_equal)
+            _zero_where(prog, y, bad.tile.ap(((n, 0),), 0, 0, p))
 
     def streamed(prog: Program, p: int, n: int, row: HbmView, dst: HbmView, _: list[HbmView], budget: int) -> None:
         """A row longer than a tile: log-sum-exp over its pieces (two passes), then each piece of the output
@@ -148,6 +160,10 @@ def lower_softmax(ctx: LowerCtx, node: Node) -> None:
                 ts(prog, y, x, AluOp.add, lse)
             else:
                 act(prog, y, x, ActFunc.exp, bias=lse)
+            if guarded:  # (here a row with +inf holds NaN where it is and zeros elsewhere: element by element)
+                nan = prog.sbuf(p, x.tile.free, DType.fp32, f"{node.name}/nan").ap()
+                tt(prog, nan, y, y, AluOp.not_equal)
+                _zero_where(prog, y, nan)
             prog.dma(out, y)
 
     per_row(ctx, node, _normalized_axes(node, ctx.graph), [], body, streamed)

@@ -185,14 +185,38 @@ def _fuse_conv(g: Graph, users: dict[str, list[Node]], producers: dict[str, Node
     return Node(CONV_OP, head.name, inputs, [out], attrs, DOMAIN, opset=g.opset_of(head)), matched
 
 
+def _fuse_nan_guard(g: Graph, users: dict[str, list[Node]], node: Node) -> tuple[Node, list[Node]] | None:
+    """Where(IsNaN(s), 0, s) after s = Softmax(x), s read by nothing else (torch's scaled_dot_product_attention
+    as the dynamo exporter writes it: a row masked whole comes out zeros, not NaN): the Softmax writes the Where's
+    output itself, with the attribute nan_to_zero (its guard one pass per row block, lower/normalize.py, where
+    the IsNaN and the Where were a pass each over the attention probabilities)."""
+    s = node.outputs[0]
+    readers = users.get(s, [])
+    if len(readers) != 2 or s in g.outputs or g.tensors[s].dtype != np.float32:
+        return None
+    is_nan = next((r for r in readers if r.op == "IsNaN"), None)
+    where = next((r for r in readers if r.op == "Where"), None)
+    if is_nan is None or where is None or users.get(is_nan.outputs[0], []) != [where] or \
+            is_nan.outputs[0] in g.outputs or where.inputs[0] != is_nan.outputs[0] or where.inputs[2] != s:
+        return None
+    zero = g.tensors[where.inputs[1]]
+    if not zero.is_constant or zero.value.size != 1 or float(np.asarray(zero.value).reshape(-1)[0]) != 0.0 or \
+            g.tensors[where.outputs[0]].shape != g.tensors[s].shape:
+        return None
+    return Node(node.op, node.name, list(node.inputs), [where.outputs[0]], {**node.attrs, "nan_to_zero": 1},
+                node.domain, opset=g.opset_of(node)), [node, is_nan, where]
+
+
 def run(g: Graph) -> Graph:
     users, producers = g.consumers(), g.producers()
     replaced: dict[int, Node] = {}
     dead: set[int] = set()
     for node in list(g.nodes):
-        if node.op not in ("MatMul", "Gemm", "Conv") or node.domain not in ("", "ai.onnx") or id(node) in dead:
+        if node.op not in ("MatMul", "Gemm", "Conv", "Softmax") or node.domain not in ("", "ai.onnx") or \
+                id(node) in dead:
             continue
-        found = _fuse_conv(g, users, producers, node) if node.op == "Conv" else _fuse(g, users, node)
+        found = _fuse_conv(g, users, producers, node) if node.op == "Conv" else \
+            _fuse_nan_guard(g, users, node) if node.op == "Softmax" else _fuse(g, users, node)
         if found is None:
             continue
         fused, matched = found

@@ -109,3 +109,36 @@ def test_under_auto_cast_a_hard_activation_reads_the_bank(tmp):
     assert_close(ours, ref, rtol=1e-5)
     engines = streams(model, options)
     assert engines["PE"].count("nc_matmul") == 4  # two convolutions, each one bank and its bias
+
+
+def _guarded_softmax(shape: tuple[int, ...], mask: np.ndarray) -> onnx.ModelProto:
+    """torch's scaled_dot_product_attention as the dynamo exporter writes its probabilities: the mask added, the
+    Softmax, then Where(IsNaN(p), 0, p), so that a row masked whole is zeros rather than NaN."""
+    weights = {"mask": mask.astype(np.float32), "zero": np.asarray(0.0, np.float32)}
+    nodes = [helper.make_node("Add", ["x", "mask"], ["s"]), helper.make_node("Softmax", ["s"], ["p"], axis=-1),
+             helper.make_node("IsNaN", ["p"], ["nan"]), helper.make_node("Where", ["nan", "zero", "p"], ["y"])]
+    return make_model(nodes, {"x": (list(shape), TensorProto.FLOAT)}, {"y": (list(shape), TensorProto.FLOAT)},
+                      weights)
+
+
+@pytest.mark.parametrize("length", [40, 9000], ids=["row-in-a-tile", "streamed-rows"])
+def test_a_nan_guard_joins_its_softmax(tmp, length):
+    """The IsNaN and the Where become the Softmax's own guard (one VectorE pass): rows masked whole (all -inf: NaN
+    from the Softmax) come out zeros, the others as the Softmax gives them; a row longer than a tile too."""
+    from neuronx_cc_lite.frontend import import_model
+    from neuronx_cc_lite.passes import run_pipeline
+    from neuronx_cc_lite.reference import onnxruntime_outputs
+    from tests.conftest import assert_close, compile_to_model
+
+    mask = np.zeros((3, length))
+    mask[1] = -np.inf  # a row masked whole
+    mask[2, ::3] = -np.inf  # a row masked in part
+    model = _guarded_softmax((2, 3, length), mask)
+    g = run_pipeline(import_model(model))
+    assert [(n.op, n.attrs.get("nan_to_zero")) for n in g.nodes if n.op != "Add"] == [("Softmax", 1)]
+    compiled = compile_to_model(model, tmp)
+    x = np.random.default_rng(0).standard_normal((2, 3, length)).astype(np.float32)
+    x[1, 0, 5] = np.nan  # a NaN input: its row NaN from the Softmax, zeros after the guard
+    ours, ref = compiled.run({"x": x}), onnxruntime_outputs(model, {"x": x})
+    assert np.isfinite(ours["y"]).all() and (ours["y"][:, 1] == 0).all() and (ours["y"][1, 0] == 0).all()
+    assert_close(ours, ref, rtol=1e-5)
