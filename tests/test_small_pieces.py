@@ -24,9 +24,8 @@ from tests.runtime.helpers import hbm, sbuf
 CLEAN = ["attention_int8", "bert_hf", "bert_legacy", "bert_modern", "cnn_ops", "cnn_qdq", "cnn_qoperator",
          "gpt_legacy", "gpt_modern", "gru_classifier", "lstm_tagger", "mlp_small", "mlp_odd", "mlp_wide",
          "refine_loop", "resnet_small"]
-# Cut small still (benchmarks/small_pieces.py): ViT (the patch embedding's gather of 16-element patch rows).
 CLEAN_FAMILIES = ["bert_base", "bert_large", "distilbert", "resnet18", "resnet50", "gpt2", "mobilenet_v3",
-                  "unet_block", "scan", "llama_layer"]
+                  "unet_block", "scan", "llama_layer", "vit"]
 
 
 def test_a_transposing_copy_is_all_small_pieces():
