@@ -1,6 +1,7 @@
 """What the roofline knows of a model, counted on the graph as the passes leave it, before any lowering: the FLOPs
-of its matrix products (MatMul, Gemm, Conv, ConvTranspose, PatchEmbedding), 2 per multiply-add (MFU and the compute term), and
-the bytes of its outputs that are copies of its inputs and weights (the DMA term: runtime/profile.py)."""
+of its matrix products (MatMul, Gemm, Conv, ConvTranspose, PatchEmbedding), 2 per multiply-add (MFU and the
+compute term), and the bytes of its outputs that are copies of its inputs and weights (the DMA term:
+runtime/profile.py)."""
 
 from __future__ import annotations
 

@@ -117,9 +117,9 @@ def _load_window(prog: Program, x: HbmView, geo: Patches, block: tuple[int, int,
     tile = prog.sbuf(kt, rows * geo.width, dtype, name)
     for c in range(r0 // kh, (r0 + kt - 1) // kh + 1):
         first, last = max(r0, c * kh), min(r0 + kt, (c + 1) * kh)  # flattened rows (c, i) of this channel
+        start = x.offset + n * x.strides[0] + c * x.strides[1] + (row0 * kh + first - c * kh) * x.strides[2]
         image_rows = HbmView(x.tensor, x.dtype, (last - first, rows, geo.width),
-                             (x.strides[2], kh * x.strides[2], x.strides[3]),
-                             x.offset + n * x.strides[0] + c * x.strides[1] + (row0 * kh + first - c * kh) * x.strides[2])
+                             (x.strides[2], kh * x.strides[2], x.strides[3]), start)
         dma_tile(prog, tile, image_rows, (geo.width, 1), 0, first - r0)
     return tile
 
