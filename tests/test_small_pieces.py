@@ -1,6 +1,8 @@
 """DMA pieces under 512 bytes where a partition's data is longer (isa/costs.small_pieces): the profile counts them,
-and the models of models/ that are free of them stay free (a transposing copy once cut a Transpose into
-4-byte pieces). benchmarks/small_pieces.py takes the census of models/ and the exporter families."""
+and the models of models/ and the exporter families, all free of them (benchmarks/small_pieces.py takes the census),
+stay free: a transposing copy once cut a Transpose into 4-byte pieces; the last three cut were ViT's patch embedding
+(16-element patch rows, now lower/patches.py), the Llama layer's grouped keys (256-byte head rows stored by a copy,
+now a view) and lstm_tagger's batch-first input (64-byte rows reordered, now projected in its own order)."""
 
 from __future__ import annotations
 
