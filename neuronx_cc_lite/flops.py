@@ -1,6 +1,7 @@
 """What the roofline knows of a model, counted on the graph as the passes leave it, before any lowering: the FLOPs
-of its matrix products (MatMul, Gemm, Conv, ConvTranspose), 2 per multiply-add (MFU and the compute term), and
-the bytes of its outputs that are copies of its inputs and weights (the DMA term: runtime/profile.py)."""
+of its matrix products (MatMul, Gemm, Conv, ConvTranspose, PatchEmbedding), 2 per multiply-add (MFU and the
+compute term), and the bytes of its outputs that are copies of its inputs and weights (the DMA term:
+runtime/profile.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from neuronx_cc_lite.lower.registry import LOWERINGS
 
 
 def node_flops(node: Node, g: Graph) -> int:
-    if node.op not in ("MatMul", "Gemm", "MatMulEpilogue", "Conv", "ConvEpilogue", "ConvTranspose"):
+    if node.op not in ("MatMul", "Gemm", "MatMulEpilogue", "Conv", "ConvEpilogue", "ConvTranspose",
+                       "PatchEmbedding"):
         return 0
     shape = [g.tensors[n].shape for n in node.inputs[:2]]
     out = g.tensors[node.outputs[0]].shape
@@ -21,7 +23,7 @@ def node_flops(node: Node, g: Graph) -> int:
         a = shape[0]
         k = a[-1] if node.op == "MatMul" or not node.attrs.get("transA", 0) else a[0]
         return 2 * math.prod(out) * k
-    if node.op in ("Conv", "ConvEpilogue"):
+    if node.op in ("Conv", "ConvEpilogue", "PatchEmbedding"):  # PatchEmbedding: out [patches, M]
         w = shape[1]  # [M, C / group, *kernel]
         return 2 * math.prod(out) * math.prod(w[1:])
     if node.op == "ConvTranspose":

@@ -9,9 +9,8 @@ from neuronx_cc_lite.frontend import release_mapped_weights
 from neuronx_cc_lite.ir import Graph
 from neuronx_cc_lite.lower import (  # noqa: F401  (each module registers its lowerings)
     activations, batchnorm, cast, collective, concat, conv, cumsum, einsum, elementwise, feature_norm, gather,
-    group_norm,
-    logic, lrn, matmul, movement, normalize, onehot, pad, pool, quantization, recurrent, reduce, resize, rounding,
-    scatter, topk, views)
+    group_norm, logic, lrn, matmul, movement, normalize, onehot, pad, patches, pool, quantization, recurrent, reduce,
+    resize, rounding, scatter, topk, views)
 from neuronx_cc_lite.lower.context import LowerCtx
 from neuronx_cc_lite.lower.program import Program
 from neuronx_cc_lite.lower.registry import LOWERINGS, unsupported_nodes, why_unsupported

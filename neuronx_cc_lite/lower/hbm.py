@@ -107,6 +107,15 @@ class HbmView:
             return None  # (copied once in whole rows, rather than read a few bytes a piece by every reader)
         return HbmView(self.tensor, self.dtype, tuple(shape), strides, self.offset)
 
+    def unit_axes_changed(self, shape: tuple[int, ...]) -> HbmView | None:
+        """The view with size-1 axes inserted or removed (an Unsqueeze, a Squeeze), or None when `shape` changes
+        more than that. Always a view, whatever its runs: its readers read what they would read of this view, so a
+        copy would only add one more pass over the same short runs."""
+        if [n for n in shape if n != 1] != [n for n in self.shape if n != 1]:
+            return None
+        strides = reshaped_strides(self.shape, self.strides, tuple(shape))
+        return None if strides is None else HbmView(self.tensor, self.dtype, tuple(shape), strides, self.offset)
+
     def run_bytes(self) -> int:
         """The bytes of the longest contiguous run the view reads at a time (its innermost axes, one inside the
         other)."""

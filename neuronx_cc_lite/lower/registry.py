@@ -36,8 +36,8 @@ class Lowering:
 LOWERINGS: dict[str, Lowering] = {}
 # Ops the compiler's own passes create (fused operators), in the compiler's domain.
 INTERNAL_DOMAIN = "ai.neuronx_cc_lite"
-INTERNAL_OPS = {"MatMulEpilogue", "ConvEpilogue", "GroupNormActivation", "AllReduce", "AllGather", "ReduceScatter",
-                "SaturatingCast"}
+INTERNAL_OPS = {"MatMulEpilogue", "ConvEpilogue", "GroupNormActivation", "PatchEmbedding", "AllReduce", "AllGather",
+                "ReduceScatter", "SaturatingCast"}
 
 
 # Ops without a lowering that a pass removes when it can (an If whose condition folds, a NonZero over constants):

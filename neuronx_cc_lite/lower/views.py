@@ -16,7 +16,8 @@ from neuronx_cc_lite.lower.registry import lowering
 def lower_reshape(ctx: LowerCtx, node: Node) -> None:
     """The output has the input's elements in the same order; its shape is settled by shape inference."""
     source = ctx.view(node.inputs[0])
-    view = source.reshape(ctx.shape(node.outputs[0]))
+    shape = ctx.shape(node.outputs[0])
+    view = source.unit_axes_changed(shape) or source.reshape(shape)
     if view is not None:
         ctx.alias(node.outputs[0], view)
         return

@@ -17,8 +17,9 @@
   block has it -> GroupNormActivation (the compiler's own op): ScalarE applies the function to each tile as the
   normalisation leaves it, instead of two more passes over the tensor;
 - a 2D convolution whose stride is its kernel (a ViT's patch embedding: non-overlapping patches, no padding)
-  -> Reshape and Transpose of the input into patches, one MatMul (a Gemm with the bias) with the kernel as a
-     [C*kh*kw, M] matrix, and Reshape and Transpose back: one matmul instead of a convolution of 16x16 taps.
+  -> PatchEmbedding (the compiler's own op: a row per patch, lower/patches.py contracting over channels and kernel
+     rows with the image's rows loaded whole), then Reshape and Transpose back to the convolution's layout: a
+     token-major result, as the transformer after it reads it, instead of a convolution of 16x16 taps.
 
 A pattern is rewritten (into one node, or a few) only when every intermediate value it swallows has no other use,
 so the rewrite never changes what the rest of the graph sees. The nodes left without users are removed.
@@ -360,17 +361,10 @@ def _patchify(m: _Matcher, conv: Node) -> tuple[list[Node], list[Node]] | None:
     def shape_of(suffix: str, shape: tuple[int, ...]) -> str:
         return tensor(suffix, (len(shape),), np.array(shape, dtype=np.int64))
 
-    split = tensor("split", (n, c, ph, kh, pw, kw))
-    moved = tensor("patches6", (n, ph, pw, c, kh, kw))
-    patches = tensor("patches", (n * ph * pw, c * kh * kw))
-    matrix = tensor("matrix", (c * kh * kw, m_out), np.ascontiguousarray(wt.value.reshape(m_out, -1).T))
     product = tensor("product", (n * ph * pw, m_out))
     grid = tensor("grid", (n, ph, pw, m_out))
-    nodes = [Node("Reshape", f"{name}/split", [x, shape_of("split_shape", (n, c, ph, kh, pw, kw))], [split]),
-             Node("Transpose", f"{name}/gather", [split], [moved], {"perm": [0, 2, 4, 1, 3, 5]}),
-             Node("Reshape", f"{name}/flatten", [moved, shape_of("flat_shape", (n * ph * pw, c * kh * kw))],
-                  [patches]),
-             Node("Gemm", f"{name}/matmul", [patches, matrix] + ([bias] if bias else []), [product]),
+    nodes = [Node("PatchEmbedding", f"{name}/patches", [x, w] + ([bias] if bias else []), [product],
+                  {"kernel_shape": [kh, kw]}, INTERNAL_DOMAIN),
              Node("Reshape", f"{name}/unflatten", [product, shape_of("grid_shape", (n, ph, pw, m_out))], [grid]),
              Node("Transpose", name, [grid], list(conv.outputs), {"perm": [0, 3, 1, 2]})]
     return nodes, [conv]

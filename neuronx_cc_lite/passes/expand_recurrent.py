@@ -12,6 +12,11 @@ Per direction the input projection of every step is one matmul over T*B rows, th
 
     XW = X[T*B, I] @ W^T + Wb + Rb          sliced by gate and by step into [B, H] blocks xw_g[t] (views)
 
+When the graph holds X batch-first, [B, T, I] (layout 1's X; layout 0's made by a Transpose of one, as torch
+exports batch_first=True), the matmul takes its rows in that order, B*T of them, and step t's block is every T-th
+row from row t (a strided view): reordering X to time-major first would copy it in rows of I elements, DMA pieces
+of I*4 bytes (an embedding 16 wide: 64 bytes).
+
 then step by step (t ascending, or descending for reverse) one matmul per gate on the state, whose Add of xw and
 activation fuse-epilogues folds into the matmul:
 
@@ -146,17 +151,21 @@ class _Builder:
         """x[start:stop] along axis."""
         return self.block(x, {axis: (start, stop)})
 
-    def block(self, x: str, ranges: dict[int, tuple[int, int]]) -> str:
-        """x[start:stop] along each axis in `ranges`: a constant, or a Slice (a view: no instruction). Not a Split,
-        whose results dead-code elimination could not drop one by one (an LSTM's unread last output gate)."""
+    def block(self, x: str, ranges: dict[int, tuple[int, int] | tuple[int, int, int]]) -> str:
+        """x[start:stop(:step)] along each axis in `ranges`: a constant, or a Slice (a view: no instruction). Not a
+        Split, whose results dead-code elimination could not drop one by one (an LSTM's unread last output gate)."""
         if (v := self.value(x)) is not None:
             return self.const(v[tuple(slice(*ranges.get(a, (None, None))) for a in range(v.ndim))])
         shape = list(self.shape(x))
-        for axis, (start, stop) in ranges.items():
-            shape[axis] = stop - start
+        steps = {a: (r + (1,))[2] for a, r in ranges.items()}
+        for axis, (start, stop, *_) in ranges.items():
+            shape[axis] = len(range(start, stop, steps[axis]))
         axes = sorted(ranges)
         bounds = [self.const(np.array([ranges[a][k] for a in axes])) for k in (0, 1)]
-        return self.op("Slice", [x, *bounds, self.const(np.array(axes))], tuple(shape), self.g.tensors[x].dtype)
+        inputs = [x, *bounds, self.const(np.array(axes))]
+        if any(step != 1 for step in steps.values()):
+            inputs.append(self.const(np.array([steps[a] for a in axes])))
+        return self.op("Slice", inputs, tuple(shape), self.g.tensors[x].dtype)
 
     def reshape(self, x: str, shape: tuple[int, ...], out: str | None = None) -> str:
         if out is None and self.shape(x) == shape:
@@ -229,8 +238,9 @@ def _input(node: Node, i: int) -> str:
     return node.inputs[i] if len(node.inputs) > i else ""
 
 
-def _direction(b: _Builder, d: int, x2: str, sizes: tuple[int, int, int, int], acts: list[Activation]
-               ) -> _Direction:
+def _direction(b: _Builder, d: int, x2: str, sizes: tuple[int, int, int, int], acts: list[Activation],
+               batch_first: bool) -> _Direction:
+    """`x2`: X's rows, [T*B, I] time-major or, `batch_first`, [B*T, I]."""
     node, (T, B, I, H) = b.node, sizes
     G = GATES[node.op]
     w = b.transpose(b.reshape(b.take(node.inputs[1], 0, d, d + 1), (G * H, I)), (1, 0))
@@ -246,7 +256,8 @@ def _direction(b: _Builder, d: int, x2: str, sizes: tuple[int, int, int, int], a
             rbh = b.take(rb, 0, 2 * H, 3 * H)
             rb = b.concat([b.take(rb, 0, 0, 2 * H), b.const(np.zeros(H, b.dtype))], 0)
         xw = b.add(xw, b.add(wb, rb))
-    blocks = [[b.block(xw, {0: (t * B, (t + 1) * B), 1: (k * H, (k + 1) * H)}) for t in range(T)] for k in range(G)]
+    rows = [(t, (B - 1) * T + t + 1, T) if batch_first else (t * B, (t + 1) * B) for t in range(T)]
+    blocks = [[b.block(xw, {0: rows[t], 1: (k * H, (k + 1) * H)}) for t in range(T)] for k in range(G)]
     layout = node.attrs.get("layout", 0)
 
     def state(i: int) -> str:
@@ -320,6 +331,18 @@ def _emit(b: _Builder, value: str, out: str) -> None:
     b.reshape(value, tuple(b.g.tensors[out].shape), out)
 
 
+def _batch_first(g: Graph, node: Node) -> str | None:
+    """X as [B, T, I], when the graph holds it so: layout 1's X, or the input of the Transpose that makes layout
+    0's."""
+    x = node.inputs[0]
+    if node.attrs.get("layout", 0) == 1:
+        return x
+    made_by = g.producers().get(x)
+    if made_by is not None and made_by.op == "Transpose" and list(made_by.attrs.get("perm", ())) == [1, 0, 2]:
+        return made_by.inputs[0]
+    return None
+
+
 def _expand(g: Graph, node: Node) -> list[Node]:
     b = _Builder(g, node)
     acts = activations(node)
@@ -330,14 +353,15 @@ def _expand(g: Graph, node: Node) -> list[Node]:
     T, B, I = b.shape(x)
     H = b.shape(node.inputs[2])[-1]
     sizes = (T, B, I, H)
-    x2 = b.reshape(x, (T * B, I))
+    batch_first = _batch_first(g, node)
+    x2 = b.reshape(batch_first or x, (T * B, I))
     clip = float(node.attrs["clip"]) if "clip" in node.attrs else None
     masks = _masks(b, T, B)
     zero = b.scalar(0.0) if any(masks) else ""
     ys, hs, cs = [], [], []
     for d in range(_directions(node)):
         reverse = node.attrs.get("direction", "forward") == "reverse" or d == 1
-        dirn = _direction(b, d, x2, sizes, acts[d])
+        dirn = _direction(b, d, x2, sizes, acts[d], batch_first is not None)
         h, c, y = dirn.h0, dirn.c0, [""] * T
         for t in (reversed(range(T)) if reverse else range(T)):
             new_c = None

@@ -204,6 +204,26 @@ def test_optional_outputs(tmp, outputs):
     _check(tmp, *_model("LSTM", "bidirectional", layout=1, initial=True, outputs=outputs))
 
 
+@pytest.mark.parametrize("op", ["LSTM", "GRU"])
+def test_a_batch_first_input_is_projected_in_its_own_order(tmp, op):
+    """torch's batch_first export: a Transpose of X [B, T, I] feeds a layout-0 node. The input projection takes X's
+    rows as they lie, each step reading every T-th row, rather than a time-major copy of X made in rows of I
+    elements (16-byte DMA pieces here); the answer matches onnxruntime."""
+    from runtime.profile import small_pieces_by_node
+
+    model, feeds = _model(op, "bidirectional", lens="const", initial=True)
+    x = model.graph.input[0]
+    x.name = "X_batch_first"
+    dims = x.type.tensor_type.shape.dim
+    dims[0].dim_value, dims[1].dim_value = B, T
+    model.graph.node.insert(0, helper.make_node("Transpose", ["X_batch_first"], ["X"], perm=[1, 0, 2]))
+    feeds = {"X_batch_first": feeds["X"].transpose(1, 0, 2).copy()}
+    assert "Transpose" not in [n.op for n in prepare(model, Options()).nodes]
+    assert small_pieces_by_node(compile_model(model)) == {}
+    ours = compile_to_model(model, tmp).run(feeds, check_races=True)
+    assert_close(ours, onnxruntime_outputs(model, feeds), rtol=1e-5)
+
+
 def test_unrolled_into_matmuls_and_activations():
     """One input projection per direction over every step, then per step a matmul per gate, whose Add and
     activation fuse-epilogues folds in: no recurrent node is left for lowering."""
