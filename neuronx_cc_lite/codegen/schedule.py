@@ -17,8 +17,9 @@ critical ready one (rather than whichever was ready first) keeps work that is ne
 of work that is needed now. The clocks are the scheduler's estimate; the runtime then enforces the real order with
 semaphores. Three more choices decide what the hardware does well:
 - DMA queues: transfers into SBUF (loads) and out of it (stores) take separate queues, in proportion to their
-  bytes, so that a store waiting for its producer never holds up the loads queued behind it in the same queue;
-  a store queue takes loads until the first store, then only short ones while no store is ready.
+  bytes, so that stores always have queues of their own; a store queue takes loads until the first store, then
+  only short ones while no store is ready; a load queue takes a store when it is the most critical transfer ready
+  (its producer done in the estimate), which spreads a burst of stores on the critical path over every queue.
 - Memory: a tile lives from its first to its last access in the new order. It is placed (allocate.py) when
   its first access is scheduled; an instruction whose tiles find no room waits until others are freed, the
   earliest in lowering order first, so running ahead (the loads of the next tiles while this one computes:
@@ -322,11 +323,12 @@ def schedule(program: Program, lookahead: int = LOOKAHEAD, preds: list[list[int]
     pools: dict[object, _Pool] = {e: _Pool() for e in _SERVERS}
     pools["loads"], pools["short loads"], pools["stores"] = _Pool(), _Pool(), _Pool()
     # a store queue takes loads until the first store is scheduled, then only short ones when no store is ready
-    # (a long load could hold up the stores that become ready meanwhile); a load queue takes no store, which
-    # could hold the loads behind it until its producer finishes if the estimate was short, until every load is
-    # scheduled: then the program's last stores (its outputs) spread over every queue
+    # (a long load could hold up the stores that become ready meanwhile); a load queue takes a store when it is
+    # the most critical ready transfer: with stores a small share of the bytes, one store queue of sixteen held
+    # ViT's patch embedding, class-token concatenation and position add, 63 transfers one after another on the
+    # critical path (bf16 1068.2 -> 967.3 us; Llama layer 458.2 -> 405.7, BERT-base fp32 1556.6 -> 1497.3)
     pools_of_server: list[list[object]] = [
-        [e] if e is not Engine.DMA else ["loads", "short loads"] if q in loads and q not in stores else
+        [e] if e is not Engine.DMA else ["loads", "short loads", "stores"] if q in loads and q not in stores else
         ["stores", "loads", "short loads"] for e, q in servers]
     loads_left = sum(1 for p in instrs if p.engine is Engine.DMA and not is_store(p))
     port_free = {p: 0.0 for p in Port}
