@@ -35,6 +35,15 @@ def _doubling_scan(ctx: LowerCtx, t: TileAccess, width: int, op: AluOp) -> None:
         k *= 2
 
 
+def _feature_major(ctx: LowerCtx, node: Node, axis: int) -> bool:
+    """Whether to scan in the feature-major layout (lower/layout.py): the input's producer put its last axis on
+    partitions and the result's readers want it there too. The summed axis is then in the free dimension of both,
+    where the scan runs, and the tensors stay on chip as they are."""
+    rank = len(ctx.shape(node.inputs[0]))
+    return axis != rank - 1 and not node.attrs.get("reverse", 0) and ctx.partition_axes(node.inputs[0]) == (rank - 1, rank) and \
+        ctx.feature_major(node.outputs[0])
+
+
 @lowering("CumSum", check=small_integers_ok, since=11, constant_inputs=(1,))
 def lower_cumsum(ctx: LowerCtx, node: Node) -> None:
     _cumulative(ctx, node, AluOp.add, 0.0)
@@ -51,13 +60,16 @@ def _cumulative(ctx: LowerCtx, node: Node, op: AluOp, identity: float) -> None:
     rank = len(x.shape)
     axis = int(np.asarray(ctx.graph.tensors[node.inputs[1]].value).reshape(-1)[0]) % max(rank, 1)
     exclusive, reverse = bool(node.attrs.get("exclusive", 0)), bool(node.attrs.get("reverse", 0))
-    if op is AluOp.add and rank > 0 and x.size > 0 and cumsum_on_pe(ctx, node, axis):  # sums along rows on PE
-        return
-    out = ctx.output(node.outputs[0])
+    features = _feature_major(ctx, node, axis)
+    if op is AluOp.add and rank > 0 and x.size > 0 and not features and cumsum_on_pe(ctx, node, axis):
+        return  # sums along rows on PE
+    out = ctx.output(node.outputs[0], (rank - 1, rank) if features else None)
     if rank == 0 or x.size == 0:
         return
     n = x.shape[axis]
     budget = tile_free_max(ctx)
+    if features:  # in the column blocks of the matmuls that make and read it: each starts as the one before ends
+        budget = min(budget, prog.target.gemm_moving_fmax)
     chunks = [(c, min(n, c + budget)) for c in range(0, n, budget)]
     if reverse:
         chunks.reverse()
@@ -68,14 +80,18 @@ def _cumulative(ctx: LowerCtx, node: Node, op: AluOp, identity: float) -> None:
         zeros = None
         for c0, c1 in chunks:
             width = c1 - c0
-            t = prog.sbuf(rows, width, out.dtype, node.outputs[0])
+            # forward, the scan reads the loaded chunk and writes a tile of its own: a tile both loaded and stored
+            # would be one tensor's home for its load and another's for its store once they stay on chip
+            # (in the input's type: a result narrowed for the matmul reading it is rounded once, when written)
+            src = prog.sbuf(rows, width, out.dtype if reverse else x.dtype, f"{node.name}/x")
+            t = src if reverse else prog.sbuf(rows, width, out.dtype, node.outputs[0])
             # the input elements this chunk scans: shifted one place back (forward) or on (reverse) if exclusive
             shift = (1 if reverse else -1) if exclusive else 0
             lo, hi = max(0, c0 + shift), min(n, c1 + shift)
             if hi - lo < width:
-                fill(prog, t.ap(), identity)
+                fill(prog, src.ap(), identity)
             if hi > lo:
-                prog.dma(t.region(lo - (c0 + shift), hi - lo), row.slice(1, lo, hi))
+                prog.dma(src.region(lo - (c0 + shift), hi - lo), row.slice(1, lo, hi))
             if reverse:
                 _doubling_scan(ctx, t.ap(), width, op)
                 if not isinstance(carry, float):
@@ -84,7 +100,8 @@ def _cumulative(ctx: LowerCtx, node: Node, op: AluOp, identity: float) -> None:
                 if zeros is None or zeros.tile.free < width:
                     zeros = prog.sbuf(rows, width, DType.fp32, f"{node.name}/zeros").ap()
                     fill(prog, zeros, 0.0)
-                prog.emit("tensor_tensor_scan", Engine.DVE, dst=t.ap(), data0=t.ap(), data1=zeros.tile.region(0, width),
-                          initial=carry, op0=op, op1=AluOp.add, reverse0=False, reverse1=False)
+                prog.emit("tensor_tensor_scan", Engine.DVE, dst=t.ap(), data0=src.ap(),
+                          data1=zeros.tile.region(0, width), initial=carry, op0=op, op1=AluOp.add, reverse0=False,
+                          reverse1=False)
             carry = t.region(0 if reverse else width - 1, 1)
             prog.dma(dst.slice(1, c0, c1), t.ap())
