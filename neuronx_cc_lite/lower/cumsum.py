@@ -46,8 +46,8 @@ def _feature_major(ctx: LowerCtx, node: Node, axis: int) -> bool:
     partitions and the result's readers want it there too. The summed axis is then in the free dimension of both,
     where the scan runs, and the tensors stay on chip as they are."""
     rank = len(ctx.shape(node.inputs[0]))
-    return axis != rank - 1 and not node.attrs.get("reverse", 0) and ctx.partition_axes(node.inputs[0]) == (rank - 1, rank) and \
-        ctx.feature_major(node.outputs[0])
+    return axis != rank - 1 and not node.attrs.get("reverse", 0) and \
+        ctx.partition_axes(node.inputs[0]) == (rank - 1, rank) and ctx.feature_major(node.outputs[0])
 
 
 # Steps per scan instruction in the feature-major layout: short enough that the matmul after it starts early, long
@@ -87,7 +87,6 @@ def _cumulative(ctx: LowerCtx, node: Node, op: AluOp, identity: float) -> None:
         chunks.reverse()
     boxes = list(row_boxes([move_to_end(x, (axis,)), move_to_end(out, (axis,))], rank - 1, prog.target.partitions))
     carries: list[TileAccess | float] = [identity] * len(boxes)
-    zeros = None  # the scan's second operand, shared by every box
     # chunk by chunk, every box of rows in each: a feature-major result's readers take a chunk of all its features
     for c0, c1 in chunks:
         width = c1 - c0
@@ -111,12 +110,8 @@ def _cumulative(ctx: LowerCtx, node: Node, op: AluOp, identity: float) -> None:
                 if not isinstance(carry, float):
                     ts(prog, t.ap(), t.ap(), op, carry)
             else:
-                if zeros is None:
-                    zeros = prog.sbuf(max(r.shape[0] for r, _ in boxes), max(c1 - c0 for c0, c1 in chunks),
-                                      DType.fp32, f"{node.name}/zeros")
-                    fill(prog, zeros.ap(), 0.0)
-                prog.emit("tensor_tensor_scan", Engine.DVE, dst=t.ap(), data0=src.ap(),
-                          data1=zeros.region(0, width, 0, rows), initial=carry, op0=op, op1=AluOp.add,
-                          reverse0=False, reverse1=False)
+                zeros = prog.scalar(0.0, DType.fp32).ap(((width, 0),), partitions=rows)  # read with stride 0
+                prog.emit("tensor_tensor_scan", Engine.DVE, dst=t.ap(), data0=src.ap(), data1=zeros, initial=carry,
+                          op0=op, op1=AluOp.add, reverse0=False, reverse1=False)
             carries[b] = t.region(0 if reverse else width - 1, 1)
             prog.dma(dst.slice(1, c0, c1), t.ap())

@@ -113,12 +113,14 @@ class FeatureMajor:
 
 
 def scans_another_axis(node: Node, g: Graph) -> bool:
-    """Whether the node is a forward float CumSum along an axis other than the last: laid out feature-major, its input and
-    result have the summed axis in the free dimension."""
+    """Whether the node is a forward float CumSum along an axis other than the last: laid out feature-major, its
+    input and result have the summed axis in the free dimension."""
     if node.op != "CumSum" or len(node.inputs) < 2 or node.attrs.get("reverse", 0):
         return False
     x, axis = g.tensors[node.inputs[0]], g.tensors[node.inputs[1]]
-    if axis.value is None or axis.value.size != 1 or x.dtype is None or np.dtype(x.dtype).kind != "f" or len(x.shape) < 2:
+    if axis.value is None or axis.value.size != 1 or x.dtype is None or len(x.shape) < 2:
+        return False
+    if np.dtype(x.dtype).kind != "f":
         return False
     return int(axis.value.reshape(-1)[0]) % len(x.shape) != len(x.shape) - 1
 

@@ -247,9 +247,8 @@ def lower_matmul_into(ctx: LowerCtx, node: Node, epilogue: Epilogue) -> None:
         b2 = b.reshape(b.shape[-2:]) if isinstance(b, np.ndarray) else b.at((0,) * (len(b.shape) - 2))
         key = names[1] if isinstance(b, np.ndarray) else None
         product = matmul_2d_transposed if feature_major else matmul_2d
-        product(ctx, flat_a, b2, out.reshape((rows, n)),  # type: ignore[arg-type]
-                Epilogue(epilogue.alpha, flat_addends, epilogue.func, epilogue.bias, flat_gate),  # type: ignore[arg-type]
-                (None, key))
+        flat = Epilogue(epilogue.alpha, flat_addends, epilogue.func, epilogue.bias, flat_gate)  # type: ignore[arg-type]
+        product(ctx, flat_a, b2, out.reshape((rows, n)), flat, (None, key))  # type: ignore[arg-type]
         return
     a_batch, b_batch = a.shape[:-2], b.shape[:-2]
     a = _broadcast(a, batch + a.shape[-2:])
