@@ -33,7 +33,7 @@ def scan_layer(steps: int = 300, width: int = 96, out: str = "y") -> onnx.ModelP
              helper.make_node("MatMul", ["x", "w2"], ["p0"]), helper.make_node("Add", ["p0", "b2"], ["p"]),
              helper.make_node("Mul", ["g", "p"], ["h"]),
              helper.make_node("CumSum", ["h", "axis"], ["c"]),
-             helper.make_node("MatMul", ["c", "w3"], ["y0"]), helper.make_node("Add", ["y0", "b3"], ["y"])]
+             helper.make_node("MatMul", ["c", "w3"], ["y0"], name="out"), helper.make_node("Add", ["y0", "b3"], ["y"])]
     if out == "h":  # the gated values are the output: stored by rows
         nodes = nodes[:6]
     return make_model(nodes, {"x": ([1, steps, width], F)}, {out: ([1, steps, width], F)}, weights)
@@ -74,3 +74,27 @@ def test_a_scan_layer_under_auto_cast_within_the_documented_bound(tmp):
     """bf16 matmuls: the scan still sums fp32 values (its result is rounded to bf16 once, for the matmul)."""
     ours, ref = run_both(scan_layer(260, 64), tmp, options=Options(auto_cast="matmult"))
     assert error_over_rms(ours["y"], ref["y"]) <= error_bound("matmult", "bf16")
+
+
+def _trace(model, options: Options | None = None):  # type: ignore[no-untyped-def]
+    """(bundle, [(engine stream, mnemonic, node, start ns, end ns)]) of a timed run on trn1."""
+    from isa.target import get_target
+    from neuronx_cc_lite.compiler import compile_model
+    from runtime.profile import timed_run
+
+    bundle = compile_model(model, options)
+    run = timed_run(bundle, get_target("trn1"), trace=True)
+    ops = {(s.core, s.name): s.ops for s in run.simulator.streams}
+    return bundle, [(e.stream, ops[e.core, e.stream][e.index].mnemonic, bundle.cores[0][e.stream].nodes[e.index],
+                     e.start, e.end) for e in run.last_run.trace]
+
+
+def test_scalar_e_loads_the_sigmoid_table_before_the_gate_needs_it():
+    """preload-act-table: ScalarE's first instruction is a one-element sigmoid, done before the Tensor engine has
+    anything to do (it waits for the input's first rows); the gate's own sigmoids then find the table loaded."""
+    bundle, events = _trace(scan_layer(300, 96))
+    act = sorted((e for e in events if e[0] == "ACT"), key=lambda e: e[3])
+    first = bundle.cores[0]["ACT"].instructions[0]
+    assert first.op == "activation" and first.args["func"].name == "sigmoid"
+    assert first.args["dst"].num_partitions == 1 and first.args["dst"].free_size == 1
+    assert act[0][4] <= min(e[3] for e in events if e[0] == "PE")
