@@ -89,6 +89,23 @@ def _trace(model, options: Options | None = None):  # type: ignore[no-untyped-de
                      e.start, e.end) for e in run.last_run.trace]
 
 
+def test_the_output_projection_starts_while_the_scan_goes_on():
+    """The gate's blocks, the scan's chunks and the output projection's row blocks interleave (the schedule does
+    not queue a node's work behind all of the node it reads from): the scan starts before VectorE has gated the
+    last block, the first output matmul starts before the last scan ends, and the first result is stored before
+    then too."""
+    _, events = _trace(scan_layer(1024, 256), Options(auto_cast="matmult"))
+    scans = [e for e in events if e[1] == "tensor_tensor_scan"]
+    gates = [e for e in events if e[1] == "scalar_tensor_tensor"]
+    assert min(e[3] for e in scans) < max(e[4] for e in gates)
+    out = [e for e in events if e[1] == "nc_matmul" and e[2] == "out"]
+    stores = [e for e in events if e[0].startswith("DMA") and e[2] == "out" and e[3] > min(e[3] for e in out)]
+    assert len(scans) == 2 * 4 and out and stores
+    last_scan = max(e[4] for e in scans)
+    assert min(e[3] for e in out) < last_scan
+    assert min(e[3] for e in stores) < last_scan
+
+
 def test_scalar_e_loads_the_sigmoid_table_before_the_gate_needs_it():
     """preload-act-table: ScalarE's first instruction is a one-element sigmoid, done before the Tensor engine has
     anything to do (it waits for the input's first rows); the gate's own sigmoids then find the table loaded."""
