@@ -206,8 +206,10 @@ def a_transposed(ctx: LowerCtx, a: Operand, dtype: DType, m0: int, mt: int, k_ti
             tiles.append(t.ap())
         return tiles
     if not k_on_partitions(a, 1) and (a.strides[1] == 1 or a.shape[1] == 1):  # rows along K: turn them on PE
+        if a.tensor.kind == "state":  # device state may be written in place between two reads: turned each time
+            return _turned_rows(ctx, a, dtype, m0, mt, k_tiles, name)
         turned = (id(a.tensor), a.offset, a.shape, a.strides, dtype, m0, mt, tuple(k_tiles))
-        if turned not in ctx.turned:  # (a computed tensor is written once, before any reader: the same rows)
+        if turned not in ctx.turned:  # (any other tensor is written once, before any reader: the same rows)
             ctx.turned[turned] = _turned_rows(ctx, a, dtype, m0, mt, k_tiles, name)
         return ctx.turned[turned]
     # K on partitions already (feature-major, or a transposed view): each K tile as it comes, a tile of its own
