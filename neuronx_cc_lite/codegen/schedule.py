@@ -4,7 +4,7 @@ DMA queue of each transfer, chosen by list scheduling against the cost model (is
     preds[i]  instructions i must follow (deps.py), on virtual tiles and HBM tensors
     cost[i,e] its duration on engine e, alone
     rank[i]   cost + the longest path from i to the end of the program, counting the work lowering queued behind
-              i on its engine: how critical i is
+              i on its engine (of its node, and of the others that do not wait for it): how critical i is
     simulate the engines; repeatedly, the engine (or DMA queue) that is free first takes, among the
     instructions it can run whose predecessors have finished by then, the one of highest rank (when none has,
     it waits for the first to become ready); that instruction holds the engine and the shared ports it needs
@@ -276,6 +276,18 @@ def schedule_within_memory(program: Program) -> bool:
     return False
 
 
+def _nodes_reached(instrs: list[PendingInstr], preds: list[list[int]]) -> tuple[list[int], dict[str, int]]:
+    """(per instruction, a bit for each node whose instructions it follows, directly or not; each node's bit)."""
+    bit: dict[str, int] = {}
+    for p in instrs:
+        bit.setdefault(p.node, 1 << len(bit))
+    reached = [0] * len(instrs)
+    for i, ps in enumerate(preds):  # a predecessor comes first in lowering order
+        for j in ps:
+            reached[i] |= reached[j] | bit[instrs[j].node]
+    return reached, bit
+
+
 def schedule(program: Program, lookahead: int = LOOKAHEAD, preds: list[list[int]] | None = None,
              hold: dict[int, int] | None = None, memory: OnChipMemory | LiveBytes | None = None,
              prefetch: bool = True) -> tuple[list[float], list[float]]:
@@ -299,17 +311,28 @@ def schedule(program: Program, lookahead: int = LOOKAHEAD, preds: list[list[int]
     held = [{e: ports(virtual[i], e) for e in engines[i]} for i in range(n)]
     # rank: the longest path to the end, where a compute instruction is also followed by the next one lowering gave
     # its engine: an engine works through its share one at a time, so the work queued behind an instruction counts
-    # (else every block of a long matmul looks equally urgent, and the loads for the last go first)
+    # (else every block of a long matmul looks equally urgent, and the loads for the last go first). The next one of
+    # its own node always; the next one of another node only when that one does not wait for this node's results:
+    # a node that reads them (a scan layer's scan after its gated projection, its output projection after the scan)
+    # runs block by block as they come, interleaved with this one, not queued behind all of it
+    reached, node_bit = _nodes_reached(instrs, preds)
     rank = [0.0] * n
-    next_on: dict[Engine, float] = {}
+    next_on: dict[tuple[Engine, str], float] = {}  # the rank of the next instruction of each engine and node
+    next_any: dict[Engine, tuple[float, int]] = {}  # the next instruction of each engine that waits for another
     for i in reversed(range(n)):
-        own = instrs[i].engine
+        own, node = instrs[i].engine, instrs[i].node
         after = max((rank[s] for s in succs[i]), default=0.0)
-        if own in _ON_ENGINES or own is Engine.PE:
-            after = max(after, next_on.get(own, 0.0))
+        queued = own in _ON_ENGINES or own is Engine.PE
+        if queued:
+            after = max(after, next_on.get((own, node), 0.0))
+            following = next_any.get(own)
+            if following is not None and not reached[following[1]] & node_bit[node]:
+                after = max(after, following[0])
         rank[i] = min(cost[i].values()) + after
-        if own in _ON_ENGINES or own is Engine.PE:
-            next_on[own] = rank[i]
+        if queued:
+            next_on[own, node] = rank[i]
+            if preds[i]:
+                next_any[own] = (rank[i], i)
     tiles_of = tile_uses(program)
     uses: dict[Tile, int] = {}
     for ts in tiles_of:

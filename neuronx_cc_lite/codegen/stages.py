@@ -34,6 +34,12 @@ def _dedupe_loads(program: Program, optimize: int) -> str:
     return ""
 
 
+def _preload_act_table(program: Program, optimize: int) -> str:
+    from neuronx_cc_lite.codegen.act_table import preload_act_table
+
+    return "" if preload_act_table(program) else "no activation needs a table"
+
+
 def _split_transfers(program: Program, optimize: int) -> str:
     from neuronx_cc_lite.codegen.transfers import split_transfers
 
@@ -76,6 +82,8 @@ STAGES: list[Stage] = [
     Stage("broadcast-on-pe", "a row loaded onto every partition is one row loaded, then a matmul with ones",
           _broadcast_on_pe, 2),
     Stage("dedupe-loads", "identical loads of a weight or constant are made once", _dedupe_loads, 2),
+    Stage("preload-act-table", "ScalarE loads its first function table while it waits for the first data, not "
+                               "on the critical path after it", _preload_act_table, 2),
     Stage("split-transfers", "a large transfer cut into bands of partitions moves on several DMA queues at once",
           _split_transfers),
     Stage("schedule", "engines, queues and order from the cost model; every tile placed in SBUF or PSUM",

@@ -21,7 +21,7 @@ from neuronx_cc_lite.ir import Graph, Node, Tensor
 from neuronx_cc_lite.lower.hbm import HbmTensor, HbmView
 from neuronx_cc_lite.lower.columns import ColumnPool
 from neuronx_cc_lite.lower.layout import FeatureMajor, only_multiplied
-from neuronx_cc_lite.lower.program import Program
+from neuronx_cc_lite.lower.program import Program, TileAccess
 from neuronx_cc_lite.declared import contiguous, is_declared
 
 # ONNX element types the device holds, and the device type each is held in. The engines have no 64-bit types:
@@ -75,6 +75,9 @@ class LowerCtx:
         self.columns = ColumnPool(program)  # per-feature constants on partitions, loaded once
         # weights a lowering laid out at compile time (a matmul's K tiles), by key: the tensor and block offsets
         self.laid_out: dict[str, tuple[HbmTensor, list[int]]] = {}
+        # activations turned on PE for a matmul (A^T of a row block), by what was turned: a tensor two matmuls read
+        # (a gate and a projection of one input) is loaded and turned once
+        self.turned: dict[tuple[object, ...], list[TileAccess]] = {}
         self.output_owner: dict[int, str] = {}  # id(HbmTensor) -> the graph output it was made for
         self.next_state = {after: name for name, after in graph.state.items()}  # next value -> state input
         for name in graph.inputs:

@@ -13,14 +13,18 @@ needs rows (a softmax over the keys) stays token-major.
                                      axis (K^T in attention), not when it is another (V)
       LayerNormalization over the last axis  wants it (it normalises over partitions and gives its own
                                      readers the layout they want)
-      an elementwise op of the same shape, a fused matmul's residual, an AllReduce (elementwise across ranks)
-                                     go as their result goes
+      an elementwise op of the same shape, a fused matmul's residual or gate, an AllReduce (elementwise across
+                                     ranks) go as their result goes
+      CumSum along another axis      goes as its result goes: feature-major, the sum runs along the free axis
+                                     (a scan on VectorE, lower/cumsum.py), the features on partitions
       anything else, a graph output  wants rows
 Readers are followed through Reshape (splitting the last axis), Transpose, Squeeze, Unsqueeze and a Slice that
 leaves the axis whole, tracking where the tensor's last axis went.
 """
 
 from __future__ import annotations
+
+import numpy as np
 
 from neuronx_cc_lite.ir import Graph, Node
 
@@ -100,11 +104,25 @@ class FeatureMajor:
                 # normalising over the partitions is cheap (lower/feature_norm.py), and its output is laid out as
                 # its own readers want: it takes feature-major input whatever comes after it
                 yield position == rank - 1 and int(node.attrs.get("axis", -1)) % rank == rank - 1
-            elif _follows(node.op) or (node.op == "MatMulEpilogue" and node.inputs[3:4] == [name]):
+            elif _follows(node.op) or (node.op == "MatMulEpilogue" and name in node.inputs[3:5]) or \
+                    (node.inputs[0] == name and scans_another_axis(node, self.g)):
                 same = self.g.tensors[node.outputs[0]].shape == self.g.tensors[name].shape
                 yield same and position == rank - 1 and self(node.outputs[0])
             else:
                 yield False
+
+
+def scans_another_axis(node: Node, g: Graph) -> bool:
+    """Whether the node is a forward float CumSum along an axis other than the last: laid out feature-major, its
+    input and result have the summed axis in the free dimension."""
+    if node.op != "CumSum" or len(node.inputs) < 2 or node.attrs.get("reverse", 0):
+        return False
+    x, axis = g.tensors[node.inputs[0]], g.tensors[node.inputs[1]]
+    if axis.value is None or axis.value.size != 1 or x.dtype is None or len(x.shape) < 2:
+        return False
+    if np.dtype(x.dtype).kind != "f":
+        return False
+    return int(axis.value.reshape(-1)[0]) % len(x.shape) != len(x.shape) - 1
 
 
 def only_multiplied(g: Graph, users: dict[str, list[Node]], name: str) -> bool:

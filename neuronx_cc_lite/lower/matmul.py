@@ -1,6 +1,7 @@
 """MatMul and Gemm on the Tensor engine.
 
     out[M, N] = func(alpha * A[M, K] @ B[K, N] + addends)       addends: bias rows, residuals, Gemm's beta * C
+    out[M, N] = (A[M, K] @ B[K, N] + bias) * gate               a gated projection (gate: a computed [M, N])
 
 PE computes psum[m, n] (+)= stationary[k, m].T @ moving[k, n] with the contraction K on partitions: it needs A^T
 tiles [kt <= 128, mt <= 128] (stationary) and B tiles [kt, nt <= one PSUM bank] (moving). Each operand is brought
@@ -18,7 +19,8 @@ Reuse: the B tiles of a column group are loaded once and kept for every row bloc
 2048 x 2048 in bf16 takes 64 KiB per partition); the A^T tiles of a row block are made once for every column block.
 Each (row block, column block) accumulates over the K tiles in one PSUM bank and leaves it in one instruction:
 ScalarE applies alpha and the activation when nothing is added; otherwise VectorE adds the first addend as it
-evacuates ((psum * alpha) + addend), then the others, and ScalarE applies the activation in place.
+evacuates ((psum * alpha) + addend), then the others, and ScalarE applies the activation in place. A gate is
+multiplied in as VectorE evacuates the bank, one pass reading PSUM and the gate ((psum + bias) * gate).
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ class Epilogue:
     addends: list[tuple[HbmView, float]] = field(default_factory=list)  # (view broadcast to out's shape, scale)
     func: ActFunc = ActFunc.copy
     bias: np.ndarray | None = None  # a constant row [N], added by PE as it accumulates (before alpha)
+    gate: HbmView | None = None  # a computed [M, N] the result is multiplied by, last (alpha 1, no addend, copy)
 
 
 def matmul_2d(ctx: LowerCtx, a: Operand, b: Operand, out: HbmView, epilogue: Epilogue = Epilogue(),
@@ -111,6 +114,8 @@ def matmul_2d_transposed(ctx: LowerCtx, a: Operand, b: Operand, out: HbmView, ep
         a_t = a_transposed(ctx, a, dtype, m0, mw, k_tiles, name, keys[0])
         residual_t = (a_transposed(ctx, epilogue.addends[0][0], epilogue.addends[0][0].dtype, m0, mw, n_tiles,
                                    f"{name}/residual", None) if epilogue.addends else [])
+        gate_t = (a_transposed(ctx, epilogue.gate, epilogue.gate.dtype, m0, mw, n_tiles, f"{name}/gate", None)
+                  if epilogue.gate is not None else [])
         for nj, (n0, nb) in enumerate(n_tiles):
             acc = prog.psum(nb, mw, f"{name}/acc")
             for j, (k0, kt) in enumerate(k_tiles):
@@ -118,7 +123,11 @@ def matmul_2d_transposed(ctx: LowerCtx, a: Operand, b: Operand, out: HbmView, ep
                           moving=a_t[j], accumulate=j > 0)
             res = prog.sbuf(nb, mw, out.dtype, f"{name}/out^T")
             column = columns(n0, nb) if columns is not None else None
-            if not epilogue.addends and epilogue.func is ActFunc.copy and column is not None:
+            if epilogue.gate is not None:  # (psum + bias) * gate, the bias a per-partition scalar
+                prog.emit("scalar_tensor_tensor", Engine.DVE, dst=res.ap(), src=acc.ap(),
+                          op0=AluOp.add if column is not None else AluOp.multiply,
+                          scalar=column if column is not None else 1.0, op1=AluOp.multiply, b=gate_t[nj])
+            elif not epilogue.addends and epilogue.func is ActFunc.copy and column is not None:
                 # a bias alone: a tensor_scalar, which ScalarE or VectorE may run (the scheduler picks)
                 ts(prog, res.ap(), acc.ap(), AluOp.multiply, epilogue.alpha, AluOp.add, column, engine=Engine.ACT)
             elif not epilogue.addends:
@@ -145,6 +154,12 @@ def _dtype(ctx: LowerCtx, a: Operand, b: Operand) -> DType:
 def _evacuate(ctx: LowerCtx, acc: Tile, res: Tile, e: Epilogue, m0: int, mt: int, n0: int, nt: int,
               cache: dict[tuple[int, int], Tile]) -> None:
     prog = ctx.program
+    if e.gate is not None:  # psum (the bias in it already) * gate, as the bank is read
+        gate = prog.sbuf(mt, nt, e.gate.dtype, f"{prog.node}/gate")
+        prog.dma(gate.ap(), e.gate.box((m0, n0), (mt, nt)))
+        prog.emit("scalar_tensor_tensor", Engine.DVE, dst=res.ap(), src=acc.ap(), op0=AluOp.multiply,
+                  scalar=float(e.alpha), op1=AluOp.multiply, b=gate.ap())
+        return
     if not e.addends:
         act(prog, res.ap(), acc.ap(), e.func, scale=e.alpha)
         return
@@ -218,7 +233,9 @@ def lower_matmul_into(ctx: LowerCtx, node: Node, epilogue: Epilogue) -> None:
     rank, rows = len(ctx.shape(node.outputs[0])), math.prod(batch) * m
     flat_a = a.reshape((rows, a.shape[-1])) if isinstance(a, HbmView) and a.shape[:-2] == batch else None
     flat_addends = [(v.reshape((rows, n)), s) for v, s in epilogue.addends]
-    folds = math.prod(b.shape[:-2]) == 1 and flat_a is not None and all(v is not None for v, _ in flat_addends)
+    flat_gate = epilogue.gate.reshape((rows, n)) if epilogue.gate is not None else None
+    folds = math.prod(b.shape[:-2]) == 1 and flat_a is not None and all(v is not None for v, _ in flat_addends) \
+        and (epilogue.gate is None or flat_gate is not None)
     feature_major = folds and _feature_major(ctx, node.outputs[0], epilogue)
     # on partitions: the features, or the rows (the batch joining them, or each batch index its own)
     rows_axes = (rank - 1, rank) if feature_major else (0, rank - 1) if folds else (rank - 2, rank - 1)
@@ -230,9 +247,8 @@ def lower_matmul_into(ctx: LowerCtx, node: Node, epilogue: Epilogue) -> None:
         b2 = b.reshape(b.shape[-2:]) if isinstance(b, np.ndarray) else b.at((0,) * (len(b.shape) - 2))
         key = names[1] if isinstance(b, np.ndarray) else None
         product = matmul_2d_transposed if feature_major else matmul_2d
-        product(ctx, flat_a, b2, out.reshape((rows, n)),  # type: ignore[arg-type]
-                Epilogue(epilogue.alpha, flat_addends, epilogue.func, epilogue.bias),  # type: ignore[arg-type]
-                (None, key))
+        flat = Epilogue(epilogue.alpha, flat_addends, epilogue.func, epilogue.bias, flat_gate)  # type: ignore[arg-type]
+        product(ctx, flat_a, b2, out.reshape((rows, n)), flat, (None, key))  # type: ignore[arg-type]
         return
     a_batch, b_batch = a.shape[:-2], b.shape[:-2]
     a = _broadcast(a, batch + a.shape[-2:])
@@ -240,7 +256,8 @@ def lower_matmul_into(ctx: LowerCtx, node: Node, epilogue: Epilogue) -> None:
     for index in np.ndindex(*batch):
         keys = tuple(f"{nm}{list(_own_index(index, own))}" if isinstance(x, np.ndarray) else None
                      for nm, x, own in zip(names, (a, b), (a_batch, b_batch)))
-        e = Epilogue(epilogue.alpha, [(v.at(index), s) for v, s in epilogue.addends], epilogue.func, epilogue.bias)
+        e = Epilogue(epilogue.alpha, [(v.at(index), s) for v, s in epilogue.addends], epilogue.func, epilogue.bias,
+                     epilogue.gate.at(index) if epilogue.gate is not None else None)
         matmul_2d(ctx, _at(a, index), _at(b, index), out.at(index), e, keys)  # type: ignore[arg-type]
 
 
@@ -294,11 +311,11 @@ EPILOGUE_FUNCS = {"": ActFunc.copy, "Relu": ActFunc.relu, "Gelu/none": ActFunc.g
 
 @lowering("MatMulEpilogue")
 def lower_matmul_epilogue(ctx: LowerCtx, node: Node) -> None:
-    """A MatMul or Gemm with what followed it (passes/fuse_epilogues.py): inputs A, B, bias row, residual."""
-    a_name, b_name, bias, residual = (node.inputs + ["", ""])[:4]
+    """A MatMul or Gemm with what followed it (passes/fuse_epilogues.py): inputs A, B, bias row, residual, gate."""
+    a_name, b_name, bias, residual, gate = (node.inputs + ["", "", ""])[:5]
     addends = [(ctx.view(residual).broadcast_to(ctx.shape(node.outputs[0])), 1.0)] if residual else []
     epilogue = Epilogue(float(node.attrs.get("alpha", 1.0)), addends, EPILOGUE_FUNCS[node.attrs["activation"]],
-                        ctx.graph.tensors[bias].value if bias else None)
+                        ctx.graph.tensors[bias].value if bias else None, ctx.view(gate) if gate else None)
     if "transA" in node.attrs:  # from a Gemm
         gemm_into(ctx, node, epilogue)
     else:

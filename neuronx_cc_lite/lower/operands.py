@@ -206,15 +206,12 @@ def a_transposed(ctx: LowerCtx, a: Operand, dtype: DType, m0: int, mt: int, k_ti
             tiles.append(t.ap())
         return tiles
     if not k_on_partitions(a, 1) and (a.strides[1] == 1 or a.shape[1] == 1):  # rows along K: turn them on PE
-        kmax = max(kt for _, kt in k_tiles)
-        at = prog.sbuf(kmax, len(k_tiles) * mt, dtype, f"{name}/A^T")
-        pieces = []
-        for r0, rt in blocks(mt, pmax):
-            rows = prog.sbuf(rt, k_size, dtype, f"{name}/A")
-            prog.dma(rows.ap(), a.box((m0 + r0, 0), (rt, k_size)))
-            pieces += [Piece(rows.region(k0, kt), at, j * mt + r0) for j, (k0, kt) in enumerate(k_tiles)]
-        transpose_pieces(prog, sorted(pieces, key=lambda p: p.offset), name)
-        return [at.region(j * mt, mt, 0, kt) for j, (_, kt) in enumerate(k_tiles)]
+        if a.tensor.kind == "state":  # device state may be written in place between two reads: turned each time
+            return _turned_rows(ctx, a, dtype, m0, mt, k_tiles, name)
+        turned = (id(a.tensor), a.offset, a.shape, a.strides, dtype, m0, mt, tuple(k_tiles))
+        if turned not in ctx.turned:  # (any other tensor is written once, before any reader: the same rows)
+            ctx.turned[turned] = _turned_rows(ctx, a, dtype, m0, mt, k_tiles, name)
+        return ctx.turned[turned]
     # K on partitions already (feature-major, or a transposed view): each K tile as it comes, a tile of its own
     # (on chip, then, the region of the home itself)
     tiles = []
@@ -223,3 +220,19 @@ def a_transposed(ctx: LowerCtx, a: Operand, dtype: DType, m0: int, mt: int, k_ti
         prog.dma(t.ap(), a.box((m0, k0), (mt, kt)).transpose((1, 0)))
         tiles.append(t.ap())
     return tiles
+
+
+def _turned_rows(ctx: LowerCtx, a: HbmView, dtype: DType, m0: int, mt: int, k_tiles: list[tuple[int, int]],
+                 name: str) -> list[TileAccess]:
+    """A^T of rows m0 .. m0 + mt laid out along K: the rows loaded 128 at a time and turned on PE."""
+    prog = ctx.program
+    k_size = sum(kt for _, kt in k_tiles)
+    kmax = max(kt for _, kt in k_tiles)
+    at = prog.sbuf(kmax, len(k_tiles) * mt, dtype, f"{name}/A^T")
+    pieces = []
+    for r0, rt in blocks(mt, prog.target.partitions):
+        rows = prog.sbuf(rt, k_size, dtype, f"{name}/A")
+        prog.dma(rows.ap(), a.box((m0 + r0, 0), (rt, k_size)))
+        pieces += [Piece(rows.region(k0, kt), at, j * mt + r0) for j, (k0, kt) in enumerate(k_tiles)]
+    transpose_pieces(prog, sorted(pieces, key=lambda p: p.offset), name)
+    return [at.region(j * mt, mt, 0, kt) for j, (_, kt) in enumerate(k_tiles)]

@@ -49,7 +49,7 @@ def _fused(g: Graph, head: Node) -> bool:
             len(g.tensors[head.inputs[1]].shape) != 2:
         return False
     if head.op == "MatMulEpilogue":
-        return len(head.inputs) >= 4 and not head.inputs[3]
+        return len(head.inputs) >= 4 and not any(head.inputs[3:])  # no residual, no gate
     if head.op == "Gemm" and not int(head.attrs.get("transA", 0)):
         if len(head.inputs) < 3 or not head.inputs[2]:
             return True

@@ -2,7 +2,9 @@
 
     MatMul | Gemm  ->  [Mul | Div by a constant]  ->  [Add a bias row]  ->  [Add a residual]
                    ->  [Relu | Gelu | Tanh | Sigmoid]
-    becomes one MatMulEpilogue node named after the MatMul: y = act(alpha * A @ B + bias + residual)
+    becomes one MatMulEpilogue node named after the MatMul: y = act(alpha * A @ B + bias + residual); and
+    MatMul | Gemm  ->  [Add a bias row]  ->  Mul by a computed tensor of its shape (a gate)
+    becomes y = (A @ B + bias) * gate, the gate its fifth input (a gated projection: sigmoid(x W1) * (x W2)),
 
 and [x * a per-channel scale ->] Conv -> [Add a residual] -> [Relu | Tanh | Sigmoid | HardSwish | HardSigmoid]
 becomes ConvEpilogue (a ResNet block's tail; a MobileNetV3 expansion, squeeze, or projection of the gated values,
@@ -14,7 +16,9 @@ exist.
 
 The bias must be a constant with one value per output column (shape [N], [1, N], a scalar, ...); the residual a
 computed tensor broadcasting to the output's shape (an attention mask too). Gemm's C joins as a bias when it is
-such a row (times beta). A value is swallowed only when nothing else reads it.
+such a row (times beta). A value is swallowed only when nothing else reads it. The gate is multiplied in as VectorE
+evacuates the bank (one pass over PSUM and the gate instead of a store of the projection and a Mul reading it
+back); nothing follows it in the node.
 """
 
 from __future__ import annotations
@@ -73,6 +77,15 @@ def _other(node: Node, name: str) -> str:
     return b if a == name else a
 
 
+def _gate(g: Graph, node: Node | None, out: str, shape: tuple[int, ...]) -> str | None:
+    """The other input of a Mul of `out` by a computed tensor of the same shape (not a broadcast), or None."""
+    if node is None or node.op != "Mul" or g.tensors[node.outputs[0]].shape != shape:
+        return None
+    other = _other(node, out)
+    t = g.tensors[other]
+    return other if other != out and not t.is_constant and t.shape == shape and t.dtype == np.float32 else None
+
+
 def _fuse(g: Graph, users: dict[str, list[Node]], head: Node) -> tuple[Node, list[Node]] | None:
     out = head.outputs[0]
     shape = g.tensors[out].shape
@@ -114,6 +127,12 @@ def _fuse(g: Graph, users: dict[str, list[Node]], head: Node) -> tuple[Node, lis
             matched.append(nxt)
             out = nxt.outputs[0]
             nxt = _sole_user(g, users, out)
+    gate = _gate(g, nxt, out, shape) if not inputs[3] and attrs["alpha"] == 1.0 else None
+    if gate is not None:
+        inputs.append(gate)
+        matched.append(nxt)  # type: ignore[arg-type]
+        out = nxt.outputs[0]  # type: ignore[union-attr]
+        nxt = None
     if nxt is not None and nxt.op in ACTIVATIONS and (nxt.op != "Gelu" or
                                                          nxt.attrs.get("approximate", "none") in ("none", "tanh")):
         attrs["activation"] = nxt.op if nxt.op != "Gelu" else f"Gelu/{nxt.attrs.get('approximate', 'none')}"

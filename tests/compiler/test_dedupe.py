@@ -39,10 +39,11 @@ def _loads_after(model, stage: str) -> int:
 
 
 def test_loads_close_together_are_still_merged():
-    """Three MatMuls read one input: after keep-on-chip each loads it; dedupe-loads keeps one load."""
-    nodes = [helper.make_node("MatMul", ["x", f"w{i}"], [f"y{i}"]) for i in range(3)]
+    """Three MatMuls read one input as their moving operand: after keep-on-chip each loads it; dedupe-loads keeps
+    one load. (Read as the stationary side, the input is loaded and turned once for all three when lowered.)"""
+    nodes = [helper.make_node("MatMul", [f"w{i}", "x"], [f"y{i}"]) for i in range(3)]
     rng = np.random.default_rng(0)
-    weights = {f"w{i}": rng.standard_normal((64, 64)).astype(np.float32) for i in range(3)}
-    model = make_model(nodes, {"x": ([128, 64], F)}, {f"y{i}": ([128, 64], F) for i in range(3)}, weights)
+    weights = {f"w{i}": rng.standard_normal((64, 128)).astype(np.float32) for i in range(3)}
+    model = make_model(nodes, {"x": ([128, 64], F)}, {f"y{i}": ([64, 64], F) for i in range(3)}, weights)
     before, after = _loads_after(model, "keep-on-chip"), _loads_after(model, "dedupe-loads")
     assert after <= before - 2, (before, after)
