@@ -142,3 +142,20 @@ def test_a_nan_guard_joins_its_softmax(tmp, length):
     ours, ref = compiled.run({"x": x}), onnxruntime_outputs(model, {"x": x})
     assert np.isfinite(ours["y"]).all() and (ours["y"][:, 1] == 0).all() and (ours["y"][1, 0] == 0).all()
     assert_close(ours, ref, rtol=1e-5)
+
+
+@pytest.mark.parametrize("rows, fused", [(128, True), (1, False)])
+def test_a_gate_joins_a_projection_of_a_row_block_or_more(rows, fused):
+    """(x W1 + b) * g joins the projection as its gate (MatMulEpilogue's fifth input) over a partition block of
+    rows or more; a one-row product (a decode step's) keeps its Mul (fuse_epilogues.GATE_ROWS)."""
+    from neuronx_cc_lite.frontend import import_model
+    from neuronx_cc_lite.passes import run_pipeline
+
+    rng = np.random.default_rng(2)
+    weights = {"w": rng.standard_normal((32, 64)).astype(np.float32), "b": rng.standard_normal(64).astype(np.float32)}
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["p"]), helper.make_node("Add", ["p", "b"], ["q"]),
+             helper.make_node("Sigmoid", ["x2"], ["g"]), helper.make_node("Mul", ["q", "g"], ["y"])]
+    model = make_model(nodes, {"x": ([rows, 32], TensorProto.FLOAT), "x2": ([rows, 64], TensorProto.FLOAT)},
+                       {"y": ([rows, 64], TensorProto.FLOAT)}, weights)
+    ops = [n.op for n in run_pipeline(import_model(model)).nodes]
+    assert ("Mul" not in ops) == fused, ops
