@@ -46,6 +46,11 @@ class Port(enum.Enum):
     PSUM_DVE_ACT = "PSUM port of VectorE and ScalarE"
 
 
+# The engines that share each port, and the memory an instruction must touch on one of them to hold it.
+PORT_ENGINES = {Port.SBUF_DVE_POOL: (Mem.SBUF, frozenset({Engine.DVE, Engine.POOL})),
+                Port.PSUM_DVE_ACT: (Mem.PSUM, frozenset({Engine.DVE, Engine.ACT}))}
+
+
 def clock_ghz(engine: Engine, target: Target) -> float:
     return {
         Engine.PE: target.pe_ghz,
@@ -240,9 +245,4 @@ def ports(instr: Instruction, engine: Engine) -> tuple[Port, ...]:
     if engine not in (Engine.DVE, Engine.POOL, Engine.ACT):
         return ()
     mems = {o.mem for _, o in instr.operands()}
-    held = []
-    if Mem.SBUF in mems and engine in (Engine.DVE, Engine.POOL):
-        held.append(Port.SBUF_DVE_POOL)
-    if Mem.PSUM in mems and engine in (Engine.DVE, Engine.ACT):
-        held.append(Port.PSUM_DVE_ACT)
-    return tuple(held)
+    return tuple(port for port, (mem, engines) in PORT_ENGINES.items() if mem in mems and engine in engines)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from isa.bundle import Stream
+from isa.costs import PORT_ENGINES, ports
 from isa.instructions import Instruction
 from isa.operand import Engine, stream_names
 from isa.validate import problems
@@ -36,24 +37,23 @@ def emit(program: Program, hbm_size: int) -> dict[str, Stream]:
     return {name: streams[name] for name in names if name in streams}
 
 
-# Engines that share one SBUF port: an instruction on one holds it from the other (isa/costs.py ports).
-_PORT_SHARERS = {"DVE": "POOL", "POOL": "DVE"}
-
-
 def _port_anchors(program: Program, items: list[tuple[int, Instruction]], index_of: dict[str, int]) -> dict[int, int]:
-    """For each fill (memset) on VectorE or GpSimdE: the instruction the schedule placed before it on the engine it
-    shares the SBUF port with, which it then waits for. A fill depends on nothing, so without it the engine runs
-    every fill of the program back to back as soon as it can, holding the port the other engine's dependent chain
-    needs (MobileNetV3: the padding fills of fifteen later convolutions ran at the start and held the stem's
-    HardSwish 7 us). Anchored, each runs about when the schedule planned it."""
-    stream_of = {index_of[e]: e for e in _PORT_SHARERS if e in index_of}
-    last: dict[str, int] = {}
+    """For each fill (memset) that holds a shared port (isa/costs.py ports): the instruction the schedule placed
+    before it on the other engines of that port, which it then waits for. A fill depends on nothing, so without it
+    the engine runs every fill of the program back to back as soon as it can, holding the port the other engine's
+    dependent chain needs (MobileNetV3: the padding fills of fifteen later convolutions ran at the start and held
+    the stem's HardSwish 7 us). Anchored, each runs about when the schedule planned it."""
+    engine_of = {index_of[e.name]: e for e in Engine if e.name in index_of}
+    last: dict[Engine, int] = {}
     anchors: dict[int, int] = {}
-    for position, ((stream, _), p) in enumerate(zip(items, program.instrs)):
-        engine = stream_of.get(stream)
+    for position, ((stream, instr), p) in enumerate(zip(items, program.instrs)):
+        engine = engine_of.get(stream)
         if engine is None:
             continue
-        if p.op == "memset" and _PORT_SHARERS[engine] in last:
-            anchors[position] = last[_PORT_SHARERS[engine]]
+        if p.op == "memset":
+            sharers = {e for port in ports(instr, engine) for e in PORT_ENGINES[port][1]} - {engine}
+            before = [last[e] for e in sharers if e in last]
+            if before:
+                anchors[position] = max(before)
         last[engine] = position
     return anchors

@@ -155,7 +155,8 @@ def keep_on_chip(program: Program) -> Report:
     admitted = _admit(program, layouts, touching, report)
     _pair_collectives(instrs, admitted, report)
     written_late = {t for t in admitted if _read_before_written(t, instrs, touching[t])}
-    narrowed = _narrowed(instrs, [t for t in admitted if t not in written_late], touching)
+    readers, writers = _tile_accesses(instrs)
+    narrowed = _narrowed(instrs, [t for t in admitted if t not in written_late], touching, readers, writers)
     report.narrowed += [t.name for t in narrowed]
     homes = {t: program.sbuf(min(pmax, layouts[t].rows), layouts[t].home_free(pmax), narrowed.get(t, t.dtype),
                              f"{t.name}@home") for t in admitted}
@@ -163,7 +164,7 @@ def keep_on_chip(program: Program) -> Report:
     report.stranded += [t.name for t in layouts if t not in homed and t.layout is not None and t.layout[2] == 1]
     program.hbm = [t for t in program.hbm if not (t in homed and t.kind == "scratch")]
     report.kept += [t.name for t in admitted]
-    _rewrite(program, homes, layouts, written_late)
+    _rewrite(program, homes, layouts, written_late, writers)
     return report
 
 
@@ -172,19 +173,13 @@ _ROUNDING_WRITERS = frozenset({"activation", "tensor_scalar", "tensor_tensor", "
                                "tensor_reduce"})
 
 
-def _narrowed(instrs: list[PendingInstr], candidates: list[HbmTensor],
-              touching: dict[HbmTensor, list[int]]) -> dict[HbmTensor, DType]:
+def _narrowed(instrs: list[PendingInstr], candidates: list[HbmTensor], touching: dict[HbmTensor, list[int]],
+              readers: dict[Tile, list[int]], writers: dict[Tile, list[int]]) -> dict[HbmTensor, DType]:
     """The homes that can hold the narrower type their readers load (auto-cast: a matmul's operands in bf16), and
     so skip the copy that converts each load: every read of the tensor loads it into a tile of one narrower float
     type, and every write stores a tile that nothing else reads, written by engines that round as they write
     (those tiles take the narrow type too). The values the readers see are the same: one rounding of the same
     fp32 result, at the producer instead of at each load."""
-    readers: dict[Tile, list[int]] = {}
-    for i, p in enumerate(instrs):
-        for access, writes in p.accesses():
-            if not writes and isinstance(access, TileAccess):
-                readers.setdefault(access.tile, []).append(i)
-    writers = _writers(instrs)
     plan: dict[HbmTensor, tuple[DType, set[Tile]]] = {}
     for t in candidates:
         if t.kind != "scratch" or not t.dtype.is_float:
@@ -244,12 +239,13 @@ def _read_before_written(tensor: HbmTensor, instrs: list[PendingInstr], where: l
     return False
 
 
-def _writers(instrs: list[PendingInstr]) -> dict[Tile, list[int]]:
-    found: dict[Tile, list[int]] = {}
+def _tile_accesses(instrs: list[PendingInstr]) -> tuple[dict[Tile, list[int]], dict[Tile, list[int]]]:
+    """(readers, writers): the instructions that read and that write each tile, in program order."""
+    found: tuple[dict[Tile, list[int]], dict[Tile, list[int]]] = ({}, {})
     for i, p in enumerate(instrs):
         for access, writes in p.accesses():
-            if writes and isinstance(access, TileAccess):
-                found.setdefault(access.tile, []).append(i)
+            if isinstance(access, TileAccess):
+                found[writes].setdefault(access.tile, []).append(i)
     return found
 
 
@@ -322,11 +318,10 @@ def _pair_collectives(instrs: list[PendingInstr], admitted: list[HbmTensor], rep
 
 
 def _rewrite(program: Program, homes: dict[HbmTensor, Tile], layouts: dict[HbmTensor, Layout],
-             written_late: set[HbmTensor]) -> None:
+             written_late: set[HbmTensor], writers: dict[Tile, list[int]]) -> None:
     pmax, target = program.target.partitions, program.target
     home_tiles = set(homes.values())
     rewritten = {homes[t] for t in written_late}
-    writers = _writers(program.instrs)
     mapped: list[tuple[object, object] | None] = []  # per instruction: a DMA's (dst, src) with homes mapped
     renamed: dict[Tile, TileAccess] = {}  # a tile that becomes a region of a home
     for i, p in enumerate(program.instrs):

@@ -5,18 +5,19 @@ Packed (lower/conv.py packed_taps), a stem contracts over (shift, input channel)
 of PE's 128 rows for MobileNetV3's 3x3 stem, and its 16 output channels fill 16 of the 128 output partitions, so
 the epilogue (a HardSwish: a ScalarE and a VectorE pass) runs on 16 lanes over 112 x 112 outputs: 30 us of a
 150 us network on one dependent chain. As lower/depthwise.py does for a depthwise convolution, B bands of R output
-rows each take their own partitions: band b's moved windows on partitions b * K .. (K = shifts x channels), its
-outputs on b * M .. (M output channels), and a tap group's stationary operand is its [K, M] weights repeated down
-the diagonal, so that one matmul computes B bands: B times fewer columns, the epilogue on B * M partitions.
+rows each take their own partitions: channel c of band b's window moved j taps on partition (j * C + c) * B + b,
+its outputs on b * M .. (M output channels), and a tap group's stationary operand holds each band's [K, M] weights
+in its rows and columns, so that one matmul computes B bands: B times fewer columns, the epilogue on B * M
+partitions. With B fewer columns a pass, the shifted copies may load longer than the passes they save: conv.py
+then packs none (K = C, a tap a pass).
 
     B = min(pmax // M, pmax // K, bands of R rows the outputs have);  R as lower/depthwise.band_plan
     for each image, for each group of B bands (R * B output rows):
         window [K * B, span(R) x span(W)]: zeros where no input lands (the padding columns; the rows above the
             image or below it, of every band: the engines start only at a quadrant's first partition, and the
             other bands' loads come after), then per shift j and channel c one load of every band's rows onto
-            partitions
-            (j * C + c) * B + b: the bands' rows lie R * stride input rows apart, one stride, so one transfer
-            moves them all (a band at the image's edge, with fewer rows, apart)
+            partitions (j * C + c) * B + b: the bands' rows lie R * stride input rows apart, one stride, so one
+            transfer moves them all (a band at the image's edge, with fewer rows, apart)
         acc [B * M, R * W] = sum over tap groups of W_group.T @ (window read at the group's tap), W_group's rows
             (j, c, b) holding band b's weights in its M columns
         epilogue (lower/conv_epilogue.py), each band's rows stored from its partitions
@@ -30,7 +31,6 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from isa.dtypes import DType
-from isa.instructions import pe_rate
 from isa.operand import Engine
 from neuronx_cc_lite.ir import Node
 from neuronx_cc_lite.lower.context import LowerCtx
@@ -43,8 +43,8 @@ from neuronx_cc_lite.lower.windows import Axis, Block, short_rows, window_ap, wi
 if TYPE_CHECKING:
     from neuronx_cc_lite.lower.conv import ConvGeometry
 
-# Two bands halve the passes' columns but add a whole-window fill and a load per shift and channel a group of bands:
-# ResNet's stem (64 outputs: two bands) in bf16 took 215.1 us of ResNet-18 banded against 163.2 without.
+# Two bands halve the passes' columns but add a load per shift and channel a group of bands and the edge fills:
+# ResNet's stem (64 outputs: two bands) in bf16 made ResNet-18 174.9 us banded against 160.9 without.
 MIN_BANDS = 4
 
 
@@ -69,18 +69,6 @@ def stem_bands(ctx: LowerCtx, node: Node, geo: ConvGeometry, packed: int, phases
     return bands, per_band
 
 
-def banded_shifts(ctx: LowerCtx, node: Node, geo: ConvGeometry, packed: int, bands: int) -> int:
-    """The copies of the window a banded stem packs: `packed` when the passes they save take longer than their
-    loads (a 7x7 kernel), else 1 (a 3x3 kernel: its bands already divide the passes' columns by B)."""
-    target, x = ctx.program.target, ctx.graph.tensors[node.inputs[0]]
-    dtype = ctx.program.operand_dtype(DType.fp32)
-    columns = x.shape[0] * geo.axes[0].out * geo.axes[1].out / bands
-    saved = geo.kernel[0] * (geo.kernel[1] - -(-geo.kernel[1] // packed)) * columns
-    saved_ns = saved / pe_rate(dtype, target) / target.pe_ghz
-    loads_ns = (packed - 1) * x.size * x.dtype.itemsize / (target.dma_queues * target.dma_queue_gbps)  # bytes read
-    return packed if saved_ns > loads_ns else 1
-
-
 def _banded_weights(ctx: LowerCtx, node: Node, geo: ConvGeometry, packed: int, bands: int,
                     groups: list[tuple[int, int, int]]) -> Tile:
     """[K * B, groups x B * M]: group q's block holds, for band b, rows (j * C + c) * B + b and columns b * M + m:
@@ -103,8 +91,8 @@ def _banded_weights(ctx: LowerCtx, node: Node, geo: ConvGeometry, packed: int, b
 
 
 def lower_banded_stem(ctx: LowerCtx, node: Node, geo: ConvGeometry, packed: int, bands: int, per_band: int) -> None:
+    """`packed`: the shifted copies of the window a pass reads (1: a tap a pass; lower/conv.py decides)."""
     prog = ctx.program
-    packed = banded_shifts(ctx, node, geo, packed, bands)
     c, m = geo.channels, geo.outputs
     k, p = packed * c, bands * m
     x, epilogue = ctx.view(node.inputs[0]), Epilogue(ctx, node, bands)

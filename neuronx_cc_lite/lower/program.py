@@ -133,9 +133,7 @@ class Program:
         self.node = ""  # the ONNX node being lowered, recorded on every instruction
         self.schedule_tries = 0  # list schedules tried until one fitted memory (0: the lowering order was kept)
         self.hbm_size = 0  # bytes, once the HBM layout has placed every tensor
-        self._ones: dict[DType, Tile] = {}
-        self._scalars: dict[tuple[DType, str], Tile] = {}
-        self._filled: dict[tuple[DType, str, int, int], Tile] = {}
+        self._filled: dict[tuple[DType, str, int, int], Tile] = {}  # the constant tiles: ones, scalars, filled
 
     def operand_dtype(self, dtype: DType) -> DType:
         """The type a matmul operand of type `dtype` is held in on chip: the auto-cast type for fp32."""
@@ -159,30 +157,23 @@ class Program:
     def ones(self, dtype: DType) -> Tile:
         """A pmax x pmax tile of ones, filled at the start of the program: the stationary operand that makes PE
         sum over partitions or repeat a row on every partition."""
-        if dtype not in self._ones:
-            pmax = self.target.partitions
-            self._ones[dtype] = tile = self.sbuf(pmax, pmax, dtype, f"ones/{dtype.name}")
-            self.instrs.insert(0, PendingInstr("memset", Engine.POOL, 0, {"dst": tile.ap(), "value": 1.0}, ""))
-        return self._ones[dtype]
-
-    def filled(self, partitions: int, free: int, dtype: DType, value: float) -> Tile:
-        """A [partitions, free] tile holding `value`, filled once at the start of the program and shared by every
-        lowering that asks for the same (a convolution epilogue's ones, against which PE adds its bias rows: one
-        fill where each convolution's own was a GpSimdE pass on the dependent chain's shared SBUF port)."""
-        key = (dtype, repr(float(value)), partitions, free)
-        if key not in self._filled:
-            self._filled[key] = tile = self.sbuf(partitions, free, dtype, f"filled/{dtype.name}/{value:g}")
-            self.instrs.insert(0, PendingInstr("memset", Engine.POOL, 0, {"dst": tile.ap(), "value": value}, ""))
-        return self._filled[key]
+        pmax = self.target.partitions
+        return self.filled(pmax, pmax, dtype, 1.0, f"ones/{dtype.name}")
 
     def scalar(self, value: float, dtype: DType) -> Tile:
         """A pmax x 1 tile holding `value` on every partition, filled once at the start of the program: a constant
         an instruction must read from a tile (with stride 0 along its free axes) costs no load and no fill per use."""
-        key = (dtype, repr(float(value)))  # repr tells -0.0 from 0.0
-        if key not in self._scalars:
-            self._scalars[key] = tile = self.sbuf(self.target.partitions, 1, dtype, f"scalar/{dtype.name}/{value:g}")
+        return self.filled(self.target.partitions, 1, dtype, value, f"scalar/{dtype.name}/{value:g}")
+
+    def filled(self, partitions: int, free: int, dtype: DType, value: float, name: str | None = None) -> Tile:
+        """A [partitions, free] tile holding `value`, filled once at the start of the program and shared by every
+        lowering that asks for the same (a convolution epilogue's ones, against which PE adds its bias rows: one
+        fill where each convolution's own was a GpSimdE pass on the dependent chain's shared SBUF port)."""
+        key = (dtype, repr(float(value)), partitions, free)  # repr tells -0.0 from 0.0
+        if key not in self._filled:
+            self._filled[key] = tile = self.sbuf(partitions, free, dtype, name or f"filled/{dtype.name}/{value:g}")
             self.instrs.insert(0, PendingInstr("memset", Engine.POOL, 0, {"dst": tile.ap(), "value": value}, ""))
-        return self._scalars[key]
+        return self._filled[key]
 
     def hbm_tensor(self, name: str, nbytes: int, kind: str, dtype: DType, data: bytes | None = None) -> HbmTensor:
         t = HbmTensor(name, nbytes, kind, dtype, data)
