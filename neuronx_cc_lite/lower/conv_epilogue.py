@@ -100,6 +100,24 @@ class Epilogue:
                              bias.offset + co0 * bias.strides[0]))
         return tile.ap()
 
+    def finish_side_by_side(self, bank: Tile, block: Block, tiles: list[tuple[int, int]]) -> None:
+        """After the matmuls of several output tiles (first output channel, channels), tile t's in the bank's
+        columns t * block.size ..: PE adds each tile's bias, the hard activation runs once over the whole bank
+        (the partitions a short last tile leaves are computed and never stored), and each tile is stored."""
+        assert self.direct and self.hard is not None
+        prog, size = self.ctx.program, block.size
+        if self.pe_bias is not None:
+            rows, ones = self.pe_bias
+            for t, (co0, mt) in enumerate(tiles):
+                prog.emit("nc_matmul", Engine.PE, dst=bank.ap(((size, 1),), t * size, 0, mt),
+                          stationary=rows.ap(((mt, 1),), co0), moving=ones.ap(((size, 1),)), accumulate=True)
+        res = prog.sbuf(bank.partitions, bank.free, DType.fp32, f"{self.node.name}/y")
+        self.hard(res.ap(), bank.ap())
+        spatial = tuple(range(2, 2 + len(block.counts)))
+        for t, (co0, mt) in enumerate(tiles):
+            box = self.out.box((block.n0, co0, *block.starts), (block.images, mt, *block.counts))
+            prog.dma(box.transpose((1, 0, *spatial)), res.ap(((size, 1),), t * size, 0, mt))
+
     def finish(self, acc: Tile, column: TileAccess | None, parts: list[Part], row0: int = 0) -> None:
         """After the block's matmuls: the bank (all its partitions and columns) to each part's outputs. `row0`:
         the bias rows' first column for the bank's partition 0 (its first output channel)."""

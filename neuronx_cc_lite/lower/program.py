@@ -70,6 +70,21 @@ class TileAccess:
 
 
 @dataclass(frozen=True)
+class Columns:
+    """Columns [offset, offset + free) of a tile's first `partitions` partitions, addressed as a tile of their own
+    (Tile.ap): one output tile's accumulator beside the others' in a PSUM bank (lower/conv.py)."""
+    tile: Tile
+    offset: int
+    free: int
+    partitions: int
+
+    def ap(self, dims: tuple[tuple[int, int], ...] | None = None, offset: int = 0, first: int = 0,
+           partitions: int | None = None) -> TileAccess:
+        count = self.partitions - first if partitions is None else partitions
+        return TileAccess(self.tile, first, count, self.offset + offset, ((self.free, 1),) if dims is None else dims)
+
+
+@dataclass(frozen=True)
 class HbmAccess:
     tensor: HbmTensor
     dtype: DType

@@ -31,7 +31,7 @@ from isa.functions import AluOp
 from isa.operand import Engine
 from neuronx_cc_lite.lower.hbm import HbmView
 from neuronx_cc_lite.lower.patterns import dma_tile
-from neuronx_cc_lite.lower.program import Program, Tile, TileAccess
+from neuronx_cc_lite.lower.program import Columns, Program, Tile, TileAccess
 
 AUTO_PADS = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
 
@@ -186,7 +186,7 @@ def _row_outputs(ax: Axis, tap: int) -> tuple[int, int]:
 
 
 def window_taps(tile: Tile, strides: tuple[int, ...], block: Block, axes: list[Axis], taps: list[tuple[int, ...]],
-                partitions: int, acc: Tile, flat: bool) -> list[tuple[int, TileAccess, TileAccess]]:
+                partitions: int, acc: Tile | Columns, flat: bool) -> list[tuple[int, TileAccess, TileAccess]]:
     """(index in taps, what of acc [mt, block.size] it adds to, what it reads of the window) per tap, those that
     write every output first (the first starts the accumulation). In a flat window (flat_window) a tap along the
     row reads only the outputs whose column lies inside the input, as the others would read padding (zeros), and
