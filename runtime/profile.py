@@ -1,5 +1,6 @@
 """Where the simulated time goes: a Chrome/Perfetto trace of a run, and the summary neuron-profile's Summary tab
-gives (latency against the roofline, MFU, MBU, engine shares, DMA traffic, reloads, the costliest ONNX nodes).
+gives (latency against the roofline, MFU, MBU, engine shares, DMA traffic, reloads, the costliest ONNX nodes),
+and the critical path (runtime/critical_path.py): what on the chain of instructions that set the latency took it.
 
     model.run(inputs, trace=True)
     json.dump(chrome_trace(model), open("trace.json", "w"))                             # Perfetto
@@ -35,6 +36,7 @@ from isa.instructions import Instruction
 from isa.listing import format_operand
 from isa.operand import Mem, stream_engine, stream_names
 from isa.target import Target
+from runtime.critical_path import critical_path
 from runtime.layout import check_ranks
 from runtime.model import Model, collective_op
 from runtime.errors import LoadError
@@ -423,12 +425,19 @@ class Summary:
     reloads: list[tuple[str, float]] = field(default_factory=list)
     top_nodes: list[tuple[str, float, float]] = field(default_factory=list)  # (ONNX node, busy us, share of busy)
     small_piece_nodes: list[tuple[str, int]] = field(default_factory=list)
+    # the chain of instructions that set the latency (runtime/critical_path.py): how many, their time per engine
+    # (DMA: any queue), the time between them, and the ONNX nodes with the most time on it
+    critical_instructions: int = 0
+    critical_busy_us: dict[str, float] = field(default_factory=dict)
+    critical_waiting_us: float = 0.0
+    critical_nodes: list[tuple[str, float]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
         d["reloads"] = [{"tensor": name, "factor": factor} for name, factor in self.reloads]
         d["top_nodes"] = [{"node": name, "busy_us": us, "share": share} for name, us, share in self.top_nodes]
         d["small_piece_nodes"] = [{"node": name, "pieces": n} for name, n in self.small_piece_nodes]
+        d["critical_nodes"] = [{"node": name, "us": us} for name, us in self.critical_nodes]
         return d
 
 
@@ -472,6 +481,7 @@ def summarize(model: Any, top: int = 8) -> Summary:
     top_nodes = sorted(((n, t / 1000, t / total_busy) for n, t in by_node.items()), key=lambda r: -r[1])[:top]
     flops = int(bundle.stats.get("model_flops", 0))
     host_us = host_overhead_us(bundle, target)
+    path = critical_path(stats.trace, ops)
     return Summary(
         latency_us=elapsed / 1000, host_overhead_us=host_us, end_to_end_us=elapsed / 1000 + host_us,
         roofline_us=line.ns / 1000, bound=line.bound, ratio=elapsed / max(line.ns, 1e-9),
@@ -486,7 +496,9 @@ def summarize(model: Any, top: int = 8) -> Summary:
         dma_hbm_pass_bytes=hbm_passes, dma_small_pieces=sum(small.values()),
         small_piece_nodes=sorted(small.items(), key=lambda r: -r[1])[:top],
         hbm_peak_gbps=hbm_peak_gbps(model), spill_bytes=int(bundle.stats.get("spill_bytes", spill)),
-        scratch_bytes=scratch, reloads=reloads, top_nodes=top_nodes)
+        scratch_bytes=scratch, reloads=reloads, top_nodes=top_nodes,
+        critical_instructions=path.instructions, critical_busy_us={k: v / 1000 for k, v in path.busy_ns.items()},
+        critical_waiting_us=path.waiting_ns / 1000, critical_nodes=[(n, ns / 1000) for n, ns in path.nodes[:top]])
 
 
 def summary_text(s: Summary) -> str:
@@ -509,7 +521,11 @@ def summary_text(s: Summary) -> str:
         + (f" (most: {', '.join(f'{n} {name}' for name, n in s.small_piece_nodes[:3])})" if s.small_piece_nodes
            else ""),
         f"spilled        {s.spill_bytes / 1e6:.2f} MB; between operators through HBM {s.scratch_bytes / 1e6:.2f} MB",
+        f"critical path  {s.critical_instructions} instructions, each started by the end of the one before: "
+        + ", ".join(f"{k} {v:.1f} us" for k, v in s.critical_busy_us.items())
+        + f"; {s.critical_waiting_us:.1f} us between them (hand-offs, DMA latency, shared ports)",
     ]
+    lines += _listed("  on it", [f"{us:8.2f} us  {name}" for name, us in s.critical_nodes[:3]])
     lines += _listed("reloaded", [f"{factor:5.1f}x  {name}" for name, factor in s.reloads] or
                      ["no tensor loaded more than once"])
     lines += _listed("top nodes", [f"{us:8.2f} us {share:4.0%}  {name}" for name, us, share in s.top_nodes])
