@@ -1215,6 +1215,19 @@ def _run(args: argparse.Namespace) -> int:
     """The command's exit status; a failure is logged as one coded line."""
     try:
         return args.run(args)
+    except BaseException as e:
+        if interrupts.interrupted_by(e) is None:
+            return _failed(e)
+        # a signal's exception, or one its unwinding caused (a file closed under a read: EBADF), or one an import
+        # turned into its own
+        log.error(interrupts.message(e))
+        return interrupts.status(e)
+
+
+def _failed(error: BaseException) -> int:
+    """The exit status of a command that failed on its own; its coded line is logged."""
+    try:
+        raise error  # (to sort it by the clauses below)
     except _coded_errors() as e:
         message = str(e)
     except UsageError as e:
@@ -1225,16 +1238,10 @@ def _run(args: argparse.Namespace) -> int:
         return 141  # as a shell reports a pipeline member that SIGPIPE stopped
     except OSError as e:
         message = f"NCC_IO: {e.filename or ''}: {e.strerror or e}"
-    except (KeyboardInterrupt, interrupts.Interrupted) as e:
-        log.error(interrupts.message(e))
-        return interrupts.status(e)
     except MemoryError:
         message = ("NCC_HOST_MEMORY: this machine ran out of memory for the command (the model's tensors, or the "
                    "simulated chip's memories, are larger than it can hold)")
     except Exception as e:  # a bug of ours: say so on one line, keep the traceback for those who ask
-        if interrupts.interrupted_by(e) is not None:  # a signal's exception that an import turned into its own
-            log.error(interrupts.message(e))
-            return interrupts.status(e)
         if os.environ.get("NCC_TRACEBACK"):
             raise
         message = (f"NCC_INTERNAL: internal error: {type(e).__name__}: {e} (set NCC_TRACEBACK=1 for the "

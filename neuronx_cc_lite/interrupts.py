@@ -6,8 +6,10 @@ The signal is raised as an exception where the program is (KeyboardInterrupt for
 others), so every `finally` runs and every atomic write removes its temporary file (isa/files.py `replacing`).
 Only the first signal does so: the handlers then ignore the signals until the command has ended, so a second
 Ctrl-C cannot cut the cleanup short. The signal is also remembered (`interrupted_by`): an exception raised inside
-an import of a compiled module comes out as that module's ImportError, which is still the signal's doing. This module imports nothing heavy: the entry point (`main`) sets the handlers
-before the command line's modules load.
+an import of a compiled module comes out as that module's ImportError, which is still the signal's doing. A signal
+that comes while a module is being imported is raised once the import has ended (an exception inside a compiled
+module's initialisation can abort the process instead). This module imports nothing heavy: the entry point
+(`main`) sets the handlers before the command line's modules load.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import signal
 import sys
 import threading
 from contextlib import contextmanager
+from types import FrameType
 from typing import Iterator
 
 PROG = "neuronx-cc-lite"
@@ -53,13 +56,44 @@ def message(error: BaseException) -> str:
     return f"NCC_INTERRUPTED: {WHY[signal.Signals(interrupted_by(error) or signal.SIGINT)]}; no output was written"
 
 
-def _raise(signum: int, frame: object) -> None:
+# How often a signal that came during an import looks again whether the import has ended.
+RETRY_S = 0.02
+
+
+def _importing(frame: FrameType | None) -> bool:
+    """Whether the program is inside an import. A compiled module's initialisation may be running Python code (the
+    enums pybind11 makes in onnx's, numpy's own set-up), and an exception raised there does not unwind: the process
+    aborts or faults (SIGABRT, SIGSEGV: seen with SIGTERM 0.25 and 0.78 s into a compile on a loaded machine)."""
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib"):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _raise(signum: int, frame: FrameType | None) -> None:
     _received.append(signum)
     for s in WHY:  # the first signal only: the cleanup it starts must not be cut short by a second
         signal.signal(s, signal.SIG_IGN)
-    if signum == signal.SIGINT:
+    _raise_when_safe(signal.SIGALRM, frame)
+
+
+_deferred: list[bool] = []  # a signal's exception waits for an import to end
+
+
+def _raise_when_safe(_: int, frame: FrameType | None) -> None:
+    """The first signal's exception, where the program is; inside an import, once it has ended: a timer looks
+    again every RETRY_S."""
+    if _importing(frame):
+        if not _deferred:
+            _deferred.append(True)
+            signal.signal(signal.SIGALRM, _raise_when_safe)
+        signal.setitimer(signal.ITIMER_REAL, RETRY_S)
+        return
+    _deferred.clear()
+    if _received[0] == signal.SIGINT:
         raise KeyboardInterrupt
-    raise Interrupted(signum)
+    raise Interrupted(_received[0])
 
 
 @contextmanager
@@ -71,14 +105,22 @@ def handled() -> Iterator[None]:
         yield
         return
     # a signal the parent set to be ignored stays ignored (nohup's SIGHUP, a shell's background jobs' SIGINT)
+    alarm = signal.getsignal(signal.SIGALRM)  # the timer of a signal that came during an import
     previous = {s: signal.signal(s, _raise) for s in WHY if signal.getsignal(s) is not signal.SIG_IGN}
     if previous:  # a new command: a signal an earlier one took is not this one's
         _received.clear()
     try:
         yield
     finally:
+        mine = alarm is not _raise_when_safe  # (inside a command, a command's timer is the outer one's)
+        pending = mine and bool(_deferred)
+        if mine and signal.getsignal(signal.SIGALRM) is _raise_when_safe:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, alarm)
         for s, handler in previous.items():
             signal.signal(s, handler)
+        if pending:  # the import has ended and so has the command, before the timer looked again: raise it now
+            _raise_when_safe(signal.SIGALRM, None)
 
 
 def main(argv: list[str] | None = None) -> int:

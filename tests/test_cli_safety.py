@@ -404,3 +404,53 @@ def test_a_log_file_on_a_full_disk_is_one_warning(tmp, capsys, monkeypatch):
     assert main(["compile", MODEL, "-o", f"{tmp}/m.neff", "--no-cache", "--logfile", f"{tmp}/log"]) == 0
     err = capsys.readouterr().err
     assert "Traceback" not in err and err.count("cannot write the log file") == 1, err
+
+
+def test_a_signal_during_an_import_is_raised_once_the_import_has_ended(tmp, monkeypatch):
+    """An exception raised inside a compiled module's initialisation aborts the process (onnx's, SIGTERM 0.78 s
+    into a compile: SIGABRT): a signal that comes during an import is raised after it, where the program imported
+    the module, and the module is whole."""
+    import importlib
+    import sys
+    import time
+
+    from neuronx_cc_lite import interrupts
+
+    with open(os.path.join(tmp, "slow_module.py"), "w") as f:
+        f.write("import os, signal, time\nos.kill(os.getpid(), signal.SIGHUP)\n"
+                "deadline = time.monotonic() + 0.3\nwhile time.monotonic() < deadline:\n    pass\nWHOLE = True\n")
+    monkeypatch.syspath_prepend(tmp)
+    with pytest.raises(interrupts.Interrupted) as raised:
+        with interrupts.handled():
+            importlib.import_module("slow_module")
+            time.sleep(5)  # the timer raises it here, after the import
+    assert raised.value.signum == signal.SIGHUP
+    assert sys.modules["slow_module"].WHOLE
+    assert "slow_module" not in "".join(__import__("traceback").format_tb(raised.value.__traceback__))
+    assert signal.getsignal(signal.SIGALRM) is signal.SIG_DFL and signal.getsignal(signal.SIGHUP) is signal.SIG_DFL
+    del sys.modules["slow_module"]
+
+
+def _closed_under_a_signal(*args: object) -> int:
+    """A read whose file a signal's unwinding closed fails on its own (EBADF) and says so as the model's load."""
+    import time
+
+    from neuronx_cc_lite.errors import CompileError
+
+    try:
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)
+    finally:
+        raise CompileError("NCC_ONNX_LOAD", "cannot read m.onnx: Bad file descriptor")
+
+
+def test_an_error_the_unwinding_of_a_signal_causes_is_the_signal(tmp, capsys, monkeypatch):
+    """SIGTERM 0.6 s into a compile, while the model was read, came out as NCC_ONNX_LOAD with status 1: whatever
+    fails after the signal, the command ends with its coded line and status."""
+    import neuronx_cc_lite.cli as cli
+
+    monkeypatch.setattr(cli, "cmd_info", _closed_under_a_signal)
+    status = cli.main(["info", MODEL])
+    said = capsys.readouterr().err.strip().splitlines()
+    assert status == 143 and said[-1] == "neuronx-cc-lite: error: NCC_INTERRUPTED: terminated by SIGTERM; no output " \
+        "was written", said
