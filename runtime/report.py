@@ -384,6 +384,7 @@ def render_html(bundle: Bundle, stats: RunStats, summary: Summary, title: str = 
         "<h2>Engine time by operator type</h2>", _rollup(tables["operator"], "operator type (the model's)"),
         "<h2>Engine time by layer</h2>", _rollup(tables["layer"], "layer"),
         "<h2>Top ONNX nodes</h2>", _top_nodes(summary),
+        "<h2>Critical path</h2>", _critical_path(summary),
         "<h2>Summary</h2>", f"<pre>{html.escape(summary_text(summary))}</pre>",
         f'<script type="application/json" id="timeline-data">{payload}</script>',
         f"<script>{_SCRIPT}</script>", "</body></html>", ""])
@@ -414,6 +415,22 @@ def _top_nodes(s: Summary) -> str:
             f'style="width:{share / most * 80:.1f}%"></div>{share:.1%}</td></tr>' for name, us, share in s.top_nodes]
     return ('<table class="nodes"><tr><th>ONNX node</th><th>engine time (us)</th><th>share of engine time</th></tr>'
             + "".join(rows) + "</table>")
+
+
+def _critical_path(s: Summary) -> str:
+    """The chain of instructions that set the latency (runtime/critical_path.py): its time per engine and between
+    its instructions, as shares of the latency, then the nodes with the most time on it."""
+    latency = s.latency_us or 1.0
+    parts = [*s.critical_busy_us.items(), ("between", s.critical_waiting_us)]
+    rows = [f'<tr><td>{html.escape(k)}</td><td class="n">{us:.2f}</td><td><div class="bar engine-{html.escape(k)}" '
+            f'style="width:{us / latency * 80:.1f}%"></div>{us / latency:.1%}</td></tr>' for k, us in parts]
+    nodes = [f'<tr><td>{html.escape(name)}</td><td class="n">{us:.2f}</td><td></td></tr>'
+             for name, us in s.critical_nodes]
+    return (f'<p class="hint">{s.critical_instructions} instructions, each started by the end of the one before it '
+            "(on its engine or queue, or through a semaphore); between them: hand-offs, DMA latency, shared ports."
+            '</p><table class="nodes"><tr><th>engine</th><th>time on the path (us)</th><th>share of the latency'
+            "</th></tr>" + "".join(rows) + '</table><table class="nodes"><tr><th>ONNX node</th><th>time on the path '
+            "(us)</th><th></th></tr>" + "".join(nodes) + "</table>")
 
 
 def _rollup(rows: list[Rollup], what: str) -> str:

@@ -65,6 +65,17 @@ def test_the_page_holds_the_summary_and_top_nodes(page):
     assert "<pre>latency " in html  # the text the command prints
 
 
+def test_the_page_shows_the_critical_path(page):
+    html, _, s = page
+    section = html.split("<h2>Critical path</h2>")[1].split("<h2>")[0]
+    assert f"{s['critical_instructions']} instructions" in section
+    for engine, us in s["critical_busy_us"].items():
+        assert f"<td>{engine}</td><td class=\"n\">{us:.2f}</td>" in section
+    assert f"<td>between</td><td class=\"n\">{s['critical_waiting_us']:.2f}</td>" in section
+    for row in s["critical_nodes"]:
+        assert f"<td>{row['node']}</td><td class=\"n\">{row['us']:.2f}</td>" in section
+
+
 def test_the_timeline_has_a_row_per_stream_and_a_box_per_instruction(page):
     html, neff, _ = page
     data = _data(html)
