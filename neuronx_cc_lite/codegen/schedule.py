@@ -245,7 +245,8 @@ def schedule_within_memory(program: Program) -> bool:
     lowered = list(program.instrs)
     engines = [p.engine for p in lowered]
     plain = dependencies(lowered)
-    reserve = large_tile_reserve(program, tile_uses(program))
+    lowered_uses = tile_uses(program)
+    reserve = large_tile_reserve(program, lowered_uses)
     tries = 0
     # the first road prefetches weights and only places as it goes; the others start afresh without prefetching
     for lookahead, prefetch in ((LOOKAHEAD, True), (LOOKAHEAD, False), (FALLBACK_LOOKAHEAD, False)):
@@ -255,7 +256,8 @@ def schedule_within_memory(program: Program) -> bool:
             placing = attempt <= PLACING_TRIES
             try:
                 memory = OnChipMemory(program.target, reserve) if placing else LiveBytes(program.target, budget)
-                starts, ends = schedule(program, lookahead, preds, hold, memory, prefetch=prefetch)
+                starts, ends = schedule(program, lookahead, preds, hold, memory, prefetch=prefetch,
+                                        tiles_of=lowered_uses)
                 if not placing:
                     uses = tile_uses(program)
                     try:  # no range reused before the schedule expects its last reader done; else on bare lifetimes
@@ -291,20 +293,24 @@ def _nodes_reached(instrs: list[PendingInstr], preds: list[list[int]]) -> tuple[
     bit: dict[str, int] = {}
     for p in instrs:
         bit.setdefault(p.node, 1 << len(bit))
+    own = [bit[p.node] for p in instrs]
     reached = [0] * len(instrs)
     for i, ps in enumerate(preds):  # a predecessor comes first in lowering order
+        found = 0
         for j in ps:
-            reached[i] |= reached[j] | bit[instrs[j].node]
+            found |= reached[j] | own[j]
+        reached[i] = found
     return reached, bit
 
 
 def schedule(program: Program, lookahead: int = LOOKAHEAD, preds: list[list[int]] | None = None,
              hold: dict[int, int] | None = None, memory: OnChipMemory | LiveBytes | None = None,
-             prefetch: bool = True) -> tuple[list[float], list[float]]:
+             prefetch: bool = True, tiles_of: list[list[Tile]] | None = None) -> tuple[list[float], list[float]]:
     """Reorder program.instrs and set every instruction's engine and queue (see the module docstring), keeping
     the tiles live at once within `memory` (by default placing each as it goes), reaching at most `lookahead` instructions past the first
     unscheduled one; an instruction in `hold` waits until everything before position hold[i] (in lowering order)
-    is scheduled. `preds`: the dependencies (computed when not given). Returns the estimated start and end of
+    is scheduled. `preds`: the dependencies, `tiles_of`: each instruction's tiles (allocate.tile_uses), both in
+    lowering order (computed when not given). Returns the estimated start and end of
     every instruction, in the new order. Raises OutOfMemory (NCC_SBUF_FULL / NCC_PSUM_FULL) when every ready
     instruction waits for memory that nothing will free (see schedule_within_memory)."""
     instrs, target = program.instrs, program.target
@@ -346,7 +352,7 @@ def schedule(program: Program, lookahead: int = LOOKAHEAD, preds: list[list[int]
             next_on[own, node] = rank[i]
             if preds[i]:
                 next_any[own] = (rank[i], i)
-    tiles_of = tile_uses(program)
+    tiles_of = tiles_of if tiles_of is not None else tile_uses(program)
     uses: dict[Tile, int] = {}
     for ts in tiles_of:
         for t in ts:
