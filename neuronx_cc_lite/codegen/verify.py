@@ -50,7 +50,7 @@ def verify_program(program: Program, stage: str) -> None:
         if p.engine not in spec.engines:
             _fail(stage, f"{p.op} cannot run on {p.engine.name}", p.node)
         reads, writes = [], []
-        for f in spec.fields:  # (an indirect DMA's implicit table is in HBM: no tile is read or written there)
+        for f in spec.operand_fields:  # (an indirect DMA's implicit table is in HBM: no tile is read or written there)
             value = p.args[f.name]
             if isinstance(value, (TileAccess, HbmAccess)):
                 _check_access(stage, p, f.name, value, f.writes)
