@@ -445,7 +445,7 @@ def schedule(program: Program, lookahead: int = LOOKAHEAD, preds: list[list[int]
         # the server that can start something first; of the servers that can start as soon, the one idle longest
         # (queues share the work, rather than the first taking every transfer it will be free for), then the first.
         # Servers of one group take from the same pools, so the group's first free one is the group's best (for
-        # speed: the sixteen DMA queues are two groups)
+        # speed: the DMA queues form at most two groups, the load queues and the store queues)
         best: tuple[float, float, int] = (float("inf"), float("inf"), -1)  # (when, free at, server)
         for keys, members in groups:
             soonest = float("inf")  # when the group's pools have something ready
