@@ -31,7 +31,7 @@ class DType(enum.IntEnum):
 
     @property
     def size(self) -> int:
-        return _NUMPY[self].itemsize
+        return _SIZES[self]  # (a table: asked for every operand the compiler costs, checks or places)
 
     @property
     def is_float(self) -> bool:
@@ -61,6 +61,7 @@ _NUMPY: dict[DType, np.dtype] = {
     DType.uint16: np.dtype(np.uint16),
     DType.uint32: np.dtype(np.uint32),
 }
+_SIZES: dict[DType, int] = {member: np_dtype.itemsize for member, np_dtype in _NUMPY.items()}
 _FLOATS = frozenset({DType.fp32, DType.bf16, DType.fp16, DType.fp8_e4m3, DType.fp8_e5m2})
 
 

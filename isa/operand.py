@@ -88,7 +88,7 @@ class Operand:
     @property
     def free_size(self) -> int:
         """Elements per partition."""
-        return math.prod(self.free_shape)
+        return math.prod([size for size, _ in self.dims])
 
     @property
     def nbytes(self) -> int:

@@ -36,8 +36,7 @@ def dependencies(instrs: list[PendingInstr]) -> list[list[int]]:
     preds: list[list[int]] = []
     for position, p in enumerate(instrs):
         accesses = footprints(p, position)
-        overlapping = [[r for r in index.find(space, mine) if r.meets(mine)]
-                       for space, mine in accesses]
+        overlapping = [mine.meeting(index.find(space, mine)) for space, mine in accesses]
         preds.append(sorted({r.index for earlier in overlapping for r in earlier}))
         for (space, mine), earlier in zip(accesses, overlapping):
             if mine.writes:

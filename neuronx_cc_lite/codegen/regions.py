@@ -117,6 +117,20 @@ class Record:
             return True  # two single runs whose boxes meet overlap
         return not disjoint(a, b)
 
+    def meeting(self, records: list[Record]) -> list[Record]:
+        """Those of `records` (whose boxes meet this one's) that share a byte with this access: `meets` for each,
+        this access's runs taken once (the dependencies ask it of every record they find)."""
+        mine = self.runs()
+        if mine is None:
+            return records
+        single = len(mine[0]) == 1
+        found = []
+        for r in records:
+            theirs = r.runs()
+            if theirs is None or (single and len(theirs[0]) == 1) or not disjoint(mine, theirs):
+                found.append(r)
+        return found
+
     def covers(self, other: Record) -> bool:
         """Whether this access (a write, ordered after the other) may stand for the other from now on: it touches
         every byte the other does. A write taken as its box (no runs) stands for whatever its box holds, since

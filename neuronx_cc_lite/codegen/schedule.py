@@ -106,13 +106,15 @@ def is_store(p: PendingInstr) -> bool:
     return isinstance(p.args.get("dst"), HbmAccess)
 
 
-def split_queues(program: Program) -> tuple[list[int], list[int]]:
-    """(load queues, store queues): the queues divided in proportion to the bytes each direction moves."""
+def split_queues(program: Program, transfer_bytes: dict[int, int] | None = None) -> tuple[list[int], list[int]]:
+    """(load queues, store queues): the queues divided in proportion to the bytes each direction moves.
+    `transfer_bytes`: the bytes of each transfer by position, when the caller has them (else computed)."""
     total = program.target.dma_queues
     moved = {True: 0, False: 0}
-    for p in program.instrs:
+    for i, p in enumerate(program.instrs):
         if p.engine is Engine.DMA:
-            moved[is_store(p)] += dma_cost(p.instruction(placed=False), program.target).bytes
+            moved[is_store(p)] += (transfer_bytes[i] if transfer_bytes is not None else
+                                   dma_cost(p.instruction(placed=False), program.target).bytes)
     if not moved[True] or not moved[False]:
         return list(range(total)), list(range(total))
     loads = min(total - 1, max(1, round(total * moved[False] / (moved[False] + moved[True]))))
@@ -170,6 +172,14 @@ class _Pool:
 
     def next_ready_at(self) -> float:
         return self.pending[0][0] if self.pending else float("inf")
+
+
+def _server_groups(pools_of_server: list[list[object]]) -> list[tuple[list[object], list[int]]]:
+    """The servers grouped by the pools they take from, in order: (pools, servers)."""
+    groups: dict[tuple[object, ...], list[int]] = {}
+    for k, keys in enumerate(pools_of_server):
+        groups.setdefault(tuple(keys), []).append(k)
+    return [(list(keys), members) for keys, members in groups.items()]
 
 
 def _critical_soon(pool: _Pool, rank: list[float], now: int, before: float, taken: list[bool]) -> float | None:
@@ -235,7 +245,8 @@ def schedule_within_memory(program: Program) -> bool:
     lowered = list(program.instrs)
     engines = [p.engine for p in lowered]
     plain = dependencies(lowered)
-    reserve = large_tile_reserve(program, tile_uses(program))
+    lowered_uses = tile_uses(program)
+    reserve = large_tile_reserve(program, lowered_uses)
     tries = 0
     # the first road prefetches weights and only places as it goes; the others start afresh without prefetching
     for lookahead, prefetch in ((LOOKAHEAD, True), (LOOKAHEAD, False), (FALLBACK_LOOKAHEAD, False)):
@@ -245,7 +256,8 @@ def schedule_within_memory(program: Program) -> bool:
             placing = attempt <= PLACING_TRIES
             try:
                 memory = OnChipMemory(program.target, reserve) if placing else LiveBytes(program.target, budget)
-                starts, ends = schedule(program, lookahead, preds, hold, memory, prefetch=prefetch)
+                starts, ends = schedule(program, lookahead, preds, hold, memory, prefetch=prefetch,
+                                        tiles_of=lowered_uses)
                 if not placing:
                     uses = tile_uses(program)
                     try:  # no range reused before the schedule expects its last reader done; else on bare lifetimes
@@ -281,20 +293,24 @@ def _nodes_reached(instrs: list[PendingInstr], preds: list[list[int]]) -> tuple[
     bit: dict[str, int] = {}
     for p in instrs:
         bit.setdefault(p.node, 1 << len(bit))
+    own = [bit[p.node] for p in instrs]
     reached = [0] * len(instrs)
     for i, ps in enumerate(preds):  # a predecessor comes first in lowering order
+        found = 0
         for j in ps:
-            reached[i] |= reached[j] | bit[instrs[j].node]
+            found |= reached[j] | own[j]
+        reached[i] = found
     return reached, bit
 
 
 def schedule(program: Program, lookahead: int = LOOKAHEAD, preds: list[list[int]] | None = None,
              hold: dict[int, int] | None = None, memory: OnChipMemory | LiveBytes | None = None,
-             prefetch: bool = True) -> tuple[list[float], list[float]]:
+             prefetch: bool = True, tiles_of: list[list[Tile]] | None = None) -> tuple[list[float], list[float]]:
     """Reorder program.instrs and set every instruction's engine and queue (see the module docstring), keeping
     the tiles live at once within `memory` (by default placing each as it goes), reaching at most `lookahead` instructions past the first
     unscheduled one; an instruction in `hold` waits until everything before position hold[i] (in lowering order)
-    is scheduled. `preds`: the dependencies (computed when not given). Returns the estimated start and end of
+    is scheduled. `preds`: the dependencies, `tiles_of`: each instruction's tiles (allocate.tile_uses), both in
+    lowering order (computed when not given). Returns the estimated start and end of
     every instruction, in the new order. Raises OutOfMemory (NCC_SBUF_FULL / NCC_PSUM_FULL) when every ready
     instruction waits for memory that nothing will free (see schedule_within_memory)."""
     instrs, target = program.instrs, program.target
@@ -306,8 +322,11 @@ def schedule(program: Program, lookahead: int = LOOKAHEAD, preds: list[list[int]
         for j in ps:
             succs[j].append(i)
     engines = [candidate_engines(p) for p in instrs]
+    lowered_engine = [p.engine for p in instrs]
     virtual = [p.instruction(placed=False) for p in instrs]
-    cost = [{e: _duration(virtual[i], e, target) for e in engines[i]} for i in range(n)]
+    transfers = {i: dma_cost(virtual[i], target) for i, p in enumerate(instrs) if p.engine is Engine.DMA}
+    cost = [{e: transfers[i].engine_ns(target) if e is Engine.DMA else _duration(virtual[i], e, target)
+             for e in engines[i]} for i in range(n)]
     held = [{e: ports(virtual[i], e) for e in engines[i]} for i in range(n)]
     # rank: the longest path to the end, where a compute instruction is also followed by the next one lowering gave
     # its engine: an engine works through its share one at a time, so the work queued behind an instruction counts
@@ -321,7 +340,7 @@ def schedule(program: Program, lookahead: int = LOOKAHEAD, preds: list[list[int]
     next_any: dict[Engine, tuple[float, int]] = {}  # the next instruction of each engine that waits for another
     for i in reversed(range(n)):
         own, node = instrs[i].engine, instrs[i].node
-        after = max((rank[s] for s in succs[i]), default=0.0)
+        after = max(map(rank.__getitem__, succs[i]), default=0.0)
         queued = own in _ON_ENGINES or own is Engine.PE
         if queued:
             after = max(after, next_on.get((own, node), 0.0))
@@ -333,12 +352,12 @@ def schedule(program: Program, lookahead: int = LOOKAHEAD, preds: list[list[int]
             next_on[own, node] = rank[i]
             if preds[i]:
                 next_any[own] = (rank[i], i)
-    tiles_of = tile_uses(program)
+    tiles_of = tiles_of if tiles_of is not None else tile_uses(program)
     uses: dict[Tile, int] = {}
     for ts in tiles_of:
         for t in ts:
             uses[t] = uses.get(t, 0) + 1
-    loads, stores = split_queues(program)
+    loads, stores = split_queues(program, {i: c.bytes for i, c in transfers.items()})
     # the servers: each compute engine, and each DMA queue; a queue serves its group's pool
     servers: list[tuple[Engine, int]] = [(e, 0) for e in _SERVERS]
     servers += [(Engine.DMA, q) for q in range(target.dma_queues)]
@@ -421,22 +440,29 @@ def schedule(program: Program, lookahead: int = LOOKAHEAD, preds: list[list[int]
     for i in range(n):
         if waiting[i] == 0:
             release(i)
+    groups = _server_groups(pools_of_server)
     while len(order) < n:
-        # the server that can start something first
-        best_server, best_time = -1, float("inf")
-        for k, keys in enumerate(pools_of_server):
+        # the server that can start something first; of the servers that can start as soon, the one idle longest
+        # (queues share the work, rather than the first taking every transfer it will be free for), then the first.
+        # Servers of one group take from the same pools, so the group's first free one is the group's best (for
+        # speed: the DMA queues form at most two groups, the load queues and the store queues)
+        best: tuple[float, float, int] = (float("inf"), float("inf"), -1)  # (when, free at, server)
+        for keys, members in groups:
+            soonest = float("inf")  # when the group's pools have something ready
             for key in keys:
                 pool = pools[key]
                 if pool.ready:
-                    when = free_at[k]
-                elif pool.pending:
-                    when = max(free_at[k], pool.next_ready_at())
-                else:
-                    continue
-                # of the servers that can start as soon, the one idle longest: queues share the work, rather than
-                # the first taking every transfer it will be free for
-                if when < best_time or (when == best_time and free_at[k] < free_at[best_server]):
-                    best_server, best_time = k, when
+                    soonest = float("-inf")
+                    break
+                if pool.pending and pool.pending[0][0] < soonest:
+                    soonest = pool.pending[0][0]
+            if soonest == float("inf"):
+                continue
+            k = members[0] if len(members) == 1 else min(members, key=free_at.__getitem__)
+            offer = (max(free_at[k], soonest), free_at[k], k)
+            if offer < best:
+                best = offer
+        best_time, _, best_server = best
         if best_server < 0:
             i = blocked[0] if blocked else 0
             ahead = sorted({opener[t] for t in placed if opener[t] > i and uses[t] > 0})
@@ -491,12 +517,15 @@ def schedule(program: Program, lookahead: int = LOOKAHEAD, preds: list[list[int]
         started[i], ended[i] = start, end
         if e is Engine.DMA:
             instrs[i].queue = queue
+            serving = pools_of_server
             if is_store(instrs[i]) and loads != stores:  # the stores have begun: store queues keep to them
                 pools_of_server = [["stores", "short loads"] if keys[0] == "stores" else keys
                                    for keys in pools_of_server]
             loads_left -= not is_store(instrs[i])
             if loads_left == 0:
                 pools_of_server = [["stores"] if keys[0] == "loads" else keys for keys in pools_of_server]
+            if pools_of_server != serving:
+                groups = _server_groups(pools_of_server)
 
         else:
             for p in held[i][e]:
@@ -537,9 +566,13 @@ def schedule(program: Program, lookahead: int = LOOKAHEAD, preds: list[list[int]
             taken[j] = False
             ready_at[j] = max(ready_at[j], end)
             release(j)
+        handed_off = end + target.semaphore_handoff_ns
         for s in succs[i]:
             waiting[s] -= 1
-            ready_at[s] = max(ready_at[s], end + (target.semaphore_handoff_ns if instrs[s].engine is not e else 0.0))
+            # (a successor is not scheduled yet: its engine is the one lowering gave it)
+            at = handed_off if lowered_engine[s] is not e else end
+            if at > ready_at[s]:
+                ready_at[s] = at
             if waiting[s] == 0:
                 release(s)
     program.instrs = [instrs[i] for i in order]

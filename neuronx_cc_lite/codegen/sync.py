@@ -39,8 +39,9 @@ def synchronize(program: list[tuple[int, Instruction]], num_streams: int,
     anchors = anchors or {}
     index = Conflicts()
     written_hbm = Index()  # every HBM write: a read that no later write overlaps need not be remembered
+    writes_of = [instr.writes() for _, instr in program]  # (taken once: the loop below reads them again)
     for position, (stream, instr) in enumerate(program):
-        for o in instr.writes():
+        for o in writes_of[position]:
             if o.mem is Mem.HBM:
                 written_hbm.add(Mem.HBM, Record(box_of(o), -1, position, True))
     clocks = [[-1] * num_streams for _ in range(num_streams)]  # what each stream knows is complete
@@ -53,7 +54,7 @@ def synchronize(program: list[tuple[int, Instruction]], num_streams: int,
     for position, (stream, instr) in enumerate(program):
         needs: dict[int, int] = {}
         accesses = [(o, Record(box_of(o), stream, position, writes, operand=o))
-                    for o, writes in [(o, False) for o in instr.reads()] + [(o, True) for o in instr.writes()]]
+                    for o, writes in [(o, False) for o in instr.reads()] + [(o, True) for o in writes_of[position]]]
         if position % KNOWN_EVERY == 0:  # records every stream knows complete cannot make anyone wait: they die
             active = [s for s in range(num_streams) if left[s]]
             settled = [min(clocks[s][t] for s in active) for t in range(num_streams)]

@@ -16,16 +16,13 @@ def _fail(stage: str, message: str, node: str) -> None:
     raise CompileError("NCC_VERIFY", f"tile program after {stage}: {message}", node or None)
 
 
-def _span(dims: tuple[tuple[int, int], ...]) -> int:
-    """Elements from the first to one past the last an access pattern reaches."""
-    return sum((size - 1) * stride for size, stride in dims) + 1
-
-
 def _check_access(stage: str, p: PendingInstr, name: str, a: TileAccess | HbmAccess, writes: bool) -> None:
     # (the messages are made only on failure: this runs for every access after every stage)
+    span = 1  # elements from the first to one past the last the pattern reaches
     for size, stride in a.dims:
         if size < 1 or stride < 0:
             _fail(stage, f"{p.op} {name}: empty or negative access pattern {a.dims}", p.node)
+        span += (size - 1) * stride
     if a.offset < 0 or a.partitions < 1:
         _fail(stage, f"{p.op} {name}: empty or negative access pattern {a.dims}", p.node)
     if isinstance(a, TileAccess):
@@ -33,14 +30,14 @@ def _check_access(stage: str, p: PendingInstr, name: str, a: TileAccess | HbmAcc
         if a.first < 0 or a.first + a.partitions > t.partitions:
             _fail(stage, f"{p.op} {name}: partitions {a.first}..{a.first + a.partitions - 1} outside tile {t.name} "
                          f"({t.partitions} partitions)", p.node)
-        if a.offset + _span(a.dims) > t.free:
-            _fail(stage, f"{p.op} {name}: elements up to {a.offset + _span(a.dims) - 1} outside tile {t.name} "
+        if a.offset + span > t.free:
+            _fail(stage, f"{p.op} {name}: elements up to {a.offset + span - 1} outside tile {t.name} "
                          f"({t.free} per partition)", p.node)
         if p.engine is not Engine.DMA and t.mem not in (WRITABLE if writes else READABLE)[p.engine]:
             _fail(stage, f"{p.op} {name}: {p.engine.name} cannot {'write' if writes else 'read'} {t.mem.name}",
                   p.node)
     else:
-        end = (a.offset + _span(a.dims) + (a.partitions - 1) * a.partition_stride) * a.dtype.size
+        end = (a.offset + span + (a.partitions - 1) * a.partition_stride) * a.dtype.size
         if end > a.tensor.nbytes:
             _fail(stage, f"{p.op} {name}: bytes up to {end} outside HBM tensor {a.tensor.name} ({a.tensor.nbytes})",
                   p.node)
@@ -52,17 +49,17 @@ def verify_program(program: Program, stage: str) -> None:
         spec = OPS[p.op]
         if p.engine not in spec.engines:
             _fail(stage, f"{p.op} cannot run on {p.engine.name}", p.node)
-        tiles = []
-        for f in spec.fields:  # (an indirect DMA's implicit table is in HBM: no tile is read or written there)
+        reads, writes = [], []
+        for f in spec.operand_fields:  # (an indirect DMA's implicit table is in HBM: no tile is read or written there)
             value = p.args[f.name]
             if isinstance(value, (TileAccess, HbmAccess)):
                 _check_access(stage, p, f.name, value, f.writes)
                 if isinstance(value, TileAccess):
-                    tiles.append((value.tile, f.writes))
-        for tile, writes in tiles:
-            if not writes and id(tile) not in written:
+                    (writes if f.writes else reads).append(value.tile)
+        for tile in reads:
+            if id(tile) not in written:
                 _fail(stage, f"{p.op} reads tile {tile.name} before anything writes it", p.node)
-        written.update(id(tile) for tile, writes in tiles if writes)
+        written.update(map(id, writes))
 
 
 def verify_order(before: list[PendingInstr], after: list[PendingInstr], preds: list[list[int]], stage: str) -> None:

@@ -127,7 +127,7 @@ class PendingInstr:
         """Every virtual operand, with whether the instruction writes it (the whole table of an indirect DMA
         included: it lies in the tensor of the row operand, "src" of a gather, "dst" of a scatter)."""
         spec = OPS[self.op]
-        for f in spec.fields:
+        for f in spec.operand_fields:
             value = self.args[f.name]
             if isinstance(value, (TileAccess, HbmAccess)):
                 yield value, f.writes
