@@ -455,7 +455,8 @@ def _shared_bank(prog: Program, node: Node, plan: list[Block], co_tiles: list[tu
     instead of once a tile, each paying the fixed overhead of a dependent instruction for a few columns
     (MobileNetV3's 576-channel layers at 7x7: five ScalarE and five VectorE instructions of 49 columns become one
     of each over 245). Not for a convolution of several taps (a depthwise one): there the matmuls of the next
-    tile run while one tile's epilogue does, which a shared bank would make wait for the last."""
+    tile run while one tile's epilogue does, which a shared bank would make wait for the last (MobileNetV3 bf16
+    with its depthwise layers' banks shared too: 116.9 us, against 110.2)."""
     if packed > 1 or taps > 1 or len(plan) != 1 or len(co_tiles) < 2 or not epilogue.direct or \
             len(co_tiles) * plan[0].size > out_max:
         return None
