@@ -87,3 +87,23 @@ def test_profile_prints_the_critical_path(tmp, capsys):
     assert f"{s['critical_instructions']} instructions" in line
     assert f"{s['critical_waiting_us']:.1f} us between them" in line
     assert s["critical_nodes"][0]["node"] in out
+
+
+def test_over_ranks_the_path_runs_through_the_collectives(tmp):
+    """BERT at --tp 2: the path stays on the rank of the last event and takes the all-reduces that ordered it (a
+    collective's instruction is on a collective stream of that rank), whose time it counts."""
+    import onnx
+
+    from neuronx_cc_lite.compiler import Options
+    from tests.conftest import MODELS_DIR
+
+    model = onnx.load(f"{MODELS_DIR}/bert_modern.onnx")
+    m = compile_to_model(model, tmp, Options(tp=2))
+    m.run(seeded_inputs(m.inputs), trace=True)
+    ops = {(s.core, s.name): s.ops for s in m.simulator.streams}
+    path = critical_path(m.last_run.trace, ops)
+    assert len({e.core for e in path.events}) == 1
+    collectives = [e for e in path.events if ops[e.core, e.stream][e.index].collective is not None]
+    assert collectives and all("AllReduce" in ops[e.core, e.stream][e.index].node for e in collectives)
+    assert path.busy_ns[engine_of(collectives[0].stream)] >= sum(e.end - e.start for e in collectives)
+    assert abs(sum(path.busy_ns.values()) + path.waiting_ns - path.latency_ns) < 1e-6
