@@ -58,10 +58,12 @@ def contiguous(value: Any, dtype: Any = None) -> np.ndarray:
     return np.ascontiguousarray(value, dtype=dtype)
 
 
-def no_data(init: Any) -> bool:
+def no_data(init: Any, raw: bytes | None = None) -> bool:
     """Whether an ONNX initializer (TensorProto) declares elements and carries none of them: no raw_data, no typed
-    values, no external data."""
-    if init.data_location == 1 or init.raw_data or math.prod(init.dims) == 0:  # 1: TensorProto.EXTERNAL
+    values, no external data. `raw`: its raw_data when the caller has taken it (each access copies the bytes)."""
+    if init.data_location == 1 or math.prod(init.dims) == 0:  # 1: TensorProto.EXTERNAL
+        return False
+    if raw if raw is not None else init.raw_data:
         return False
     fields = ("float_data", "int32_data", "string_data", "int64_data", "double_data", "uint64_data")
     return not any(len(getattr(init, f)) for f in fields)
