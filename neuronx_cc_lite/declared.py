@@ -63,7 +63,7 @@ def no_data(init: Any, raw: bytes | None = None) -> bool:
     values, no external data. `raw`: its raw_data when the caller has taken it (each access copies the bytes)."""
     if init.data_location == 1 or math.prod(init.dims) == 0:  # 1: TensorProto.EXTERNAL
         return False
-    if raw if raw is not None else init.raw_data:
+    if init.raw_data if raw is None else raw:
         return False
     fields = ("float_data", "int32_data", "string_data", "int64_data", "double_data", "uint64_data")
     return not any(len(getattr(init, f)) for f in fields)

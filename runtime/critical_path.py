@@ -19,6 +19,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from isa.operand import stream_engine
 from runtime.simulator import TraceEvent
 
 # Ends and starts are sums of float costs: an end this close after a start still came first.
@@ -36,10 +37,6 @@ class CriticalPath:
     @property
     def instructions(self) -> int:
         return len(self.events)
-
-
-def engine_of(stream: str) -> str:
-    return "DMA" if stream.startswith("DMA") else stream
 
 
 def critical_path(trace: list[TraceEvent], ops: dict[tuple[int, str], list[Any]]) -> CriticalPath:
@@ -72,7 +69,7 @@ def critical_path(trace: list[TraceEvent], ops: dict[tuple[int, str], list[Any]]
     busy: Counter[str] = Counter()
     per_node: Counter[str] = Counter()
     for e in chain:
-        busy[engine_of(e.stream)] += e.end - e.start
+        busy[stream_engine(e.stream).name] += e.end - e.start
         per_node[ops[e.core, e.stream][e.index].node or "(none)"] += e.end - e.start
     return CriticalPath(last.end, dict(busy.most_common()), last.end - sum(busy.values()), chain,
                         per_node.most_common())

@@ -14,6 +14,7 @@ stacks bands of output rows on the partitions (lower/depthwise.py), one part per
 
 from __future__ import annotations
 
+import math
 from typing import Callable
 
 import numpy as np
@@ -105,18 +106,29 @@ class Epilogue:
         columns t * block.size ..: PE adds each tile's bias, the hard activation runs once over the whole bank
         (the partitions a short last tile leaves are computed and never stored), and each tile is stored."""
         assert self.direct and self.hard is not None
-        prog, size = self.ctx.program, block.size
-        if self.pe_bias is not None:
-            rows, ones = self.pe_bias
-            for t, (co0, mt) in enumerate(tiles):
-                prog.emit("nc_matmul", Engine.PE, dst=bank.ap(((size, 1),), t * size, 0, mt),
-                          stationary=rows.ap(((mt, 1),), co0), moving=ones.ap(((size, 1),)), accumulate=True)
-        res = prog.sbuf(bank.partitions, bank.free, DType.fp32, f"{self.node.name}/y")
-        self.hard(res.ap(), bank.ap())
-        spatial = tuple(range(2, 2 + len(block.counts)))
+        size = block.size
         for t, (co0, mt) in enumerate(tiles):
-            box = self.out.box((block.n0, co0, *block.starts), (block.images, mt, *block.counts))
-            prog.dma(box.transpose((1, 0, *spatial)), res.ap(((size, 1),), t * size, 0, mt))
+            self._add_bias(bank.ap(((size, 1),), t * size, 0, mt), co0)
+        res = self.ctx.program.sbuf(bank.partitions, bank.free, DType.fp32, f"{self.node.name}/y")
+        self.hard(res.ap(), bank.ap())
+        for t, (co0, mt) in enumerate(tiles):
+            self._store(block, co0, res.ap(((size, 1),), t * size, 0, mt))
+
+    def _add_bias(self, bank: TileAccess, row0: int) -> None:
+        """PE adds the bias as the bank accumulates (psum[m, n] += sum over rows r of bias_r[m] * 1), the bias
+        rows' column row0 on the bank's first partition; nothing without a bias."""
+        if self.pe_bias is None:
+            return
+        rows, ones = self.pe_bias
+        columns = math.prod(n for n, _ in bank.dims)
+        self.ctx.program.emit("nc_matmul", Engine.PE, dst=bank, stationary=rows.ap(((bank.partitions, 1),), row0),
+                              moving=ones.ap(((columns, 1),)), accumulate=True)
+
+    def _store(self, block: Block, co0: int, src: TileAccess) -> None:
+        """The block's outputs of channels co0 .. (src's partitions) from `src`."""
+        spatial = tuple(range(2, 2 + len(block.counts)))
+        box = self.out.box((block.n0, co0, *block.starts), (block.images, src.partitions, *block.counts))
+        self.ctx.program.dma(box.transpose((1, 0, *spatial)), src)
 
     def finish(self, acc: Tile, column: TileAccess | None, parts: list[Part], row0: int = 0) -> None:
         """After the block's matmuls: the bank (all its partitions and columns) to each part's outputs. `row0`:
@@ -126,10 +138,7 @@ class Epilogue:
         res = prog.sbuf(acc.partitions, acc.free, DType.fp32, f"{name}/y")
         if self.direct:
             assert self.hard is not None
-            if self.pe_bias is not None:  # psum[m, n] += sum over rows r of bias_r[m] * 1
-                rows, ones = self.pe_bias
-                prog.emit("nc_matmul", Engine.PE, dst=acc.ap(), stationary=rows.ap(((acc.partitions, 1),), row0),
-                          moving=ones.ap(((acc.free, 1),)), accumulate=True)
+            self._add_bias(acc.ap(), row0)
             self.hard(res.ap(), acc.ap())
         elif residual is None:
             prog.emit("activation", Engine.ACT, dst=res.ap(), src=acc.ap(), bias=column, func=self.func, scale=1.0)
@@ -148,5 +157,4 @@ class Epilogue:
         if self.hard is not None and not self.direct:
             self.hard(res.ap(), res.ap())
         for block, first, co0, count in parts:
-            box = self.out.box((block.n0, co0, *block.starts), (block.images, count, *block.counts))
-            prog.dma(box.transpose((1, 0, *spatial)), res.ap(((block.size, 1),), 0, first, count))
+            self._store(block, co0, res.ap(((block.size, 1),), 0, first, count))
