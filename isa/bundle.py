@@ -34,6 +34,7 @@ are never held twice in memory.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import io
@@ -292,11 +293,25 @@ def _write_members(files: dict[str, bytes], out: BinaryIO) -> zipfile.ZipFile:
     """An archive into `out` holding `files` (in name order, stored, fixed timestamps); returned open, for members
     to stream after them."""
     z = zipfile.ZipFile(out, "w", zipfile.ZIP_STORED)
-    for name in sorted(files):
-        info = zipfile.ZipInfo(name, date_time=_ZIP_TIME)
-        info.external_attr = 0o644 << 16
-        z.writestr(info, files[name])
+    try:
+        for name in sorted(files):
+            info = zipfile.ZipInfo(name, date_time=_ZIP_TIME)
+            info.external_attr = 0o644 << 16
+            z.writestr(info, files[name])
+    except BaseException:  # an error or a signal part-way
+        _abandon(z)
+        raise
     return z
+
+
+def _abandon(z: zipfile.ZipFile) -> None:
+    """Close an archive given up part-way while its file is still open. Left alone, the traceback that holds it
+    keeps it until the interpreter exits, when its finaliser writes the end record into the file `replacing` has
+    closed and removed, and prints "Exception ignored ... seek of closed file" after the command's error line. The
+    end record cannot be written after a failed write (a full disk): `close` lets go of the file all the same, and
+    the archive is discarded."""
+    with contextlib.suppress(OSError, ValueError):
+        z.close()
 
 
 def _write_parts(bundle: Bundle, out: BinaryIO) -> None:
