@@ -1,10 +1,11 @@
 """ONNX model -> graph IR.
 
 Loads the file, pins the input shapes the user gave and makes the inputs given a value constants, runs the ONNX
-checker and shape inference, and imports nodes, initializers and Constant nodes. A file's large weights in external
-data are not read into the protobuf: each becomes a read-only view of a memory map of its data file, so a model's
-weights are never in memory twice (a model over protobuf's 2 GB compiles), and lowering gives the pages back once
-it has laid a weight out (`release_mapped_weights`). Shapes that inference could not
+checker and shape inference, and imports nodes, initializers and Constant nodes. A file's large weights are not
+read into the protobuf: each becomes a read-only view of a memory map of the file that holds it, its external data
+file (so a model over protobuf's 2 GB compiles) or the model's file itself (weights_in_file.py), so a model's
+weights are never in memory twice, and lowering gives the pages back once it has laid a weight out
+(`release_mapped_weights`). Shapes that inference could not
 settle stay None here; the fold_constants pass settles those that depend on shape arithmetic, and the verifier
 before lowering insists every shape is static.
 """
@@ -16,6 +17,7 @@ import mmap
 import os
 import sys
 import weakref
+from collections import Counter
 from typing import Any, Mapping
 
 import numpy as np
@@ -26,20 +28,63 @@ from onnx import external_data_helper, helper, numpy_helper
 from isa.files import open_regular
 from neuronx_cc_lite.declared import declared, no_data
 from neuronx_cc_lite.errors import CompileError
-from neuronx_cc_lite.model_files import external_info, external_path, external_tensors, read_model
+from neuronx_cc_lite.model_files import MAX_MODEL_BYTES, external_info, external_path, external_tensors, parse_model, \
+    read_model
+from neuronx_cc_lite.weights_in_file import split_weights
 from neuronx_cc_lite.ir import Graph, Node, Tensor
 
 
-def load_model(path: str | os.PathLike[str], map_weights: bool = False) -> onnx.ModelProto:
-    """The model with its external data read in; `map_weights`: but for the large initializers that
-    `import_file` maps (they stay references to their files)."""
+def load_model(path: str | os.PathLike[str]) -> onnx.ModelProto:
+    """The model with its external data read in."""
     model = read_model(path)
-    base_dir = os.path.dirname(os.path.abspath(path))
-    mapped = {i.name for i in model.graph.initializer if map_weights and _mappable(i)}
-    for tensor in external_tensors(model):
-        if tensor.name not in mapped:
-            _load_external(tensor, base_dir)
+    _load_external_data(model, os.path.dirname(os.path.abspath(path)))
     return model
+
+
+def _load_external_data(model: onnx.ModelProto, base_dir: str, but: frozenset[str] = frozenset()) -> None:
+    """Read the external data of the model's tensors into them, `but` for those named."""
+    for tensor in external_tensors(model):
+        if tensor.name not in but:
+            _load_external(tensor, base_dir)
+
+
+def read_model_mapping_weights(path: str | os.PathLike[str]) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    """The model in `path`, parsed without the raw_data of its large initializers (weights_in_file.py), and
+    those initializers by name, each a read-only view of a memory map of the file; the raw_data of any other
+    initializer is put back in its message. A file the walk cannot follow, or one not mapped (empty, past the size
+    a model may have), is read whole by `read_model`, which names its problem."""
+    try:
+        with open_regular(path) as f:
+            if os.fstat(f.fileno()).st_size > MAX_MODEL_BYTES:
+                return read_model(path), {}
+            whole = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        stripped, spans = split_weights(whole)
+    except (OSError, ValueError):  # ValueError: an empty file (mmap), or WireError
+        return read_model(path), {}
+    model = parse_model(stripped, path)
+    inits = model.graph.initializer
+    if len(spans) != len(inits):  # (the parser agreeing with the walk is what lets the spans be trusted)
+        return read_model(path), {}
+    names = Counter(i.name for i in inits)
+    weights: dict[str, np.ndarray] = {}
+    for init, span in zip(inits, spans):
+        if span is None:
+            continue
+        offset, length = span
+        dtype = np.dtype(helper.tensor_dtype_to_np_dtype(init.data_type)) \
+            if init.data_type in _MAPPABLE_TYPES else None
+        if dtype is not None and names[init.name] == 1 and sys.byteorder == "little" and \
+                not init.HasField("segment") and init.data_location != onnx.TensorProto.EXTERNAL and \
+                math.prod(init.dims) > ELEMENTS_CHECKED_AS_TYPES and length == math.prod(init.dims) * dtype.itemsize:
+            weights[init.name] = np.frombuffer(whole, dtype, length // dtype.itemsize, offset).reshape(
+                tuple(init.dims))
+        else:  # as the parser would have read it
+            init.raw_data = whole[offset:offset + length]
+    if weights:
+        _MAPS.add(whole)
+    else:
+        whole.close()
+    return model, weights
 
 
 def _external_span(tensor: onnx.TensorProto, size: int) -> tuple[int, int]:
@@ -285,13 +330,18 @@ def _weight(init: onnx.TensorProto, raw: bytes) -> np.ndarray:
 def import_file(path: str | os.PathLike[str], input_shapes: Mapping[str, tuple[int, ...]] | None = None,
                 input_values: Mapping[str, Any] | None = None) -> Graph:
     """The graph of an ONNX file, its large external weights mapped, not read."""
-    return import_model(load_model(path, map_weights=True), input_shapes, input_values,
-                        os.path.dirname(os.path.abspath(path)))
+    model, inside = read_model_mapping_weights(path)
+    base_dir = os.path.dirname(os.path.abspath(path))
+    _load_external_data(model, base_dir, frozenset(i.name for i in model.graph.initializer if _mappable(i)))
+    return import_model(model, input_shapes, input_values, base_dir, inside)
 
 
 def import_model(model: onnx.ModelProto, input_shapes: Mapping[str, tuple[int, ...]] | None = None,
-                 input_values: Mapping[str, Any] | None = None, base_dir: str | None = None) -> Graph:
-    """`base_dir`: where the files of weights still in external data are (`import_file`)."""
+                 input_values: Mapping[str, Any] | None = None, base_dir: str | None = None,
+                 inside: Mapping[str, np.ndarray] | None = None) -> Graph:
+    """`base_dir`: where the files of weights still in external data are; `inside`: the initializers whose data
+    was left in the model's file, by name (both from `import_file`)."""
+    inside = inside or {}
     model, large = _weights_apart(model)
     if input_shapes:
         _pin_inputs(model, input_shapes)
@@ -322,7 +372,9 @@ def import_model(model: onnx.ModelProto, input_shapes: Mapping[str, tuple[int, .
     maps: dict[str, mmap.mmap] = {}
     for init in (*g.initializer, *large):
         raw = _raw_bytes(init)
-        if no_data(init, raw):  # declared, not present: its shape and type (neuronx_cc_lite/declared.py)
+        if init.name in inside:
+            value = inside[init.name]
+        elif no_data(init, raw):  # declared, not present: its shape and type (neuronx_cc_lite/declared.py)
             value = declared(tuple(init.dims), helper.tensor_dtype_to_np_dtype(init.data_type))
         else:
             value = _mapped(init, base_dir, maps) if base_dir is not None and _mappable(init) else _weight(init, raw)
