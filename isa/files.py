@@ -20,6 +20,7 @@ import errno
 import fcntl
 import os
 import re
+import signal
 import stat
 import tempfile
 import time
@@ -112,13 +113,42 @@ def replacing(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
         os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes the file private
         with os.fdopen(fd, "wb") as f:
             yield f
-        os.replace(tmp, path)
+        _rename_into_place(tmp, os.fspath(path))
     except BaseException as e:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         if isinstance(e, OSError) and e.filename is None:  # a write's error (a full disk) names no file
             raise OSError(e.errno, e.strerror, os.fspath(path)) from None
         raise
+
+
+def _rename_into_place(tmp: str, path: str) -> None:
+    """os.replace(tmp, path), but a file already at `path` is first renamed aside, and removed once the new one
+    has the name. Renamed over another file, a file is written to disk before the rename returns on ext4 (its
+    default auto_da_alloc, for programs that skip fsync): 0.4-0.55 s for BERT-base's 439 MB bundle on this
+    machine, which every compile into an existing output paid. Renamed onto no name, its pages are written back
+    when the kernel sees fit. Signals are held over the renames, so that none strands the old file aside; if the
+    second rename fails, the old file is put back. (The aside name has the temporaries' form, so a killed
+    writer's is swept; mktemp's race is harmless here: a file made under that name in the meantime is one of ours
+    or nobody's.)"""
+    aside = tempfile.mktemp(prefix=TEMPORARY_PREFIX, dir=os.path.dirname(tmp))
+    held = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    try:
+        try:
+            os.rename(path, aside)
+        except FileNotFoundError:  # nothing to replace
+            os.rename(tmp, path)
+            return
+        try:
+            os.rename(tmp, path)
+        except OSError:
+            os.rename(aside, path)
+            raise
+        with contextlib.suppress(OSError):
+            os.unlink(aside)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
 
 
 def copy_file(src: BinaryIO, dst: BinaryIO, size: int) -> None:

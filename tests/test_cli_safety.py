@@ -61,14 +61,16 @@ def _raise(error: BaseException) -> None:
     (lambda: _raise(KeyboardInterrupt()), 130, "interrupted (Ctrl-C)"),
 ])
 def test_an_interrupted_write_leaves_nothing_behind(tmp, capsys, monkeypatch, interrupt, status, says):
-    def interrupting_replace(src: str, dst: str) -> None:
+    from isa import files
+
+    def interrupting_rename(src: str, dst: str) -> None:
         """The temporary file is complete; the signal comes before it takes the bundle's name."""
         interrupt()
         for _ in range(1000):  # the signal handler runs between bytecodes
             pass
 
     handler = signal.getsignal(signal.SIGTERM)
-    monkeypatch.setattr(bundle_format.os, "replace", interrupting_replace)
+    monkeypatch.setattr(files, "_rename_into_place", interrupting_rename)
     assert main(["compile", MODEL, "-o", f"{tmp}/m.neff", "--no-cache"]) == status
     monkeypatch.undo()
     err = capsys.readouterr().err

@@ -62,9 +62,36 @@ def test_write_is_atomic(tmp, data, monkeypatch):
     def boom(*args):
         raise OSError("disk full")
 
-    monkeypatch.setattr(bundle_format.os, "replace", boom)
+    monkeypatch.setattr(bundle_format.os, "rename", boom)
     with pytest.raises(OSError):
         bundle_format.write(b, path)
     import os
 
     assert os.listdir(tmp) == []
+
+
+def test_a_bundle_written_over_another_replaces_it_or_leaves_it_whole(tmp, data, monkeypatch):
+    """The old file is renamed aside before the new one takes its name (isa/files.py `_rename_into_place`): it is
+    gone after, with nothing else left; if the new one cannot take the name, the old one is back, as it was."""
+    import os
+
+    b = bundle_format.from_bytes(data)
+    path = f"{tmp}/out.neff"
+    with open(path, "wb") as f:
+        f.write(bundle_format.to_bytes(b)[:-1] + b"!")  # an older bundle (check_output reads only the header)
+    old = open(path, "rb").read()
+    rename = os.rename
+
+    def refused(src, dst):  # the new file's rename fails; the others go through
+        if not os.path.basename(dst) == "out.neff" or os.path.getsize(src) == len(old) and \
+                open(src, "rb").read() == old:
+            return rename(src, dst)
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(os, "rename", refused)
+    with pytest.raises(OSError):
+        bundle_format.write(b, path)
+    assert os.listdir(tmp) == ["out.neff"] and open(path, "rb").read() == old
+    monkeypatch.setattr(os, "rename", rename)
+    bundle_format.write(b, path)
+    assert os.listdir(tmp) == ["out.neff"] and open(path, "rb").read() == bundle_format.to_bytes(b)
