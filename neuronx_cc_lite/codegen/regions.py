@@ -25,6 +25,8 @@ from isa.operand import Mem, Operand
 
 Box = tuple[int, int, int, int]  # first partition, end partition, first byte, end byte
 
+HBM = Mem.HBM  # (looked up once: an enum member costs ten times a global to look up on its class, per access)
+
 
 def box_of(o: Operand) -> Box:
     # (Operand.partition_span and byte_span summed by hand, in half the time: the semaphores and the
@@ -33,7 +35,7 @@ def box_of(o: Operand) -> Box:
     end = o.offset + size  # one past the last byte the pattern reaches inside a partition (SBUF, PSUM) or in HBM
     for n, stride in o.dims:
         end += (n - 1) * stride * size
-    if o.mem is Mem.HBM:
+    if o.mem is HBM:
         return 0, 1, o.offset, end + (o.num_partitions - 1) * o.partition_stride * size
     return o.start_partition, o.start_partition + o.num_partitions, o.offset, end
 
@@ -53,13 +55,16 @@ def runs(o: Operand) -> Runs | None:
     inside each of its partitions in SBUF and PSUM (every partition has the same pattern). None when there would
     be more than MAX_RUNS."""
     size = o.dtype.size
-    dims = [(o.num_partitions, o.partition_stride), *o.dims] if o.mem is Mem.HBM else list(o.dims)
-    dims = [(n, stride * size) for n, stride in dims if n > 1]  # byte strides; a dimension of one adds nothing
-    run = size
-    while dims and dims[-1][1] == run:  # the innermost dimensions that are dense make one run
-        run *= dims.pop()[0]
-    if not dims:
+    dims = ((o.num_partitions, o.partition_stride), *o.dims) if o.mem is HBM else o.dims
+    # the innermost dimensions that are dense (or of one) make one run: almost every pattern is that one run, so
+    # it is found in the elements' strides, before anything else is made
+    run, inner = size, len(dims)
+    while inner and (dims[inner - 1][0] == 1 or dims[inner - 1][1] * size == run):
+        inner -= 1
+        run *= dims[inner][0]
+    if not inner:
         return [o.offset], [o.offset + run]
+    dims = [(n, stride * size) for n, stride in dims[:inner] if n > 1]  # byte strides; a dimension of one adds nothing
     if any(stride < 0 for _, stride in dims) or math.prod(n for n, _ in dims) > MAX_RUNS:
         return None
     starts = np.zeros(1, np.int64) + o.offset

@@ -22,8 +22,7 @@ after it, and waiting for the write (or knowing it complete) covers it.
 from __future__ import annotations
 
 from isa.instructions import Instruction
-from isa.operand import Mem
-from neuronx_cc_lite.codegen.regions import Conflicts, Index, Record, box_of
+from neuronx_cc_lite.codegen.regions import HBM, Conflicts, Index, Record, box_of
 
 
 # How often (in instructions) the positions every stream knows complete are recomputed: their records are dropped
@@ -45,8 +44,8 @@ def synchronize(program: list[tuple[int, Instruction]], num_streams: int,
     written_hbm = Index()  # every HBM write: a read that no later write overlaps need not be remembered
     for mine in accesses:
         for access in mine:
-            if access.writes and access.operand.mem is Mem.HBM:
-                written_hbm.add(Mem.HBM, Record(access.box, -1, access.index, True))
+            if access.writes and access.operand.mem is HBM:
+                written_hbm.add(HBM, Record(access.box, -1, access.index, True))
     clocks = [[-1] * num_streams for _ in range(num_streams)]  # what each stream knows is complete
     left = [0] * num_streams  # instructions each stream has still to run
     for stream, _ in program:
@@ -83,8 +82,8 @@ def synchronize(program: list[tuple[int, Instruction]], num_streams: int,
         done_clock.append(list(clock))
         for access, earlier in zip(own, overlapping):
             mem = access.operand.mem
-            if mem is Mem.HBM and not access.writes and not any(w.index > position
-                                                                  for w in written_hbm.find(Mem.HBM, access.box)):
+            if mem is HBM and not access.writes and not any(w.index > position
+                                                            for w in written_hbm.find(HBM, access.box)):
                 continue  # nothing writes there later: this read can order nothing (weights, inputs)
             # (the records found before this instruction's own were added: one of its own that another of its
             # accesses covers stays alive, which costs nothing but a record)
