@@ -19,6 +19,12 @@ class ValidationError(IsaError):
     code = "NCC_ISA_INVALID"
 
 
+# (enum members looked up once: on its class, under Python 3.11, a member costs ten times a global, and the
+# compiler validates every instruction it emits)
+_HBM, _SBUF = Mem.HBM, Mem.SBUF
+_OPERAND_KINDS = (Kind.OPERAND, Kind.SCALAR)
+
+
 def _operand_problems(name: str, o: Operand, writes: bool, engine: Engine, target: Target,
                       hbm_size: int | None) -> Iterator[str]:
     allowed = WRITABLE[engine] if writes else READABLE[engine]
@@ -44,7 +50,7 @@ def _operand_problems(name: str, o: Operand, writes: bool, engine: Engine, targe
         yield f"{name}: a written operand cannot repeat elements (zero stride)"
     if o.offset % o.dtype.size:
         yield f"{name}: offset {o.offset} is not aligned to {o.dtype.name}"
-    if o.mem is Mem.HBM:
+    if o.mem is _HBM:
         if o.start_partition != 0:
             yield f"{name}: HBM operands start at partition 0 (use the offset)"
         if writes and o.num_partitions > 1 and o.partition_stride == 0:
@@ -62,7 +68,7 @@ def _operand_problems(name: str, o: Operand, writes: bool, engine: Engine, targe
     if engine in COMPUTE_ENGINES and o.start_partition not in target.allowed_start_partitions(o.num_partitions):
         yield (f"{name}: a {o.num_partitions}-partition access cannot start at partition {o.start_partition} "
                f"(allowed: {', '.join(map(str, target.allowed_start_partitions(o.num_partitions)))})")
-    row = target.sbuf_partition_bytes if o.mem is Mem.SBUF else target.psum_partition_bytes
+    row = target.sbuf_partition_bytes if o.mem is _SBUF else target.psum_partition_bytes
     last = o.partition_span[1]
     if last >= row:
         yield f"{name}: reaches byte {last} of a {row}-byte {o.mem.name} partition"
@@ -70,9 +76,9 @@ def _operand_problems(name: str, o: Operand, writes: bool, engine: Engine, targe
 
 def _capacity(mem: Mem, target: Target, hbm_size: int | None) -> int:
     """The bytes of a memory: HBM's `hbm_size` when given (the bundle's), else the chip's; one core's SBUF or PSUM."""
-    if mem is Mem.HBM:
+    if mem is _HBM:
         return target.hbm_bytes if hbm_size is None else hbm_size
-    row = target.sbuf_partition_bytes if mem is Mem.SBUF else target.psum_partition_bytes
+    row = target.sbuf_partition_bytes if mem is _SBUF else target.psum_partition_bytes
     return target.partitions * row
 
 
@@ -89,7 +95,7 @@ def problems(instr: Instruction, engine: Engine, target: Target, hbm_size: int |
                 found.append(f"missing field {f.name}")
             continue
         if isinstance(value, Operand):
-            if f.kind not in (Kind.OPERAND, Kind.SCALAR):
+            if f.kind not in _OPERAND_KINDS:
                 found.append(f"{f.name}: an operand where a {f.kind.value} belongs")
                 continue
             if value.mem not in f.mems:

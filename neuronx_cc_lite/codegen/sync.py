@@ -22,8 +22,7 @@ after it, and waiting for the write (or knowing it complete) covers it.
 from __future__ import annotations
 
 from isa.instructions import Instruction
-from isa.operand import Mem
-from neuronx_cc_lite.codegen.regions import Conflicts, Index, Record, box_of
+from neuronx_cc_lite.codegen.regions import HBM, Conflicts, Index, Record, box_of
 
 
 # How often (in instructions) the positions every stream knows complete are recomputed: their records are dropped
@@ -38,12 +37,15 @@ def synchronize(program: list[tuple[int, Instruction]], num_streams: int,
     semaphore of stream s is s. `anchors`: position -> an earlier position it must also follow (emit.py)."""
     anchors = anchors or {}
     index = Conflicts()
+    # every instruction's accesses, reads first (taken before the loop, which needs the HBM writes of all)
+    accesses = [[Record(box_of(o), stream, position, False, operand=o) for o in instr.reads()] +
+                [Record(box_of(o), stream, position, True, operand=o) for o in instr.writes()]
+                for position, (stream, instr) in enumerate(program)]
     written_hbm = Index()  # every HBM write: a read that no later write overlaps need not be remembered
-    writes_of = [instr.writes() for _, instr in program]  # (taken once: the loop below reads them again)
-    for position, (stream, instr) in enumerate(program):
-        for o in writes_of[position]:
-            if o.mem is Mem.HBM:
-                written_hbm.add(Mem.HBM, Record(box_of(o), -1, position, True))
+    for mine in accesses:
+        for access in mine:
+            if access.writes and access.operand.mem is HBM:
+                written_hbm.add(HBM, Record(access.box, -1, access.index, True))
     clocks = [[-1] * num_streams for _ in range(num_streams)]  # what each stream knows is complete
     left = [0] * num_streams  # instructions each stream has still to run
     for stream, _ in program:
@@ -53,15 +55,14 @@ def synchronize(program: list[tuple[int, Instruction]], num_streams: int,
     waits_on: list[list[int]] = []  # per instruction: program positions it waits for
     for position, (stream, instr) in enumerate(program):
         needs: dict[int, int] = {}
-        accesses = [(o, Record(box_of(o), stream, position, writes, operand=o))
-                    for o, writes in [(o, False) for o in instr.reads()] + [(o, True) for o in writes_of[position]]]
+        own = accesses[position]
         if position % KNOWN_EVERY == 0:  # records every stream knows complete cannot make anyone wait: they die
             active = [s for s in range(num_streams) if left[s]]
             settled = [min(clocks[s][t] for s in active) for t in range(num_streams)]
         left[stream] -= 1
         clock = clocks[stream]  # (this stream's own records are known complete: they come before this one)
-        overlapping = [index.find(o.mem, access, clock, settled) for o, access in accesses]
-        for (o, access), earlier in zip(accesses, overlapping):
+        overlapping = [index.find(access.operand.mem, access, clock, settled) for access in own]
+        for access, earlier in zip(own, overlapping):
             for r in earlier:  # (the cheap test first: most candidates are already needed)
                 if r.index > needs.get(r.stream, -1) and r.meets(access):
                     needs[r.stream] = r.index
@@ -79,9 +80,10 @@ def synchronize(program: list[tuple[int, Instruction]], num_streams: int,
         clock[stream] = position
         waits_on.append(mine)
         done_clock.append(list(clock))
-        for (o, access), earlier in zip(accesses, overlapping):
-            if o.mem is Mem.HBM and not access.writes and not any(w.index > position
-                                                                  for w in written_hbm.find(Mem.HBM, access.box)):
+        for access, earlier in zip(own, overlapping):
+            mem = access.operand.mem
+            if mem is HBM and not access.writes and not any(w.index > position
+                                                            for w in written_hbm.find(HBM, access.box)):
                 continue  # nothing writes there later: this read can order nothing (weights, inputs)
             # (the records found before this instruction's own were added: one of its own that another of its
             # accesses covers stays alive, which costs nothing but a record)
@@ -89,7 +91,7 @@ def synchronize(program: list[tuple[int, Instruction]], num_streams: int,
                 for r in earlier:
                     if access.covers(r):
                         r.alive = False  # the new access is ordered after r and covers it
-            index.add(o.mem, access)
+            index.add(mem, access)
     signalled = {at for mine in waits_on for at in mine}
     count = [0] * num_streams
     ordinal: dict[int, int] = {}

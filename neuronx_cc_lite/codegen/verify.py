@@ -12,6 +12,11 @@ from neuronx_cc_lite.errors import CompileError
 from neuronx_cc_lite.lower.program import HbmAccess, PendingInstr, Program, TileAccess
 
 
+# (looked up once: under Python 3.11 an enum member looked up on its class costs ten times a global, and the
+# verifier asks for every access after every stage)
+_DMA = Engine.DMA
+
+
 def _fail(stage: str, message: str, node: str) -> None:
     raise CompileError("NCC_VERIFY", f"tile program after {stage}: {message}", node or None)
 
@@ -33,7 +38,7 @@ def _check_access(stage: str, p: PendingInstr, name: str, a: TileAccess | HbmAcc
         if a.offset + span > t.free:
             _fail(stage, f"{p.op} {name}: elements up to {a.offset + span - 1} outside tile {t.name} "
                          f"({t.free} per partition)", p.node)
-        if p.engine is not Engine.DMA and t.mem not in (WRITABLE if writes else READABLE)[p.engine]:
+        if p.engine is not _DMA and t.mem not in (WRITABLE if writes else READABLE)[p.engine]:
             _fail(stage, f"{p.op} {name}: {p.engine.name} cannot {'write' if writes else 'read'} {t.mem.name}",
                   p.node)
     else:

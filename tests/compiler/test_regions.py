@@ -50,6 +50,14 @@ def test_runs_are_exactly_the_bytes_touched(o):
 
 
 @settings(max_examples=300, deadline=None)
+@given(patterns)
+def test_the_box_spans_exactly_the_bytes_touched(o):
+    touched = bytes_of(o)
+    partitions = (0, 1) if o.mem is Mem.HBM else (o.start_partition, o.start_partition + o.num_partitions)
+    assert box_of(o) == (*partitions, min(touched), max(touched) + 1)
+
+
+@settings(max_examples=300, deadline=None)
 @given(patterns, patterns)
 def test_two_accesses_meet_exactly_when_they_share_a_byte(a, b):
     a = operand(Mem.HBM, a.dims, a.offset, a.num_partitions, a.partition_stride)
@@ -105,8 +113,8 @@ def _box(span: tuple[int, int, int, int]) -> tuple[int, int, int, int]:
        st.lists(st.integers(-1, 40), min_size=3, max_size=3), st.integers(0, 40))
 def test_the_index_finds_each_meeting_record_once(added, query, known, settled_at):
     """Index.find against brute force: every live record whose box meets the query's and that the asker does not
-    know complete, each once, over records filed at every scale, after records died (some settled, cells left
-    empty) and more were filed in the same cells."""
+    know complete, each once, over records filed at every scale, after records died (some settled, their cells
+    dropped) and more were filed in the same cells."""
     index, records = Index(), []
 
     def add(span, stream):
