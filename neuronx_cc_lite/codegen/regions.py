@@ -175,8 +175,8 @@ class Index:
     visits, level by level, the occupied cells from its own first cell less the widest record's reach at that
     level to its last cell. So a 4 KiB tile and a 100 MiB strided weight read are each filed in one cell, each
     record is met at most once per query (no set to drop repeats), and a query visits only occupied cells: a cell
-    whose records all died is dropped, and a space lists only the levels it has records at (a query costs little
-    more than the records it meets; there are a hundred thousand queries in the compile of BERT-base)."""
+    whose records all died is dropped, and a space has a grid only for the levels it has records at (so a query
+    costs little beyond the records in the cells it visits: the compile of BERT-base asks a hundred thousand)."""
 
     LEVELS = (1 << 9, *(1 << shift for shift in range(12, 40, 4)))  # 512 B, 4 KiB, 64 KiB, ... cell sizes
     CELLS = 4
