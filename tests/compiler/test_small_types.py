@@ -57,7 +57,14 @@ def test_float_to_small_integers_truncates_and_zeroes_what_does_not_fit(tmp, dst
     expected = ReferenceEvaluator(model).run(None, {"x": x})[0]
     got = compile_to_model(model, tmp).run({"x": x})["y"]
     assert got.dtype == expected.dtype
-    np.testing.assert_array_equal(got.astype(np.int8), expected.astype(np.int8))
+    # ONNX leaves a value out of the type's range undefined, and the references differ there: onnx's reference
+    # evaluator wraps with ml_dtypes 0.6 and gives 0 with 0.7, onnxruntime rounds first and wraps. In range they
+    # truncate alike; out of it the compiler gives 0 (NaN and infinities too)
+    info = ml_dtypes.iinfo(expected.dtype)
+    truncated = np.trunc(np.nan_to_num(x, nan=0.0, posinf=1e9, neginf=-1e9))
+    fits = (truncated >= info.min) & (truncated <= info.max)
+    np.testing.assert_array_equal(got.astype(np.int8)[fits], expected.astype(np.int8)[fits])
+    assert (got.astype(np.int8)[~fits] == 0).all() and (~fits).sum() >= 6
 
 
 def test_small_integer_inputs_and_outputs_cross_the_runtime(tmp):
