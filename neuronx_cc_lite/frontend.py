@@ -61,30 +61,40 @@ def read_model_mapping_weights(path: str | os.PathLike[str]) -> tuple[onnx.Model
         stripped, spans = split_weights(whole)
     except (OSError, ValueError):  # ValueError: an empty file (mmap), or WireError
         return read_model(path), {}
-    model = parse_model(stripped, path)
-    inits = model.graph.initializer
-    if len(spans) != len(inits):  # (the parser agreeing with the walk is what lets the spans be trusted)
-        return read_model(path), {}
-    names = Counter(i.name for i in inits)
     weights: dict[str, np.ndarray] = {}
-    for init, span in zip(inits, spans):
-        if span is None:
-            continue
-        offset, length = span
-        dtype = np.dtype(helper.tensor_dtype_to_np_dtype(init.data_type)) \
-            if init.data_type in _MAPPABLE_TYPES else None
-        if dtype is not None and names[init.name] == 1 and sys.byteorder == "little" and \
-                not init.HasField("segment") and init.data_location != onnx.TensorProto.EXTERNAL and \
-                math.prod(init.dims) > ELEMENTS_CHECKED_AS_TYPES and length == math.prod(init.dims) * dtype.itemsize:
-            weights[init.name] = np.frombuffer(whole, dtype, length // dtype.itemsize, offset).reshape(
-                tuple(init.dims))
-        else:  # as the parser would have read it
-            init.raw_data = whole[offset:offset + length]
-    if weights:
-        _MAPS.add(whole)
-    else:
-        whole.close()
+    try:
+        model = parse_model(stripped, path)
+        inits = model.graph.initializer
+        if len(spans) != len(inits):  # (the parser agreeing with the walk is what lets the spans be trusted)
+            return read_model(path), {}
+        names = Counter(i.name for i in inits)
+        for init, span in zip(inits, spans):
+            if span is None:
+                continue
+            offset, length = span
+            dtype = _as_it_lies(init, length)
+            if dtype is not None and names[init.name] == 1:
+                weights[init.name] = np.frombuffer(whole, dtype, length // dtype.itemsize, offset).reshape(
+                    tuple(init.dims))
+            else:  # as the parser would have read it
+                init.raw_data = whole[offset:offset + length]
+    finally:
+        if weights:
+            _MAPS.add(whole)
+        else:
+            whole.close()
     return model, weights
+
+
+def _as_it_lies(init: onnx.TensorProto, length: int) -> np.dtype | None:
+    """The array type whose elements are the `length` bytes of a large initializer's raw_data as they lie (as
+    numpy_helper.to_array reads them), or None (a small one, a packed type, a tensor in segments, a byte count
+    that is not its dims')."""
+    if init.data_type not in _MAPPABLE_TYPES or sys.byteorder != "little" or init.HasField("segment") or \
+            init.data_location == onnx.TensorProto.EXTERNAL or math.prod(init.dims) <= ELEMENTS_CHECKED_AS_TYPES:
+        return None
+    dtype = np.dtype(helper.tensor_dtype_to_np_dtype(init.data_type))
+    return dtype if length == math.prod(init.dims) * dtype.itemsize else None
 
 
 def _external_span(tensor: onnx.TensorProto, size: int) -> tuple[int, int]:
@@ -329,7 +339,8 @@ def _weight(init: onnx.TensorProto, raw: bytes) -> np.ndarray:
 
 def import_file(path: str | os.PathLike[str], input_shapes: Mapping[str, tuple[int, ...]] | None = None,
                 input_values: Mapping[str, Any] | None = None) -> Graph:
-    """The graph of an ONNX file, its large external weights mapped, not read."""
+    """The graph of an ONNX file, its large weights mapped, not read: those in external data files and those
+    inside the file."""
     model, inside = read_model_mapping_weights(path)
     base_dir = os.path.dirname(os.path.abspath(path))
     _load_external_data(model, base_dir, frozenset(i.name for i in model.graph.initializer if _mappable(i)))
