@@ -1,5 +1,5 @@
 import sys
 
-from neuronx_cc_lite.interrupts import main
+from neuronx_cc_lite.interrupts import command
 
-sys.exit(main())
+sys.exit(command())

@@ -456,3 +456,20 @@ def test_an_error_the_unwinding_of_a_signal_causes_is_the_signal(tmp, capsys, mo
     said = capsys.readouterr().err.strip().splitlines()
     assert status == 143 and said[-1] == "neuronx-cc-lite: error: NCC_INTERRUPTED: terminated by SIGTERM; no output " \
         "was written", said
+
+
+def test_a_signal_after_the_command_has_ended_leaves_its_status():
+    """The process's command (`interrupts.command`) ignores the signals once it has ended: one that comes while the
+    interpreter shuts down (collecting a compile's objects can take longer than a small compile) does not turn
+    the status of a command that wrote its output into the signal's. Before: -15."""
+    import subprocess
+    import sys
+
+    code = ("import os, signal, sys\n"
+            "from neuronx_cc_lite.interrupts import command\n"
+            "status = command()\n"
+            "os.kill(os.getpid(), signal.SIGTERM)\n"
+            "os.kill(os.getpid(), signal.SIGINT)\n"
+            "sys.exit(status)\n")
+    done = subprocess.run([sys.executable, "-c", code, "--version"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.startswith("neuronx-cc-lite ") and done.stderr == "", done
