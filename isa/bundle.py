@@ -35,7 +35,6 @@ bundle's weights are never held twice in memory.
 from __future__ import annotations
 
 import concurrent.futures
-import contextlib
 import functools
 import hashlib
 import io
@@ -228,7 +227,9 @@ class _Window(io.RawIOBase):
     written and read as if it began at offset 0 (zipfile records offsets from the start of the file it has).
     Writes are kept (a reference, not a copy), not made: zipfile rewrites a member's local header once the member
     is written, so the archive's bytes are final only at the end, when `write_out` puts them in the file and takes
-    their sha256 at the same time."""
+    their sha256 at the same time. (So an archive an error or a signal abandons never touches the file: its
+    finaliser, run at exit, used to write the end record into the file `replacing` had closed, and print
+    "Exception ignored ... seek of closed file" after the command's error line.)"""
 
     def __init__(self, f: BinaryIO, start: int, size: int | None = None) -> None:
         self.f, self.start, self.size, self.pos = f, start, size, 0
@@ -314,25 +315,11 @@ def _write_members(files: dict[str, bytes], out: BinaryIO) -> zipfile.ZipFile:
     """An archive into `out` holding `files` (in name order, stored, fixed timestamps); returned open, for members
     to stream after them."""
     z = zipfile.ZipFile(out, "w", zipfile.ZIP_STORED)
-    try:
-        for name in sorted(files):
-            info = zipfile.ZipInfo(name, date_time=_ZIP_TIME)
-            info.external_attr = 0o644 << 16
-            z.writestr(info, files[name])
-    except BaseException:  # an error or a signal part-way
-        _abandon(z)
-        raise
+    for name in sorted(files):
+        info = zipfile.ZipInfo(name, date_time=_ZIP_TIME)
+        info.external_attr = 0o644 << 16
+        z.writestr(info, files[name])
     return z
-
-
-def _abandon(z: zipfile.ZipFile) -> None:
-    """Close an archive given up part-way while its file is still open. Left alone, the traceback that holds it
-    keeps it until the interpreter exits, when its finaliser writes the end record into the file `replacing` has
-    closed and removed, and prints "Exception ignored ... seek of closed file" after the command's error line. The
-    end record cannot be written after a failed write (a full disk): `close` lets go of the file all the same, and
-    the archive is discarded."""
-    with contextlib.suppress(OSError, ValueError):
-        z.close()
 
 
 def _write_parts(bundle: Bundle, out: BinaryIO) -> None:

@@ -86,12 +86,17 @@ def read_model_mapping_weights(path: str | os.PathLike[str]) -> tuple[onnx.Model
     return model, weights
 
 
+def _raw_is_the_array(init: onnx.TensorProto) -> bool:
+    """Whether the initializer's raw_data, if any, is its array's bytes as they lie on this machine."""
+    return init.data_type in _MAPPABLE_TYPES and sys.byteorder == "little" and not init.HasField("segment")
+
+
 def _as_it_lies(init: onnx.TensorProto, length: int) -> np.dtype | None:
     """The array type whose elements are the `length` bytes of a large initializer's raw_data as they lie (as
     numpy_helper.to_array reads them), or None (a small one, a packed type, a tensor in segments, a byte count
     that is not its dims')."""
-    if init.data_type not in _MAPPABLE_TYPES or sys.byteorder != "little" or init.HasField("segment") or \
-            init.data_location == onnx.TensorProto.EXTERNAL or math.prod(init.dims) <= ELEMENTS_CHECKED_AS_TYPES:
+    if not _raw_is_the_array(init) or init.data_location == onnx.TensorProto.EXTERNAL or \
+            math.prod(init.dims) <= ELEMENTS_CHECKED_AS_TYPES:
         return None
     dtype = np.dtype(helper.tensor_dtype_to_np_dtype(init.data_type))
     return dtype if length == math.prod(init.dims) * dtype.itemsize else None
@@ -128,7 +133,9 @@ def _load_external(tensor: onnx.TensorProto, base_dir: str) -> None:
     del tensor.external_data[:]
 
 
-# ONNX types whose external bytes are the numpy array's bytes (little-endian, one element after another)
+# ONNX types whose bytes, in external data or raw_data, are the numpy array's bytes (little-endian, one element after
+# another: numpy_helper.to_array reads them with np.frombuffer as they lie; not the packed 2-, 4- and 6-bit types,
+# not strings)
 _MAPPABLE_TYPES = frozenset({onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16,
                              onnx.TensorProto.BFLOAT16, onnx.TensorProto.INT8, onnx.TensorProto.INT16,
                              onnx.TensorProto.INT32, onnx.TensorProto.INT64, onnx.TensorProto.UINT8,
@@ -309,14 +316,6 @@ def _infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
     return onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True, data_prop=True)
 
 
-# The element types whose raw_data numpy_helper.to_array reads with np.frombuffer as it lies (on a little-endian
-# machine; not the packed 2-, 4- and 6-bit types, not strings).
-_READ_AS_IT_LIES = frozenset({onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16,
-                              onnx.TensorProto.BFLOAT16, onnx.TensorProto.INT8, onnx.TensorProto.UINT8,
-                              onnx.TensorProto.INT16, onnx.TensorProto.UINT16, onnx.TensorProto.INT32,
-                              onnx.TensorProto.UINT32, onnx.TensorProto.INT64, onnx.TensorProto.UINT64,
-                              onnx.TensorProto.BOOL})
-
 
 def _raw_bytes(init: onnx.TensorProto) -> bytes:
     """The initializer's raw_data, taken from the message once (each access copies it: 439 MB for BERT-base)."""
@@ -327,8 +326,7 @@ def _weight(init: onnx.TensorProto, raw: bytes) -> np.ndarray:
     """The initializer as an array; `raw`: its raw_data, already taken (_raw_bytes), which the array then views
     where to_array would read it as it lies, so that the weights are not copied out of the message twice."""
     try:
-        if raw and init.data_type in _READ_AS_IT_LIES and sys.byteorder == "little" and \
-                not init.HasField("segment"):
+        if raw and _raw_is_the_array(init):
             dtype = helper.tensor_dtype_to_np_dtype(init.data_type)
             return np.frombuffer(raw, dtype=dtype).reshape(tuple(init.dims))
         return numpy_helper.to_array(init)

@@ -83,9 +83,9 @@ def test_an_interrupt_while_the_weights_are_written_comes_through_and_leaves_not
 
 @pytest.mark.parametrize("error", [KeyboardInterrupt, lambda: OSError(28, "No space left on device")])
 def test_an_archive_given_up_before_the_weights_leaves_no_finaliser_to_fail(bundle, tmp_path, monkeypatch, error):
-    """An interrupt or a full disk while the small members are written: the archive is let go of there, not by its
-    finaliser at exit, which would write into the closed file and print "Exception ignored" after the command's
-    error line (seen in CI: a SIGINT 0.4 s into a compile)."""
+    """An interrupt or a full disk while the small members are written: the archive's finaliser, which runs once
+    nothing holds it (at exit, in the command), writes nothing into the closed file and prints no "Exception
+    ignored" after the command's error line (seen in CI: a SIGINT 0.4 s into a compile)."""
     import gc
     import sys
 
