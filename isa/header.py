@@ -18,7 +18,8 @@ from isa.errors import BundleError
 from isa.files import open_regular
 
 MAGIC = b"NXCLNEFF"
-FORMAT_VERSION = 3  # 2: ranks, replica groups, collectives, tensors placed per rank; 3: activation scale a column
+FORMAT_VERSION = 4  # 2: ranks, replica groups, collectives, tensors placed per rank; 3: activation scale a column;
+# 4: a DMA's SBUF operand may start each partition row further in (partition_stride: depthwise diagonals)
 HEADER = struct.Struct("<8sHHHQ32s16s")
 HEADER_SIZE = 96
 

@@ -3,7 +3,10 @@
 An operand is a memory space, a partition range, a byte offset and a free-dimension access pattern of up to four
 (size, stride) pairs, strides in elements. In SBUF and PSUM the partition axis is physical: partition p of the
 operand is row `start_partition + p` of the memory. HBM is flat per chip, so there the partition axis is one more
-stride (`partition_stride`, in elements) and `start_partition` is 0.
+stride (`partition_stride`, in elements) and `start_partition` is 0. A DMA builds a descriptor per partition row,
+so its SBUF operand may also start each row's pattern further in: partition p's at `offset + p *
+partition_stride` elements (a diagonal, as a depthwise convolution's stationary operands need, written without
+its zeros); the compute engines read every partition at the same offset, and there it is 0.
 """
 
 from __future__ import annotations
@@ -74,7 +77,7 @@ class Operand:
     num_partitions: int
     offset: int  # bytes: from the start of the partition (SBUF/PSUM) or of HBM
     dims: tuple[tuple[int, int], ...]  # free access pattern, outermost first: (size, stride in elements)
-    partition_stride: int = 0  # elements between partitions; HBM only
+    partition_stride: int = 0  # elements between partitions (HBM); a DMA's skew of each SBUF row (module doc)
 
     def __init__(self, mem: Mem, dtype: DType, start_partition: int, num_partitions: int, offset: int,
                  dims: tuple[tuple[int, int], ...], partition_stride: int = 0) -> None:
@@ -106,11 +109,14 @@ class Operand:
 
     @property
     def partition_span(self) -> tuple[int, int]:
-        """[first, last] byte this operand touches inside one partition row (SBUF/PSUM)."""
+        """[first, last] byte this operand touches inside any of its partition rows (SBUF/PSUM: a DMA's skew
+        included; HBM: the pattern of one partition)."""
         size = self.dtype.size
         last = self.offset
         for count, stride in self.dims:  # (a loop: a sum over a generator takes twice as long)
             last += (count - 1) * stride * size
+        if self.mem is not Mem.HBM:
+            last += (self.num_partitions - 1) * self.partition_stride * size
         return self.offset, last + size - 1
 
     def byte_span(self) -> tuple[int, int]:

@@ -22,6 +22,7 @@ class ValidationError(IsaError):
 # (enum members looked up once: on its class, under Python 3.11, a member costs ten times a global, and the
 # compiler validates every instruction it emits)
 _HBM, _SBUF = Mem.HBM, Mem.SBUF
+_DESCRIPTOR_ENGINES = frozenset({Engine.DMA, Engine.SP})  # the DMA engines move their data, a descriptor a row
 _OPERAND_KINDS = (Kind.OPERAND, Kind.SCALAR)
 
 
@@ -60,8 +61,9 @@ def _operand_problems(name: str, o: Operand, writes: bool, engine: Engine, targe
         if end > limit:
             yield f"{name}: HBM access ends at byte {end}, past the {limit} bytes of HBM"
         return
-    if o.partition_stride:
-        yield f"{name}: {o.mem.name} partitions are physical; partition_stride must be 0"
+    if o.partition_stride and (o.mem is not _SBUF or engine not in _DESCRIPTOR_ENGINES):
+        yield (f"{name}: {o.mem.name} partitions are physical; only a DMA's SBUF operand may start each row further "
+               f"in (partition_stride), and here it must be 0")
     if o.start_partition + o.num_partitions > target.partitions:
         yield f"{name}: partitions {o.start_partition}..{o.start_partition + o.num_partitions - 1} " \
               f"past {target.partitions}"

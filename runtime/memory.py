@@ -123,7 +123,8 @@ class RankMemories:
                 raise AccessError(f"{o.mem.name} access partitions {o.start_partition}+{o.num_partitions}, "
                                   f"bytes [{first}, {last}] outside {rows} x {row_bytes}")
             self._reach[o.mem, rank] = max(self._reach.get((o.mem, rank), 0), last + 1)
-            base, offset, pstride = array.reshape(-1), o.start_partition * row_bytes + o.offset, row_bytes
+            base, offset = array.reshape(-1), o.start_partition * row_bytes + o.offset
+            pstride = row_bytes + o.partition_stride * size  # a DMA's skew of each row (isa/operand.py)
         try:
             return np.ndarray(o.shape, dtype=o.dtype.np, buffer=base, offset=offset,
                               strides=(pstride, *free_strides))
@@ -138,7 +139,7 @@ class RankMemories:
             base, pstride = o.offset, o.partition_stride * size
         else:
             row_bytes = self.target.sbuf_partition_bytes if o.mem is Mem.SBUF else self.target.psum_partition_bytes
-            base, pstride = o.start_partition * row_bytes + o.offset, row_bytes
+            base, pstride = o.start_partition * row_bytes + o.offset, row_bytes + o.partition_stride * size
         flat = base + grids[0] * pstride
         for grid, (_, stride) in zip(grids[1:], o.dims):
             flat = flat + grid * (stride * size)

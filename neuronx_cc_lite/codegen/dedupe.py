@@ -104,5 +104,5 @@ def dedupe_loads(program: Program) -> None:
 
 def _pattern(a: TileAccess | HbmAccess) -> tuple:
     if isinstance(a, TileAccess):
-        return ("tile", a.first, a.partitions, a.offset, a.dims)
+        return ("tile", a.first, a.partitions, a.offset, a.dims, a.skew)
     return ("hbm", a.dtype, a.partitions, a.partition_stride, a.offset, a.dims)

@@ -37,7 +37,9 @@ def box_of(o: Operand) -> Box:
         end += (n - 1) * stride * size
     if o.mem is HBM:
         return 0, 1, o.offset, end + (o.num_partitions - 1) * o.partition_stride * size
-    return o.start_partition, o.start_partition + o.num_partitions, o.offset, end
+    # (a DMA's skewed rows: the box of every row, each from its own start)
+    return o.start_partition, o.start_partition + o.num_partitions, o.offset, \
+        end + (o.num_partitions - 1) * o.partition_stride * size
 
 
 def inside(a: Box, b: Box) -> bool:
@@ -55,7 +57,8 @@ def runs(o: Operand) -> Runs | None:
     inside each of its partitions in SBUF and PSUM (every partition has the same pattern). None when there would
     be more than MAX_RUNS."""
     size = o.dtype.size
-    dims = ((o.num_partitions, o.partition_stride), *o.dims) if o.mem is HBM else o.dims
+    # (HBM: the partition axis is one more stride; a DMA's skewed SBUF rows: every row's runs, in each of them)
+    dims = ((o.num_partitions, o.partition_stride), *o.dims) if o.mem is HBM or o.partition_stride else o.dims
     # the innermost dimensions that are dense (or of one) make one run: almost every pattern is that one run, so
     # it is found in the elements' strides, before anything else is made
     run, inner = size, len(dims)

@@ -41,7 +41,7 @@ def _dtype_size(a: TileAccess | HbmAccess) -> int:
 
 def _band(a: TileAccess | HbmAccess, first: int, count: int) -> TileAccess | HbmAccess:
     if isinstance(a, TileAccess):
-        return replace(a, first=a.first + first, partitions=count)
+        return replace(a, first=a.first + first, partitions=count, offset=a.offset + first * a.skew)
     return replace(a, offset=a.offset + first * a.partition_stride, partitions=count)
 
 

@@ -7,7 +7,7 @@ answer."""
 from __future__ import annotations
 
 from isa.instructions import OPS
-from isa.operand import READABLE, WRITABLE, Engine
+from isa.operand import READABLE, WRITABLE, Engine, Mem
 from neuronx_cc_lite.errors import CompileError
 from neuronx_cc_lite.lower.program import HbmAccess, PendingInstr, Program, TileAccess
 
@@ -35,6 +35,9 @@ def _check_access(stage: str, p: PendingInstr, name: str, a: TileAccess | HbmAcc
         if a.first < 0 or a.first + a.partitions > t.partitions:
             _fail(stage, f"{p.op} {name}: partitions {a.first}..{a.first + a.partitions - 1} outside tile {t.name} "
                          f"({t.partitions} partitions)", p.node)
+        if a.skew and (p.engine is not _DMA or t.mem is not Mem.SBUF):
+            _fail(stage, f"{p.op} {name}: only a DMA may skew the rows of an SBUF tile", p.node)
+        span += (a.partitions - 1) * a.skew
         if a.offset + span > t.free:
             _fail(stage, f"{p.op} {name}: elements up to {a.offset + span - 1} outside tile {t.name} "
                          f"({t.free} per partition)", p.node)

@@ -34,7 +34,7 @@ from neuronx_cc_lite.ir import Graph, Node
 from neuronx_cc_lite.lower.context import LowerCtx
 from neuronx_cc_lite.lower.banded_stem import lower_banded_stem, stem_bands
 from neuronx_cc_lite.lower.conv_epilogue import Epilogue
-from neuronx_cc_lite.lower.depthwise import band_plan, lower_banded_depthwise
+from neuronx_cc_lite.lower.depthwise import band_plan, diagonal_tap, diagonal_weights, lower_banded_depthwise
 from neuronx_cc_lite.lower.hbm import HbmView
 from neuronx_cc_lite.lower.instr import ts
 from neuronx_cc_lite.lower.patterns import dma_tile
@@ -403,8 +403,15 @@ def lower_windowed_matmul(ctx: LowerCtx, node: Node, geo: ConvGeometry) -> None:
         lo, hi = geo.input_range(co0, mt)
         chunks[co0] = [(c0, min(pmax, hi - c0)) for c0 in range(lo, hi, pmax)]
     pairs = [(c0, ct, co0, mt) for co0, mt in co_tiles for c0, ct in chunks[co0]]
-    load_weights = (_constant_weights(ctx, node, geo, pairs) if ctx.graph.tensors[node.inputs[1]].is_constant
-                    else _runtime_weights(ctx, node, geo))
+    constant = ctx.graph.tensors[node.inputs[1]].is_constant
+    diagonal = geo.depthwise and constant  # each tap's weights a diagonal, loaded without its zeros
+    if diagonal:
+        load_diagonal = diagonal_weights(ctx, node, geo)
+
+        def load_weights(c0: int, ct: int, co0: int, mt: int) -> Tile:  # (an output tile reads its own channels)
+            return load_diagonal(c0, ct)
+    else:
+        load_weights = _constant_weights(ctx, node, geo, pairs) if constant else _runtime_weights(ctx, node, geo)
     if len(node.inputs) > 4 and node.inputs[4]:  # a ConvEpilogue's input scale
         load_weights = _scaled_rows(ctx, node, load_weights)
     out_max = min(target.psum_bank_fmax, target.gemm_moving_fmax)
@@ -439,8 +446,9 @@ def lower_windowed_matmul(ctx: LowerCtx, node: Node, geo: ConvGeometry) -> None:
                     window, strides = load_windows(prog, src, block, geo.axes, 0.0, f"{node.name}/x", dtype, flat)
                     for t, dst, moving in window_taps(window, strides, block, geo.axes, taps, ct, acc, flat):
                         w_tap = geo.taps - 1 - t if geo.transposed else t
-                        prog.emit("nc_matmul", Engine.PE, dst=dst, stationary=w.ap(((mt, 1),), w_tap * mt),
-                                  moving=moving, accumulate=not first)
+                        stationary = diagonal_tap(w, w_tap, mt) if diagonal else w.ap(((mt, 1),), w_tap * mt)
+                        prog.emit("nc_matmul", Engine.PE, dst=dst, stationary=stationary, moving=moving,
+                                  accumulate=not first)
                         first = False
             if bank is None:
                 epilogue.finish(acc, column, [(block, 0, co0, mt)], co0)

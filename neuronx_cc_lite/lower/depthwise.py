@@ -23,7 +23,7 @@ fixed overhead), so that the first group can start while the producer of the inp
 from __future__ import annotations
 
 import itertools
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
@@ -32,8 +32,7 @@ from isa.operand import Engine
 from neuronx_cc_lite.ir import Node
 from neuronx_cc_lite.lower.context import LowerCtx
 from neuronx_cc_lite.lower.conv_epilogue import Epilogue
-from neuronx_cc_lite.lower.hbm import HbmView
-from neuronx_cc_lite.lower.program import Tile
+from neuronx_cc_lite.lower.program import HbmAccess, Tile, TileAccess
 from neuronx_cc_lite.lower.windows import Block, fill_window, flat_window, needs_fill, window_strides, window_taps
 
 if TYPE_CHECKING:
@@ -58,21 +57,32 @@ def band_plan(ctx: LowerCtx, node: Node, geo: ConvGeometry, window_budget: int) 
     return bands, per_band
 
 
-def _banded_weights(ctx: LowerCtx, node: Node, geo: ConvGeometry, bands: int) -> Tile:
-    """[B * C, taps x B * C]: tap t's block holds w[c, t] at (b * C + c, b * C + c) for every band b."""
-    c, taps, p = geo.channels, geo.taps, bands * geo.channels
-    w = ctx.graph.tensors[node.inputs[1]].value.reshape(c, taps).astype(np.float64)
-    block = np.zeros((p, taps, p))
-    diagonal = np.arange(p)
-    block[diagonal, :, diagonal] = np.tile(w, (bands, 1))
+def diagonal_weights(ctx: LowerCtx, node: Node, geo: ConvGeometry, bands: int = 1) -> Callable[[int, int], Tile]:
+    """A loader of the stationary operands of channels c0 .. c0 + ct - 1: a tile of Program.diagonals whose tap t
+    reads as diagonal_tap(tile, t, ct). With bands, partition b * C + c holds channel c of band b (each band's
+    block repeats the diagonal). HBM holds the weights as the model does, [C, taps] (repeated per band): one
+    DMA writes each partition's taps, a run of taps elements, at element c * taps of partition c (its row's skew,
+    isa/operand.py), onto the diagonal of every tap at once."""
     prog = ctx.program
+    taps = geo.taps
+    w = ctx.graph.tensors[node.inputs[1]].value.astype(np.float64).reshape(geo.channels, taps)
     dtype = prog.operand_dtype(DType.fp32)  # auto-cast: stored in the type the matmul reads
-    data = block.astype(dtype.np)
-    tensor = prog.hbm_tensor(f"{node.name}/banded_weights", data.nbytes, "weight", dtype, data.tobytes())
-    tensor.needed = min(data.nbytes, w.size * dtype.size)  # the blocks off the diagonals are zeros
-    tile = prog.sbuf(p, taps * p, dtype, f"{node.name}/w")
-    prog.dma(tile.ap(), HbmView(tensor, dtype, (p, taps * p), (taps * p, 1)))
-    return tile
+    data = np.tile(w, (bands, 1)).astype(dtype.np)
+    tensor = prog.hbm_tensor(f"{node.name}/taps", data.nbytes, "weight", dtype, data.tobytes())
+
+    def load(c0: int, ct: int) -> Tile:
+        tile = prog.diagonals(taps, dtype)
+        prog.emit("dma_copy", Engine.DMA, dst=TileAccess(tile, 0, ct, 0, ((taps, 1),), skew=taps),
+                  src=HbmAccess(tensor, dtype, ct, taps, c0 * taps, ((taps, 1),)))
+        return tile
+
+    return load
+
+
+def diagonal_tap(tile: Tile, tap: int, channels: int) -> TileAccess:
+    """Tap `tap` of a tile of diagonal_weights: [channels, channels], element (c, j) at c's j * taps + tap."""
+    taps = tile.free // tile.partitions
+    return tile.ap(((channels, taps),), tap, 0, channels)
 
 
 def lower_banded_depthwise(ctx: LowerCtx, node: Node, geo: ConvGeometry, bands: int, per_band: int) -> None:
@@ -81,7 +91,7 @@ def lower_banded_depthwise(ctx: LowerCtx, node: Node, geo: ConvGeometry, bands: 
     x, epilogue = ctx.view(node.inputs[0]), Epilogue(ctx, node, bands)
     src = x.transpose((1, 0, 2, 3))  # (C, batch, rows, columns)
     rows, cols = geo.axes
-    weights = _banded_weights(ctx, node, geo, bands)
+    weights = diagonal_weights(ctx, node, geo, bands)(0, p)
     column = epilogue.bias_column(p, [(b * c, 0, c) for b in range(bands)])
     taps = list(itertools.product(*(range(k) for k in geo.kernel)))
     dtype = prog.operand_dtype(DType.fp32)
@@ -101,7 +111,7 @@ def lower_banded_depthwise(ctx: LowerCtx, node: Node, geo: ConvGeometry, bands: 
             acc = prog.psum(p, per_band * cols.out, f"{node.name}/acc")
             for k, (t, dst, moving) in enumerate(window_taps(window, (image, *strides), whole[0], geo.axes, taps, p,
                                                             acc, flat)):
-                prog.emit("nc_matmul", Engine.PE, dst=dst, stationary=weights.ap(((p, 1),), t * p), moving=moving,
+                prog.emit("nc_matmul", Engine.PE, dst=dst, stationary=diagonal_tap(weights, t, p), moving=moving,
                           accumulate=k > 0)
             parts = [(Block(n, 1, block.starts, (min(per_band, rows.out - block.starts[0]), cols.out)), b * c, 0, c)
                      for b, block in enumerate(whole) if block.starts[0] < rows.out]

@@ -4,10 +4,13 @@ under auto-cast)."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
+from isa.assembly import disassemble
 from neuronx_cc_lite.compiler import Options, compile_model
 from neuronx_cc_lite.reference import onnxruntime_outputs, seeded_inputs
 from tests.compiler.one_node import bf16_operands, check
@@ -54,3 +57,38 @@ def test_banded_depthwise_hard_swish_reads_the_bank_under_auto_cast(tmp):
     compiled = compile_to_model(model, tmp, Options(auto_cast="matmult", auto_cast_type="bf16"))
     inputs = seeded_inputs(compiled.inputs)
     assert_close(compiled.run(inputs), onnxruntime_outputs(bf16_operands(model), inputs), rtol=1e-5)
+
+
+def _tensor_sizes(model, options=None) -> dict[str, int]:
+    """The bytes of each HBM tensor of the compiled model, from its listing."""
+    return {t["name"]: t["size"] for t in (json.loads(line.split(" ", 1)[1]) for line in
+                                           disassemble(compile_model(model, options)).splitlines()
+                                           if line.startswith(".tensor "))}
+
+
+@pytest.mark.parametrize("policy", ["clock", "random"])
+def test_depthwise_weights_load_without_their_zeros(tmp, policy):
+    """600 channels of a 5x5 depthwise convolution: five tiles through the ring of four diagonal tiles
+    (Program.diagonals), each tile's taps one skewed DMA onto the diagonals of a tile zeroed once. HBM holds the
+    weights as the model does, 600 x 25 of them; under a random order of the engines (a missing semaphore between
+    a tile's reuse and the matmuls reading it would show) the result is onnxruntime's."""
+    model = conv("Conv", n=1, c=600, spatial=[7, 7], m=600, kernel=[5, 5], group=600, pads=[2, 2, 2, 2])
+    sizes = _tensor_sizes(model)
+    assert [size for name, size in sizes.items() if name.endswith("/taps")] == [600 * 25 * 4]
+    check(model, tmp, policy=policy)
+
+
+def test_depthwise_transposed_and_of_two_kernel_sizes(tmp):
+    """A depthwise ConvTranspose (taps read flipped) beside a 3x3 and a 5x5 depthwise convolution: three rings'
+    worth of diagonals, each tile's from its own taps."""
+    rng = np.random.default_rng(3)
+    c = 140
+    weights = {"w3": rng.standard_normal((c, 1, 3, 3)).astype(np.float32),
+               "w5": rng.standard_normal((c, 1, 5, 5)).astype(np.float32),
+               "wt": rng.standard_normal((c, 1, 3, 3)).astype(np.float32)}
+    nodes = [helper.make_node("Conv", ["x", "w3"], ["a"], group=c, pads=[1, 1, 1, 1]),
+             helper.make_node("Conv", ["a", "w5"], ["b"], group=c, pads=[2, 2, 2, 2]),
+             helper.make_node("ConvTranspose", ["b", "wt"], ["y"], group=c, strides=[2, 2], pads=[1, 1, 1, 1])]
+    model = make_model(nodes, {"x": ([1, c, 9, 8], TensorProto.FLOAT)}, {"y": ([1, c, 17, 15], TensorProto.FLOAT)},
+                       weights)
+    check(model, tmp)

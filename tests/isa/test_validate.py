@@ -55,6 +55,11 @@ def test_a_good_matmul_passes():
     (make("memset", dst=Operand(Mem.SBUF, DType.fp32, 0, 4, 0, ((8, 0),)), value=0.0), Engine.DVE,
      "zero stride"),
     (make("memset", dst=sb(offset=2), value=0.0), Engine.DVE, "not aligned"),
+    # a skew of each row (a diagonal) is a DMA's alone: the compute engines read every partition alike
+    (make("tensor_copy", dst=sb(f=4), src=Operand(Mem.SBUF, DType.fp32, 0, 128, 0, ((4, 1),), 4)), Engine.DVE,
+     "only a DMA's SBUF operand may start each row further in"),
+    (make("dma_copy", dst=Operand(Mem.SBUF, DType.fp32, 0, 128, 0, ((4, 1),), 400), src=hbm(f=4)), Engine.DMA,
+     "reaches byte"),
     (make("tensor_reduce", dst=sb(f=1), src=sb(), op=AluOp.subtract, axes=1), Engine.DVE,
      "not subtract"),
     # a zero-stride read of 2**40 elements: more bytes than any HBM holds, refused before the runtime copies it
@@ -72,6 +77,12 @@ def test_dma_may_start_at_any_partition():
     """The quadrant rule binds the compute engines, not the DMA queues."""
     instr = make("dma_copy", dst=sb(p=3, start=5), src=hbm(p=3))
     assert problems(instr, Engine.DMA, TRN1) == []
+
+
+def test_a_dma_may_skew_its_sbuf_rows():
+    """Partition p's row starting p * 4 elements further in: the diagonal of [128, 128 x 4], inside a partition."""
+    skewed = Operand(Mem.SBUF, DType.fp32, 0, 128, 0, ((4, 1),), 4)
+    assert problems(make("dma_copy", dst=skewed, src=hbm(f=4)), Engine.DMA, TRN1) == []
 
 
 def test_hbm_bounds_come_from_the_bundle():

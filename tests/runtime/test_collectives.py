@@ -459,7 +459,7 @@ def test_a_format_1_bundle_is_refused_clearly(tmp_path):
     data = bytearray(bundle_format.to_bytes(bundle(streams, src, dst, DTYPES["fp32"])))
     struct.pack_into("<H", data, 8, 1)  # the version, after the magic
     (tmp_path / "old.neff").write_bytes(bytes(data))
-    with pytest.raises(LoadError, match="bundle format version 1; this tool reads version 3 .recompile"):
+    with pytest.raises(LoadError, match="bundle format version 1; this tool reads version 4 .recompile"):
         runtime.load(tmp_path / "old.neff")
 
 

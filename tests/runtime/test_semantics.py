@@ -356,3 +356,19 @@ def test_bit_vector_operators_read_all_32_bits_of_an_integer_tile(dtype):
     out = m.run({"x": x})
     np.testing.assert_array_equal(out["shifted"], (x.astype(np.int64) << 4).astype(dtype))
     np.testing.assert_array_equal(out["same"], x)
+
+
+def test_a_dma_writes_skewed_rows_onto_a_diagonal():
+    """A DMA's SBUF rows may each start further in (partition_stride on SBUF: a descriptor per row): the taps
+    [4, 3] land at element c * 3 + t of partition c, the diagonals of a [4, 4 x 3] tile, and the rest stays zero."""
+    from isa.operand import Mem, Operand
+    taps = np.arange(1, 13, dtype=np.float32).reshape(4, 3)
+    skewed = Operand(Mem.SBUF, DType.fp32, 0, 4, 0, ((3, 1),), 3)
+    m = model({"DMA0": [make("dma_copy", dst=sbuf(4, 12), src=hbm(Y, 4, 12), signal=5),
+                        make("dma_copy", dst=skewed, src=hbm(X, 4, 3), waits=((5, 1),), signal=6),
+                        make("dma_copy", dst=hbm(OUT, 4, 12), src=sbuf(4, 12), waits=((6, 1),))]},
+              {"x": (X, (4, 3)), "zeros": (Y, (4, 12))}, {"y": (OUT, (4, 12))})
+    got = m.run({"x": taps, "zeros": np.zeros((4, 12), np.float32)})["y"].reshape(4, 4, 3)
+    want = np.zeros((4, 4, 3), np.float32)
+    want[np.arange(4), np.arange(4)] = taps
+    np.testing.assert_array_equal(got, want)
