@@ -341,6 +341,7 @@ def _rewrite(program: Program, homes: dict[HbmTensor, Tile], layouts: dict[HbmTe
                 region = _region(dst, src, renamed)  # a load: the consumer may read the home itself
                 if region is not None and writers[dst.tile] == [i]:
                     renamed[dst.tile] = region
+    _rename_parts(mapped, home_tiles, rewritten, writers, renamed)
     _keep_partitions_legal(program.instrs, renamed, target)
     kept: list[PendingInstr] = []
     for p, pair in zip(program.instrs, mapped):
@@ -356,8 +357,7 @@ def _rewrite(program: Program, homes: dict[HbmTensor, Tile], layouts: dict[HbmTe
             if dst is p.args["dst"]:
                 continue  # not homed
         if isinstance(dst, TileAccess) and isinstance(src, TileAccess):
-            if (dst.tile in home_tiles and renamed.get(src.tile) is not None or
-                    src.tile in home_tiles and renamed.get(dst.tile) is not None):
+            if _same_elements(_renamed(dst, renamed), _renamed(src, renamed)):
                 continue  # the tile is the home's region: nothing moves
             if dst.first == src.first and all(
                     a.first in target.allowed_start_partitions(a.partitions) for a in (dst, src)):
@@ -369,6 +369,78 @@ def _rewrite(program: Program, homes: dict[HbmTensor, Tile], layouts: dict[HbmTe
     for p in kept:
         p.args = {k: _renamed(v, renamed) for k, v in p.args.items()}
     program.instrs = kept
+
+
+def _rename_parts(mapped: list[tuple[object, object] | None], home_tiles: set[Tile], rewritten: set[Tile],
+                  writers: dict[Tile, list[int]], renamed: dict[Tile, TileAccess]) -> None:
+    """A tile moved to or from a home in several transfers (a tensor over more channels than partitions: a block
+    of columns for each 128 of them, as the home lays them out too) becomes the region of the home they imply,
+    when each moves its part with the same pattern on both sides and all imply the same place:
+    - stored by them: when the tile's writers all come before its stores, and no other store writes inside the
+      region (the tile's unstored elements, rows past the tensor's last, land there);
+    - loaded by them: when they are its only writers, and nothing writes the home after it is first read.
+    The transfers then move nothing: MobileNetV3's squeeze-and-excitation gates and pooled vectors over 240 to
+    576 channels took an instruction each on the chain between two convolutions."""
+    parts: dict[tuple[Tile, bool], list[tuple[int, TileAccess, TileAccess]]] = {}  # (tile, stored) -> transfers
+    into: dict[Tile, list[tuple[Tile, TileAccess]]] = {}  # home -> (source tile, where its store writes)
+    for i, pair in enumerate(mapped):
+        if pair is None:
+            continue
+        dst, src = pair
+        if not (isinstance(dst, TileAccess) and isinstance(src, TileAccess)) or \
+                (dst.tile in home_tiles) == (src.tile in home_tiles):
+            continue
+        stored = dst.tile in home_tiles
+        tile_side, home_side = (src, dst) if stored else (dst, src)
+        parts.setdefault((tile_side.tile, stored), []).append((i, tile_side, home_side))
+        if stored:
+            into.setdefault(dst.tile, []).append((src.tile, dst))
+    for (tile, stored), found in parts.items():
+        homes = {home_side.tile for _, _, home_side in found}
+        places = {_placement(tile_side, home_side) for _, tile_side, home_side in found}
+        if tile in renamed or tile.mem is not Mem.SBUF or len(homes) != 1 or len(places) != 1:
+            continue
+        home, place = homes.pop(), places.pop()
+        if place is None or home in rewritten or home.dtype is not tile.dtype:
+            continue
+        if stored and max(writers[tile]) > found[0][0] or \
+                not stored and writers[tile] != [i for i, _, _ in found]:
+            continue
+        first, offset = place
+        if first < 0 or offset < 0 or first + tile.partitions > home.partitions or offset + tile.free > home.free:
+            continue
+        region = TileAccess(home, first, tile.partitions, offset, ((tile.free, 1),))
+        if stored and any(other is not tile and _overlap(_bounds(a), _bounds(region)) for other, a in into[home]):
+            continue
+        renamed[tile] = region
+
+
+def _live(a: TileAccess) -> tuple[tuple[int, int], ...]:
+    return tuple((n, s) for n, s in a.dims if n > 1)
+
+
+def _placement(tile_side: TileAccess, home_side: TileAccess) -> tuple[int, int] | None:
+    """(first partition, element offset) of the home at which the whole tile would make this transfer move
+    nothing, or None when its two sides walk different patterns."""
+    if _live(tile_side) != _live(home_side):
+        return None
+    return home_side.first - tile_side.first, home_side.offset - tile_side.offset
+
+
+def _same_elements(a: object, b: object) -> bool:
+    return isinstance(a, TileAccess) and isinstance(b, TileAccess) and a.tile is b.tile and a.first == b.first \
+        and a.partitions == b.partitions and a.offset == b.offset and _live(a) == _live(b)
+
+
+def _bounds(a: TileAccess) -> tuple[int, int, int, int]:
+    """The partitions [p0, p1) and elements [e0, e1) of each partition the access may touch."""
+    low = sum(min(0, (n - 1) * s) for n, s in a.dims)
+    high = sum(max(0, (n - 1) * s) for n, s in a.dims)
+    return a.first, a.first + a.partitions, a.offset + low, a.offset + high + 1
+
+
+def _overlap(x: tuple[int, int, int, int], y: tuple[int, int, int, int]) -> bool:
+    return x[0] < y[1] and y[0] < x[1] and x[2] < y[3] and y[2] < x[3]
 
 
 def _keep_partitions_legal(instrs: list[PendingInstr], renamed: dict[Tile, TileAccess], target) -> None:  # type: ignore[no-untyped-def]
@@ -420,7 +492,8 @@ def _region(tile_side: TileAccess, home_side: TileAccess, renamed: dict[Tile, Ti
 def _renamed(v: object, renamed: dict[Tile, TileAccess]) -> object:
     if isinstance(v, TileAccess) and v.tile in renamed:
         region = renamed[v.tile]
-        return TileAccess(region.tile, region.first + v.first, v.partitions, region.offset + v.offset, v.dims)
+        return TileAccess(region.tile, region.first + v.first, v.partitions, region.offset + v.offset, v.dims,
+                          v.skew)
     return v
 
 
