@@ -10,7 +10,9 @@ DMA queue of each transfer, chosen by list scheduling against the cost model (is
     it waits for the first to become ready); that instruction holds the engine and the shared ports it needs
     until its estimated finish (its cost after what the engine ran before it: a result it waits for, ScalarE's
     table), and its successors become ready when their last predecessor finishes (a semaphore hand-off later
-    on another engine). A transfer's data starts its latency after it is ready, or when its queue is free.
+    on another engine). A transfer's data starts its latency after it is ready, or when its queue is free; a
+    queue holds dma_queue_depth transfers, so it takes the next only once the one that many places before has
+    ended, and short transfers one after another each wait most of a latency (runtime/simulator.py).
 
 Each engine runs its stream in order, so what matters is which instruction an engine takes next: taking the most
 critical ready one (rather than whichever was ready first) keeps work that is needed late from standing in front
@@ -362,6 +364,11 @@ def schedule(program: Program, lookahead: int = LOOKAHEAD, preds: list[list[int]
     servers: list[tuple[Engine, int]] = [(e, 0) for e in _SERVERS]
     servers += [(Engine.DMA, q) for q in range(target.dma_queues)]
     free_at = [0.0] * len(servers)
+    # a DMA queue holds dma_queue_depth transfers, the one moving and those being prepared: a transfer is taken
+    # when the one depth places before it has ended, and its data moves a DMA latency after (runtime/simulator.py),
+    # so short transfers one after another pay most of a latency each. (end of each of a queue's last transfers)
+    depth = target.dma_queue_depth
+    recent: list[list[float]] = [[0.0] * depth for _ in servers]
     pools: dict[object, _Pool] = {e: _Pool() for e in _SERVERS}
     pools["loads"], pools["short loads"], pools["stores"] = _Pool(), _Pool(), _Pool()
     # a store queue takes loads until the first store is scheduled, then only short ones when no store is ready
@@ -501,8 +508,9 @@ def schedule(program: Program, lookahead: int = LOOKAHEAD, preds: list[list[int]
             continue
         e = engine
         if e is Engine.DMA:
-            start = max(free_at[k], ready_at[i] + target.dma_latency_ns)
+            start = max(free_at[k], max(ready_at[i], recent[k][0]) + target.dma_latency_ns)
             end = start + cost[i][e]
+            recent[k] = recent[k][1:] + [end]
         else:
             start = max(free_at[k], ready_at[i])
             for p in held[i][e]:
