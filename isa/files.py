@@ -24,7 +24,7 @@ import signal
 import stat
 import tempfile
 import time
-from typing import BinaryIO, Iterator
+from typing import BinaryIO, Callable, Iterator
 
 TEMPORARY_PREFIX = ".neff-"  # every temporary this project writes starts so (tempfile adds 8 characters)
 _TEMPORARY = re.compile(re.escape(TEMPORARY_PREFIX) + r"[a-z0-9_]{8}$")
@@ -122,13 +122,20 @@ def replacing(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
         raise
 
 
+# Called once a file has its name, while the signals are still held: a program that would rather finish than be
+# interrupted once its output is in place sets it (neuronx_cc_lite/interrupts.py: a command then ignores them).
+# If it raises, the file is taken back out (the old one, if any, put back) and the exception goes on.
+placed_hook: Callable[[], None] | None = None
+
+
 def _rename_into_place(tmp: str, path: str) -> None:
     """os.replace(tmp, path), but a file already at `path` is first renamed aside, and removed once the new one
     has the name. Renamed over another file, a file is written to disk before the rename returns on ext4 (its
     default auto_da_alloc, for programs that skip fsync): 0.4-0.55 s for BERT-base's 439 MB bundle on this
     machine, which every compile into an existing output paid. Renamed onto no name, its pages are written back
     when the kernel sees fit. Signals are held over the renames, so that none strands the old file aside; if the
-    second rename fails, the old file is put back. (The aside name has the temporaries' form, so a killed
+    second rename fails, or placed_hook refuses the new file, the old file is put back (or the new one removed
+    where there was none). (The aside name has the temporaries' form, so a killed
     writer's is swept; mktemp's race is harmless here: a file made under that name in the meantime is one of ours
     or nobody's.)"""
     aside = tempfile.mktemp(prefix=TEMPORARY_PREFIX, dir=os.path.dirname(tmp))
@@ -136,14 +143,17 @@ def _rename_into_place(tmp: str, path: str) -> None:
     before = signal.pthread_sigmask(signal.SIG_BLOCK, held)
     try:
         try:
-            os.rename(path, aside)
-        except FileNotFoundError:  # nothing to replace
+            with contextlib.suppress(FileNotFoundError):  # (nothing to replace)
+                os.rename(path, aside)
             os.rename(tmp, path)
-            return
-        try:
-            os.rename(tmp, path)
-        except OSError:
-            os.rename(aside, path)
+            if placed_hook is not None:
+                placed_hook()
+        except BaseException:  # the new file not in place, or the hook refused it: the old one is put back
+            # (a signal to the process can still land here through another thread, which does not hold it)
+            if os.path.lexists(aside):
+                os.rename(aside, path)
+            elif os.path.lexists(path) and not os.path.lexists(tmp):
+                os.unlink(path)
             raise
         with contextlib.suppress(OSError):
             os.unlink(aside)

@@ -5,7 +5,9 @@ during the work or while it cleans up.
 The signal is raised as an exception where the program is (KeyboardInterrupt for SIGINT, Interrupted for the
 others), so every `finally` runs and every atomic write removes its temporary file (isa/files.py `replacing`).
 Only the first signal does so: the handlers then ignore the signals until the command has ended, so a second
-Ctrl-C cannot cut the cleanup short. The signal is also remembered (`interrupted_by`): an exception raised inside
+Ctrl-C cannot cut the cleanup short. Once the command's output has its name (isa/files.py calls `placed_hook` with
+the signals still held over the rename), the command finishes instead: the signals are ignored from then on, so
+none reports "no output was written" beside a bundle that was. The signal is also remembered (`interrupted_by`): an exception raised inside
 an import of a compiled module comes out as that module's ImportError, which is still the signal's doing. A signal
 that comes while a module is being imported is raised once the import has ended (an exception inside a compiled
 module's initialisation can abort the process instead). This module imports nothing heavy: the entry point
@@ -96,6 +98,19 @@ def _raise_when_safe(_: int, frame: FrameType | None) -> None:
     raise Interrupted(_received[0])
 
 
+def _finish() -> None:
+    """A command whose output has its name finishes: the signals are ignored from then on (one held over the
+    rename, isa/files.py, is dropped), so that it never reports "no output was written" beside its output. But a
+    signal that came earlier, inside an import, and waits for its exception (`_deferred`) is raised now: the output
+    is taken back out (isa/files.py), and the command ends as it would have."""
+    if _deferred:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        _raise_when_safe(signal.SIGALRM, None)
+    for s in WHY:
+        if signal.getsignal(s) is _raise:
+            signal.signal(s, signal.SIG_IGN)
+
+
 @contextmanager
 def handled(ignore_after: bool = False) -> Iterator[None]:
     """Inside, the signals raise as the module says, but for those ignored already; the handlers before are put
@@ -110,9 +125,14 @@ def handled(ignore_after: bool = False) -> Iterator[None]:
     previous = {s: signal.signal(s, _raise) for s in WHY if signal.getsignal(s) is not signal.SIG_IGN}
     if previous:  # a new command: a signal an earlier one took is not this one's
         _received.clear()
+    from isa import files  # (after the handlers: a signal during the import is raised once it has ended)
+
+    hook = files.placed_hook
+    files.placed_hook = _finish
     try:
         yield
     finally:
+        files.placed_hook = hook
         mine = alarm is not _raise_when_safe  # (inside a command, a command's timer is the outer one's)
         pending = mine and bool(_deferred)
         if mine and signal.getsignal(signal.SIGALRM) is _raise_when_safe:

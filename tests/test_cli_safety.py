@@ -79,6 +79,32 @@ def test_an_interrupted_write_leaves_nothing_behind(tmp, capsys, monkeypatch, in
     assert signal.getsignal(signal.SIGTERM) == handler  # main() puts the caller's handler back
 
 
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+def test_a_signal_held_over_the_rename_lets_the_command_finish(tmp, capsys, monkeypatch, signum):
+    """A signal that comes while the bundle takes its name is held until the renames are done (isa/files.py); the
+    command's output is then in place, so the command finishes and says so (status 0, its summary), ignoring the
+    signal, where it reported "no output was written" beside the bundle (seen in the signal test, SIGHUP 0.3 s)."""
+    import threading
+
+    from isa import files
+
+    renamed = os.rename
+
+    def signalled_rename(src: str, dst: str) -> None:
+        renamed(src, dst)
+        if dst.endswith("m.neff"):  # to the main thread, which holds it over the renames (a signal to the process
+            signal.pthread_kill(threading.main_thread().ident, signum)  # may land in another thread's lap)
+            for _ in range(1000):
+                pass
+
+    monkeypatch.setattr(files.os, "rename", signalled_rename)
+    assert main(["compile", MODEL, "-o", f"{tmp}/m.neff", "--no-cache"]) == 0
+    monkeypatch.undo()
+    err = capsys.readouterr().err
+    assert "NCC_INTERRUPTED" not in err and "compiled " in err, err
+    assert os.listdir(tmp) == ["m.neff"]
+
+
 def _npz_declaring(path: str, name: str, shape: tuple[int, ...]) -> None:
     """An .npz whose member's header declares `shape` but holds a few bytes of data."""
     import io
