@@ -1,0 +1,125 @@
+"""How fast a batch-1 convolution network can run on the chip model, whatever the compiler does: the least
+TensorE time its convolutions need, and the dependent instructions of its squeeze-and-excitation blocks that
+nothing else can overlap. The arithmetic behind the README's account of MobileNetV3 (issue 17's 2.0x goal).
+
+    .venv/bin/python benchmarks/pe_floor.py [NAME ...] [--exporter dynamo|torchscript] [--target T]
+
+NAME is a family of benchmarks/exports.py (mobilenet_v3 by default) or an ONNX file. Per model, in bf16 and
+fp32 (a matmul pass each fp32 instruction takes four of, CHIP.md):
+- depthwise convolutions: on PE an output pixel's column through the array does at most one useful multiply-add
+  per partition (each partition holds one input value of that pixel's window; PE sums across partitions, and a
+  depthwise output reads one channel), so PE needs at least MACs / 128 columns; VectorE can take taps too (one
+  scalar_tensor_tensor per tap: one element a cycle per partition at 1.12 GHz, two cycles in fp32), so the bound
+  is that work at PE's and VectorE's rates together (GpSimdE shares VectorE's SBUF port; ScalarE cannot
+  accumulate). With a diagonal stationary per tap and 128 channels, as lower/depthwise.py lays them out (bands of
+  rows for 64 channels or fewer), PE takes taps x channel tiles x max(64, columns) cycles (`diagonal`);
+- every other convolution and Gemm: its multiply-adds over the full 128 x 128 array, or for one row (a squeeze,
+  a classifier) at least min(64 x output blocks, outputs) cycles per 128 input features (a matmul costs
+  max(min(64, M), N) cycles);
+- a squeeze-and-excitation block (a global mean, a 1x1 convolution, its activation, another, HardSigmoid, the
+  gate's Mul): after the last depthwise output PE has nothing to do until the gated projection, so at least its
+  dependent instructions run one after another on ScalarE and VectorE: the mean, the first activation, the
+  HardSigmoid (a relu and a clamp: ScalarE has no such function), the scaling of the projection's weights, each
+  at least a dependent one-element instruction's cost (isa/costs.py), and the hand-offs between engines.
+PE work adds up (one engine), and the squeeze-and-excitation chains add to it: their sum is a floor under the
+latency of any schedule, which the goal (2.0x the roofline in bf16, 2.5x in fp32) is set against.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+SE_STEPS = 4  # mean, first activation, HardSigmoid's relu and clamp (the scaling of the weights can take the clamp)
+
+
+def _shapes(model) -> dict[str, list[int]]:  # type: ignore[no-untyped-def]
+    from onnx import shape_inference
+
+    inferred = shape_inference.infer_shapes(model)
+    found = {i.name: list(i.dims) for i in inferred.graph.initializer}
+    for vi in list(inferred.graph.value_info) + list(inferred.graph.input) + list(inferred.graph.output):
+        found[vi.name] = [d.dim_value for d in vi.type.tensor_type.shape.dim]
+    return found
+
+
+def floor(path: str, target_name: str) -> dict[str, float]:
+    import onnx
+
+    from isa.dtypes import DType
+    from isa.costs import duration_ns
+    from isa.instructions import make
+    from isa.functions import ActFunc
+    from isa.operand import Engine, Mem, Operand
+    from isa.target import get_target
+
+    target = get_target(target_name)
+    pmax, ghz = target.partitions, target.pe_ghz
+    model = onnx.load(path)
+    shapes = _shapes(model)
+    work = diagonal = other = 0.0  # depthwise multiply-adds per partition; PE cycles at the bf16 rate
+    for n in model.graph.node:
+        if n.op_type == "Conv":
+            w, y = shapes[n.input[1]], shapes[n.output[0]]
+            group = next((a.i for a in n.attribute if a.name == "group"), 1)
+            taps, columns = math.prod(w[2:]), math.prod(y[2:]) * y[0]
+            if group > 1 and w[1] == 1 and w[0] == group:  # depthwise
+                work += w[0] * taps * columns / pmax
+                bands = pmax // w[0] if w[0] <= pmax // 2 else 1
+                diagonal += -(-w[0] // pmax) * taps * max(64, -(-columns // bands))
+            elif columns == 1:
+                other += -(-w[1] * group * taps // pmax) * min(64 * -(-w[0] // pmax), w[0])
+            else:
+                other += w[0] * w[1] * taps * columns / (pmax * pmax)
+        elif n.op_type in ("Gemm", "MatMul"):
+            w = shapes[n.input[1]]
+            trans = any(a.name == "transB" and a.i for a in n.attribute)
+            k, m = (w[1], w[0]) if trans else (w[0], w[1])
+            other += -(-k // pmax) * min(64 * -(-m // pmax), m)
+    one = Operand(Mem.SBUF, DType.fp32, 0, pmax, 0, ((1, 1),))
+    step_ns = duration_ns(make("activation", dst=one, src=one, func=ActFunc.relu, scale=1.0), Engine.ACT, target,
+                          dependent=True) + target.semaphore_handoff_ns
+    squeezes = sum(1 for n in model.graph.node if n.op_type == "HardSigmoid")
+    # per ns: PE a column of each partition a cycle (a quarter of that in fp32), VectorE an element a lane (half
+    # in fp32: scalar_tensor_tensor takes 2N unless all-bf16)
+    rates = {"bf16": ghz + target.dve_ghz * target.dve_lanes_16bit,
+             "fp32": ghz / 4 + target.dve_ghz * target.dve_lanes / 2}
+    return {**{f"depthwise_{cast}_us": work / rate / 1000 for cast, rate in rates.items()},
+            "depthwise_diagonal_us": diagonal / ghz / 1000,
+            "other_us": other / ghz / 1000, "squeezes": squeezes, "step_ns": step_ns,
+            "se_chain_us": squeezes * SE_STEPS * step_ns / 1000}
+
+
+def main(argv: list[str] | None = None) -> int:
+    from benchmarks.exports import EXPORTERS, FAMILIES, export
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("names", nargs="*", metavar="NAME", help="families or ONNX files (default: mobilenet_v3)")
+    parser.add_argument("--exporter", choices=EXPORTERS, default="dynamo")
+    parser.add_argument("--target", default="trn1")
+    args = parser.parse_args(argv)
+    for name in args.names or ["mobilenet_v3"]:
+        path = export(name, args.exporter) if name in FAMILIES else name
+        f = floor(path, args.target)
+        print(f"{os.path.basename(path)} on {args.target}:")
+        print(f"  depthwise: at least {f['depthwise_bf16_us']:.1f} us in bf16, {f['depthwise_fp32_us']:.1f} in fp32 "
+              f"(PE and VectorE sharing the taps); on PE as diagonals (lower/depthwise.py) "
+              f"{f['depthwise_diagonal_us']:.1f} / {4 * f['depthwise_diagonal_us']:.1f}")
+        print(f"  other matmuls: at least {f['other_us']:.1f} us in bf16, {4 * f['other_us']:.1f} in fp32")
+        print(f"  squeeze-and-excitation: {f['squeezes']} blocks x {SE_STEPS} dependent instructions x "
+              f"{f['step_ns']:.0f} ns = {f['se_chain_us']:.1f} us")
+        for cast, passes in (("bf16", 1), ("fp32", 4)):
+            low = f[f"depthwise_{cast}_us"] + passes * f["other_us"] + f["se_chain_us"]
+            lowered = passes * (f["depthwise_diagonal_us"] + f["other_us"]) + f["se_chain_us"]
+            print(f"  {cast}: floor {low:.1f} us; with the depthwise taps as diagonals {lowered:.1f} us")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
