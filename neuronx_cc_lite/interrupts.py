@@ -5,10 +5,11 @@ during the work or while it cleans up.
 The signal is raised as an exception where the program is (KeyboardInterrupt for SIGINT, Interrupted for the
 others), so every `finally` runs and every atomic write removes its temporary file (isa/files.py `replacing`).
 Only the first signal does so: the handlers then ignore the signals until the command has ended, so a second
-Ctrl-C cannot cut the cleanup short. Once the command's output has its name (isa/files.py calls `placed_hook` with
-the signals still held over the rename), the command finishes instead: the signals are ignored from then on, so
-none reports "no output was written" beside a bundle that was. The signal is also remembered (`interrupted_by`): an exception raised inside
-an import of a compiled module comes out as that module's ImportError, which is still the signal's doing. A signal
+Ctrl-C cannot cut the cleanup short. Once a file the command writes has its name (its output, or first a compile
+cache entry; isa/files.py calls `placed_hook` with the signals still held over the rename), the command finishes
+instead: the signals are ignored from then on, so none reports "no output was written" beside a bundle that was.
+The signal is also remembered (`interrupted_by`): an exception raised inside an import of a compiled module comes
+out as that module's ImportError, which is still the signal's doing. A signal
 that comes while a module is being imported is raised once the import has ended (an exception inside a compiled
 module's initialisation can abort the process instead). This module imports nothing heavy: the entry point
 (`main`) sets the handlers before the command line's modules load.

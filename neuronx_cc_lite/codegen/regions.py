@@ -54,8 +54,8 @@ Runs = tuple[list[int], list[int]]  # sorted, merged [start, end) byte runs: (st
 
 def runs(o: Operand) -> Runs | None:
     """The byte runs an operand touches: over the whole of HBM (the partition axis is one more stride there),
-    inside each of its partitions in SBUF and PSUM (every partition has the same pattern). None when there would
-    be more than MAX_RUNS."""
+    inside each of its partitions in SBUF and PSUM (every partition has the same pattern; a DMA's skewed rows are
+    taken together, the runs of any of them). None when there would be more than MAX_RUNS."""
     size = o.dtype.size
     # (HBM: the partition axis is one more stride; a DMA's skewed SBUF rows: every row's runs, in each of them)
     dims = ((o.num_partitions, o.partition_stride), *o.dims) if o.mem is HBM or o.partition_stride else o.dims
