@@ -48,13 +48,14 @@ if TYPE_CHECKING:
 MIN_BANDS = 4
 
 
-def stem_bands(ctx: LowerCtx, node: Node, geo: ConvGeometry, packed: int, phases: int,
-               window_budget: int) -> tuple[int, int]:
+def stem_bands(ctx: LowerCtx, node: Node, geo: ConvGeometry, packed: int, window_budget: int) -> tuple[int, int]:
     """(bands, output rows a band) for a convolution packed_taps packs (few input channels, constant weights), 2-D
-    without row phases or zero insertion, over rows long enough to load as they lie, when at least MIN_BANDS
-    bands' outputs (M each) fit on the partitions; else (1, 0)."""
+    without zero insertion, over rows long enough to load as they lie, when at least MIN_BANDS bands' outputs (M
+    each) fit on the partitions; else (1, 0). Bands are taken before row phases (packed_taps): a band group's
+    passes cover B bands over 1/B of the columns, where phases only halve the passes (MobileNetV3's stem in fp32:
+    56 passes of 448 columns with phases, 21 of 224 banded; 235.3 -> 212.4 us)."""
     target, pmax = ctx.program.target, ctx.program.target.partitions
-    if packed < 2 or phases > 1 or len(geo.axes) != 2 or any(ax.up != 1 for ax in geo.axes):
+    if packed < 2 or len(geo.axes) != 2 or any(ax.up != 1 for ax in geo.axes):
         return 1, 0
     x = ctx.graph.tensors[node.inputs[0]]
     dtype = ctx.program.operand_dtype(DType.fp32)

@@ -27,14 +27,15 @@ import numpy as np
 from isa.dtypes import DType
 from isa.instructions import pe_rate
 from isa.functions import AluOp
-from isa.operand import Engine
+from isa.operand import Engine, Mem
 from isa.target import TARGETS, Target
 from neuronx_cc_lite.errors import CompileError
 from neuronx_cc_lite.ir import Graph, Node
 from neuronx_cc_lite.lower.context import LowerCtx
 from neuronx_cc_lite.lower.banded_stem import lower_banded_stem, stem_bands
 from neuronx_cc_lite.lower.conv_epilogue import Epilogue
-from neuronx_cc_lite.lower.depthwise import band_plan, diagonal_tap, diagonal_weights, lower_banded_depthwise
+from neuronx_cc_lite.lower.depthwise import (DiagonalWeights, band_plan, diagonal_products, lower_banded_depthwise,
+                                             vector_taps)
 from neuronx_cc_lite.lower.hbm import HbmView
 from neuronx_cc_lite.lower.instr import ts
 from neuronx_cc_lite.lower.patterns import dma_tile
@@ -387,7 +388,7 @@ def lower_windowed_matmul(ctx: LowerCtx, node: Node, geo: ConvGeometry) -> None:
     mt_max = geo.output_tile(target)
     co_tiles = [(co0, min(mt_max, geo.outputs - co0)) for co0 in range(0, geo.outputs, mt_max)]
     packed, phases = packed_taps(ctx, node, geo)
-    bands, per_band = stem_bands(ctx, node, geo, packed, phases, window_budget(target))
+    bands, per_band = stem_bands(ctx, node, geo, packed, window_budget(target))
     scaled = len(node.inputs) > 4 and bool(node.inputs[4])  # a ConvEpilogue's input scale (_scaled_rows)
     if bands > 1 and not scaled:  # a stem over few output channels: bands of output rows share the partitions
         x_info = ctx.graph.tensors[node.inputs[0]]
@@ -405,17 +406,18 @@ def lower_windowed_matmul(ctx: LowerCtx, node: Node, geo: ConvGeometry) -> None:
     pairs = [(c0, ct, co0, mt) for co0, mt in co_tiles for c0, ct in chunks[co0]]
     constant = ctx.graph.tensors[node.inputs[1]].is_constant
     diagonal = geo.depthwise and constant  # each tap's weights a diagonal, loaded without its zeros
-    if diagonal:
-        load_diagonal = diagonal_weights(ctx, node, geo)
-
-        def load_weights(c0: int, ct: int, co0: int, mt: int) -> Tile:  # (an output tile reads its own channels)
-            return load_diagonal(c0, ct)
-    else:
-        load_weights = _constant_weights(ctx, node, geo, pairs) if constant else _runtime_weights(ctx, node, geo)
-    if len(node.inputs) > 4 and node.inputs[4]:  # a ConvEpilogue's input scale
-        load_weights = _scaled_rows(ctx, node, load_weights)
     out_max = min(target.psum_bank_fmax, target.gemm_moving_fmax)
     plan = blocks(batch, window_axes_, out_max, window_budget(target))
+    share = vector_taps(prog, geo, plan[0].size, mt_max) if diagonal and not scaled else 0
+    if diagonal:
+        diagonals = DiagonalWeights(ctx, node, geo, identity=share > 0)
+
+        def load_weights(c0: int, ct: int, co0: int, mt: int) -> Tile:  # (an output tile reads its own channels)
+            return diagonals.load(c0, ct)
+    else:
+        load_weights = _constant_weights(ctx, node, geo, pairs) if constant else _runtime_weights(ctx, node, geo)
+    if scaled:
+        load_weights = _scaled_rows(ctx, node, load_weights)
     taps = list(itertools.product(*(range(k) for k in geo.kernel)))
     # with packing, a tap group: (the taps of the axes before the last, first last-axis tap, taps in the group);
     # with row phases, the first axis' taps are the phases' (k of tap s * k + ph)
@@ -431,6 +433,7 @@ def lower_windowed_matmul(ctx: LowerCtx, node: Node, geo: ConvGeometry) -> None:
             packed_w = _packed_weights(ctx, node, geo, packed, phases, groups, co0, mt)
         else:
             weights = [load_weights(c0, ct, co0, mt) for c0, ct in chunks[co0]]
+            scalars = diagonals.scalars(co0, mt) if share else None
         column = epilogue.bias_column(mt, [(0, co0, mt)])
         for block in plan:
             acc: Tile | Columns = prog.psum(mt, block.size, f"{node.name}/acc") if bank is None else \
@@ -444,11 +447,19 @@ def lower_windowed_matmul(ctx: LowerCtx, node: Node, geo: ConvGeometry) -> None:
                     dtype = prog.operand_dtype(DType.fp32)
                     flat = flat_window(block, geo.axes, src, dtype)
                     window, strides = load_windows(prog, src, block, geo.axes, 0.0, f"{node.name}/x", dtype, flat)
-                    for t, dst, moving in window_taps(window, strides, block, geo.axes, taps, ct, acc, flat):
-                        w_tap = geo.taps - 1 - t if geo.transposed else t
-                        stationary = diagonal_tap(w, w_tap, mt) if diagonal else w.ap(((mt, 1),), w_tap * mt)
-                        prog.emit("nc_matmul", Engine.PE, dst=dst, stationary=stationary, moving=moving,
-                                  accumulate=not first)
+                    # (tap t of a transposed convolution reads the kernel flipped)
+                    products = [(geo.taps - 1 - t if geo.transposed else t, dst, moving) for t, dst, moving in
+                                window_taps(window, strides, block, geo.axes, taps, ct, acc, flat)]
+                    if diagonal:
+                        assert isinstance(acc, Tile)  # (a depthwise convolution's banks are its own: _shared_bank)
+                        partial = prog.psum(mt, block.size, f"{node.name}/partial") if share else acc
+                        partials = [dst for _, dst, _ in
+                                    window_taps(window, strides, block, geo.axes, taps, ct, partial, flat)]
+                        diagonal_products(prog, acc, diagonals, w, scalars, products, partials, mt, share)
+                        continue
+                    for w_tap, dst, moving in products:
+                        prog.emit("nc_matmul", Engine.PE, dst=dst, stationary=w.ap(((mt, 1),), w_tap * mt),
+                                  moving=moving, accumulate=not first)
                         first = False
             if bank is None:
                 epilogue.finish(acc, column, [(block, 0, co0, mt)], co0)

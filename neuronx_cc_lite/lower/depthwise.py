@@ -18,21 +18,30 @@ R is small, a bank of at least min_efficient_elements columns (128: below it the
 fixed overhead), so that the first group can start while the producer of the input still writes its later rows
 (MobileNetV3: 3 rows of 56; bf16 151.1 -> 150.0 us, fp32 280.9 -> 249.6; 2 rows gave 151.9 and 255.3, 7 rows
 153.5 and 266.4).
+
+A depthwise output reads one channel, so PE does one useful multiply-add a column per partition, at a quarter of
+its rate in fp32, about VectorE's (a tap being one multiply-add a partition and element there too). Where the cost
+model says it saves a fifth of a block's time (fp32, not bf16), VectorE takes a share of the taps into a partial
+sum of its own, and PE adds that through one more diagonal, the identity (vector_taps, diagonal_products; both
+the banded layers here and the diagonal ones of lower/conv.py): MobileNetV3 in fp32 212.4 -> 191.9 us.
 """
 
 from __future__ import annotations
 
 import itertools
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from isa.costs import duration_ns
 from isa.dtypes import DType
-from isa.operand import Engine
+from isa.functions import AluOp
+from isa.instructions import Instruction
+from isa.operand import Engine, Mem
 from neuronx_cc_lite.ir import Node
 from neuronx_cc_lite.lower.context import LowerCtx
 from neuronx_cc_lite.lower.conv_epilogue import Epilogue
-from neuronx_cc_lite.lower.program import HbmAccess, Tile, TileAccess
+from neuronx_cc_lite.lower.program import HbmAccess, Program, Tile, TileAccess
 from neuronx_cc_lite.lower.windows import Block, fill_window, flat_window, needs_fill, window_strides, window_taps
 
 if TYPE_CHECKING:
@@ -57,26 +66,119 @@ def band_plan(ctx: LowerCtx, node: Node, geo: ConvGeometry, window_budget: int) 
     return bands, per_band
 
 
-def diagonal_weights(ctx: LowerCtx, node: Node, geo: ConvGeometry, bands: int = 1) -> Callable[[int, int], Tile]:
-    """A loader of the stationary operands of channels c0 .. c0 + ct - 1: a tile of Program.diagonals whose tap t
-    reads as diagonal_tap(tile, t, ct). With bands, partition b * C + c holds channel c of band b (each band's
-    block repeats the diagonal). HBM holds the weights as the model does, [C, taps] (repeated per band): one
-    DMA writes each partition's taps, a run of taps elements, at element c * taps of partition c (its row's skew,
-    isa/operand.py), onto the diagonal of every tap at once."""
-    prog = ctx.program
-    taps = geo.taps
-    w = ctx.graph.tensors[node.inputs[1]].value.astype(np.float64).reshape(geo.channels, taps)
-    dtype = prog.operand_dtype(DType.fp32)  # auto-cast: stored in the type the matmul reads
-    data = np.tile(w, (bands, 1)).astype(dtype.np)
-    tensor = prog.hbm_tensor(f"{node.name}/taps", data.nbytes, "weight", dtype, data.tobytes())
+# VectorE takes a share of a depthwise block's taps only where that saves this much of the block's time
+MIN_SHARE_GAIN = 0.2
 
-    def load(c0: int, ct: int) -> Tile:
-        tile = prog.diagonals(taps, dtype)
-        prog.emit("dma_copy", Engine.DMA, dst=TileAccess(tile, 0, ct, 0, ((taps, 1),), skew=taps),
-                  src=HbmAccess(tensor, dtype, ct, taps, c0 * taps, ((taps, 1),)))
+
+class DiagonalWeights:
+    """A depthwise convolution's weights as PE's stationary operands: `load(c0, ct)` gives a tile of
+    Program.diagonals whose tap t reads as diagonal_tap(tile, t, ct). With bands, partition b * C + c holds channel
+    c of band b (each band's block repeats the diagonal). HBM holds the weights as the model does, [C, taps]
+    (repeated per band): one DMA writes each partition's taps, a run of taps elements, at element c * taps of
+    partition c (its row's skew, isa/operand.py), onto the diagonal of every tap at once.
+
+    With `identity`, where VectorE takes a share of the taps (vector_taps), each row has one more column of ones:
+    its diagonal is the identity through which PE adds VectorE's partial sum, and `scalars(c0, ct)` loads the rows
+    as they lie, tap t's weights a [ct, 1] column VectorE multiplies by."""
+
+    def __init__(self, ctx: LowerCtx, node: Node, geo: ConvGeometry, bands: int = 1, identity: bool = False) -> None:
+        self.prog = prog = ctx.program
+        w = ctx.graph.tensors[node.inputs[1]].value.astype(np.float64).reshape(geo.channels, geo.taps)
+        if identity:
+            w = np.concatenate([w, np.ones((geo.channels, 1))], axis=1)
+        self.columns = w.shape[1]
+        self.dtype = prog.operand_dtype(DType.fp32)  # auto-cast: stored in the type the matmul reads
+        data = np.tile(w, (bands, 1)).astype(self.dtype.np)
+        self.tensor = prog.hbm_tensor(f"{node.name}/taps", data.nbytes, "weight", self.dtype, data.tobytes())
+        self.name = node.name
+
+    def load(self, c0: int, ct: int) -> Tile:
+        n, prog = self.columns, self.prog
+        tile = prog.diagonals(n, self.dtype)
+        prog.emit("dma_copy", Engine.DMA, dst=TileAccess(tile, 0, ct, 0, ((n, 1),), skew=n),
+                  src=HbmAccess(self.tensor, self.dtype, ct, n, c0 * n, ((n, 1),)))
         return tile
 
-    return load
+    def scalars(self, c0: int, ct: int) -> Tile:
+        n, prog = self.columns, self.prog
+        tile = prog.sbuf(ct, n, self.dtype, f"{self.name}/tap_columns")
+        prog.emit("dma_copy", Engine.DMA, dst=tile.ap(),
+                  src=HbmAccess(self.tensor, self.dtype, ct, n, c0 * n, ((n, 1),)))
+        return tile
+
+
+def vector_taps(prog: Program, geo: ConvGeometry, size: int, partitions: int) -> int:
+    """How many of the taps of a block of `size` outputs on `partitions` partitions VectorE takes while PE runs
+    the others, by the cost model: PE's taps and the one that adds VectorE's partial sum against VectorE's, each
+    reading what the one before wrote; 0 unless sharing saves a fifth of the block's time (with less, the
+    hand-offs and the epilogues' VectorE work that waits behind the taps lose it: MobileNetV3 in bf16, its 5x5
+    blocks 12% faster on paper, ran 104.5 -> 106.2 us). VectorE's taps read the window PE does (with the
+    convolution's stride along the row) and accumulate in PSUM, one input there and one in SBUF: a pass each.
+    PE's rate falls four times in fp32 while VectorE's does not: MobileNetV3's 5x5 layers over 14 x 14 outputs
+    take 280 ns a tap on PE in fp32 (70 in bf16), 354 on VectorE; 11 of 25 taps on VectorE take a block from 7.0
+    to 4.2 us."""
+    target, taps = prog.target, geo.taps
+    dtype = prog.operand_dtype(DType.fp32)
+    stride = geo.axes[-1].stride
+    acc = Tile(Mem.PSUM, partitions, size, DType.fp32, "acc").ap().placed_at(0)
+    stationary = Tile(Mem.SBUF, partitions, partitions, dtype, "diagonal").ap().placed_at(0)
+    moving = Tile(Mem.SBUF, partitions, size * stride, dtype, "window").ap(((size, stride),)).placed_at(0)
+    column = Tile(Mem.SBUF, partitions, 1, dtype, "column").ap().placed_at(0)
+    pe = duration_ns(Instruction("nc_matmul", {"dst": acc, "stationary": stationary, "moving": moving,
+                                               "accumulate": True}), Engine.PE, target)
+    tap = Instruction("scalar_tensor_tensor", {"dst": acc, "src": moving, "op0": AluOp.multiply, "scalar": column,
+                                               "op1": AluOp.add, "b": acc})
+    vector = duration_ns(tap, Engine.DVE, target, dependent=True)
+    handoff = 2 * target.semaphore_handoff_ns
+    alone = taps * pe
+    best, share = alone, 0
+    for k in range(1, taps - 1):
+        shared = max((taps - k + 1) * pe, k * vector + handoff)
+        if shared < best:
+            best, share = shared, k
+    return share if alone - best >= MIN_SHARE_GAIN * alone else 0
+
+
+def diagonal_products(prog: Program, acc: Tile, weights: DiagonalWeights, tile: Tile, scalars: Tile | None,
+                      products: list[tuple[int, TileAccess, TileAccess]], partials: list[TileAccess],
+                      channels: int, share: int) -> None:
+    """A block's taps into `acc`: `products` (window_taps: tap, what of acc it adds to, what it reads of the
+    window, those that write all of acc first) as PE's matmuls of the taps' diagonals, and with a `share` the last
+    of them on VectorE: its first tap writes a PSUM partial sum (`partials[i]`: product i's part of it), the
+    others add to it, its last writes the sum to SBUF, which PE then adds to acc through the identity diagonal
+    (DiagonalWeights with identity). VectorE's first and last taps write every output."""
+    whole = [i for i, (_, dst, _) in enumerate(products) if dst.dims == products[0][1].dims]
+    if share and len(whole) < 3:
+        share = 0  # (PE's first tap and VectorE's first and last must write every output)
+    on_vector: list[int] = []
+    if share:
+        ends = whole[-2:]
+        middle = [i for i in range(len(products) - 1, 0, -1) if i not in ends][:share - 2]
+        on_vector = [ends[0], *sorted(middle), ends[1]] if share > 1 else [ends[1]]
+    first = True
+    for i, (t, dst, moving) in enumerate(products):
+        if i in on_vector:
+            continue
+        prog.emit("nc_matmul", Engine.PE, dst=dst, stationary=diagonal_tap(tile, t, channels), moving=moving,
+                  accumulate=not first)
+        first = False
+    if not on_vector:
+        return
+    assert scalars is not None
+    total = prog.sbuf(channels, acc.free, weights.dtype, f"{weights.name}/vector_taps")
+    for n, i in enumerate(on_vector):
+        t, _, moving = products[i]
+        column = scalars.ap(((1, 1),), t, 0, channels)
+        dst = total.ap(((acc.free, 1),), 0, 0, channels) if n == len(on_vector) - 1 else partials[i]
+        if n == 0:
+            prog.emit("tensor_scalar", Engine.DVE, dst=dst, src=moving, op0=AluOp.multiply, scalar0=column,
+                      reverse0=False, reverse1=False)
+        else:
+            prog.emit("scalar_tensor_tensor", Engine.DVE, dst=dst, src=moving, op0=AluOp.multiply, scalar=column,
+                      op1=AluOp.add, b=partials[i])
+    prog.emit("nc_matmul", Engine.PE, dst=acc.ap(((acc.free, 1),), 0, 0, channels),
+              stationary=diagonal_tap(tile, weights.columns - 1, channels),
+              moving=total.ap(((acc.free, 1),), 0, 0, channels), accumulate=True)
 
 
 def diagonal_tap(tile: Tile, tap: int, channels: int) -> TileAccess:
@@ -91,7 +193,10 @@ def lower_banded_depthwise(ctx: LowerCtx, node: Node, geo: ConvGeometry, bands: 
     x, epilogue = ctx.view(node.inputs[0]), Epilogue(ctx, node, bands)
     src = x.transpose((1, 0, 2, 3))  # (C, batch, rows, columns)
     rows, cols = geo.axes
-    weights = diagonal_weights(ctx, node, geo, bands)(0, p)
+    share = vector_taps(prog, geo, per_band * cols.out, p)
+    diagonals = DiagonalWeights(ctx, node, geo, bands, identity=share > 0)
+    weights = diagonals.load(0, p)
+    scalars = diagonals.scalars(0, p) if share else None
     column = epilogue.bias_column(p, [(b * c, 0, c) for b in range(bands)])
     taps = list(itertools.product(*(range(k) for k in geo.kernel)))
     dtype = prog.operand_dtype(DType.fp32)
@@ -109,10 +214,10 @@ def lower_banded_depthwise(ctx: LowerCtx, node: Node, geo: ConvGeometry, bands: 
             for b, block in enumerate(whole):
                 fill_window(prog, window, src, block, geo.axes, b * c, flat=flat)
             acc = prog.psum(p, per_band * cols.out, f"{node.name}/acc")
-            for k, (t, dst, moving) in enumerate(window_taps(window, (image, *strides), whole[0], geo.axes, taps, p,
-                                                            acc, flat)):
-                prog.emit("nc_matmul", Engine.PE, dst=dst, stationary=diagonal_tap(weights, t, p), moving=moving,
-                          accumulate=k > 0)
+            partial = prog.psum(p, per_band * cols.out, f"{node.name}/partial") if share else acc
+            products, partials = (window_taps(window, (image, *strides), whole[0], geo.axes, taps, p, into, flat)
+                                  for into in (acc, partial))
+            diagonal_products(prog, acc, diagonals, weights, scalars, products, [d for _, d, _ in partials], p, share)
             parts = [(Block(n, 1, block.starts, (min(per_band, rows.out - block.starts[0]), cols.out)), b * c, 0, c)
                      for b, block in enumerate(whole) if block.starts[0] < rows.out]
             epilogue.finish(acc, column, parts)

@@ -101,16 +101,20 @@ def test_conv_runs_on_the_tensor_engine():
 
 
 def test_a_strided_stem_folds_its_row_phases_into_one_pass():
-    """A 7x7 stride-2 convolution over RGB: in fp32, where the matmuls (a quarter of the bf16 rate) take well over
-    the window loads, both row phases share each pass: 4 matmuls per bank of outputs instead of 7; in bf16 the
-    loads would lose more than the matmuls gain, and each kernel row is a pass (lower/conv.py packed_taps). Rows
-    shorter than an efficient DMA piece (64 fp32) take no phases: a phase's rows would load a piece each."""
-    model = conv("Conv", n=1, c=3, spatial=[32, 256], m=16, kernel=[7, 7], strides=[2, 2], pads=[3, 3, 3, 3])
-    banks = 4  # 16 x 128 outputs, 512 to a bank
+    """A 7x7 stride-2 convolution over RGB to 64 channels (too many for bands of rows to share the partitions):
+    in fp32, where the matmuls (a quarter of the bf16 rate) take well over the window loads, both row phases share
+    each pass: 4 matmuls per bank of outputs instead of 7; in bf16 the loads would lose more than the matmuls
+    gain, and each kernel row is a pass (lower/conv.py packed_taps). Rows shorter than an efficient DMA piece (64
+    fp32) take no phases: a phase's rows would load a piece each. Over 16 channels, bands are taken before
+    phases, in fp32 too: 6 bands of a row share each of 21 passes (lower/banded_stem.py)."""
+    model = conv("Conv", n=1, c=3, spatial=[32, 256], m=64, kernel=[7, 7], strides=[2, 2], pads=[3, 3, 3, 3])
+    banks = 4  # 64 x 128 outputs of 64 channels, 512 to a bank
     assert len(streams(model)["PE"]) == 4 * banks
-    # in bf16, 6 bands of a row (16 channels each, 21 rows of taps) share each pass (lower/banded_stem.py)
-    assert len(streams(model, Options(auto_cast="matmult"))["PE"]) == 7 * 3
-    short = conv("Conv", n=1, c=3, spatial=[64, 64], m=16, kernel=[7, 7], strides=[2, 2], pads=[3, 3, 3, 3])
+    assert len(streams(model, Options(auto_cast="matmult"))["PE"]) == 7 * banks
+    banded = conv("Conv", n=1, c=3, spatial=[32, 256], m=16, kernel=[7, 7], strides=[2, 2], pads=[3, 3, 3, 3])
+    for options in (None, Options(auto_cast="matmult")):
+        assert len(streams(banded, options)["PE"]) == 7 * 3
+    short = conv("Conv", n=1, c=3, spatial=[64, 64], m=64, kernel=[7, 7], strides=[2, 2], pads=[3, 3, 3, 3])
     assert len(streams(short)["PE"]) == 7 * 2
 
 

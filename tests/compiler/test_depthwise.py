@@ -71,10 +71,11 @@ def test_depthwise_weights_load_without_their_zeros(tmp, policy):
     """600 channels of a 5x5 depthwise convolution: five tiles through the ring of four diagonal tiles
     (Program.diagonals), each tile's taps one skewed DMA onto the diagonals of a tile zeroed once. HBM holds the
     weights as the model does, 600 x 25 of them; under a random order of the engines (a missing semaphore between
-    a tile's reuse and the matmuls reading it would show) the result is onnxruntime's."""
+    a tile's reuse and the matmuls reading it would show) the result is onnxruntime's. In fp32 VectorE takes a
+    share of the taps: each channel's row has a 1 after its taps, the identity through which PE adds that share."""
     model = conv("Conv", n=1, c=600, spatial=[7, 7], m=600, kernel=[5, 5], group=600, pads=[2, 2, 2, 2])
     sizes = _tensor_sizes(model)
-    assert [size for name, size in sizes.items() if name.endswith("/taps")] == [600 * 25 * 4]
+    assert [size for name, size in sizes.items() if name.endswith("/taps")] == [600 * (25 + 1) * 4]
     check(model, tmp, policy=policy)
 
 
@@ -92,3 +93,36 @@ def test_depthwise_transposed_and_of_two_kernel_sizes(tmp):
     model = make_model(nodes, {"x": ([1, c, 9, 8], TensorProto.FLOAT)}, {"y": ([1, c, 17, 15], TensorProto.FLOAT)},
                        weights)
     check(model, tmp)
+
+
+def _vector_taps(model, options=None) -> tuple[int, int]:
+    """(the convolution's matmuls on PE, its taps on VectorE)."""
+    core = compile_model(model, options).cores[0]
+    vector = [i for i in core["DVE"].instructions if i.op in ("tensor_scalar", "scalar_tensor_tensor")
+              and i.args["src"].mem.name == "SBUF" and i.args["dst"].mem.name in ("PSUM", "SBUF")]
+    return len(core["PE"].instructions), len(vector)
+
+
+SHARED = {  # VectorE takes a share of the taps where PE runs at fp32's quarter rate
+    # 240 channels at 14 x 14, as MobileNetV3's 5x5 layers: two tiles of 128 and 112 channels
+    "5x5": dict(n=1, c=240, spatial=[14, 14], m=240, kernel=[5, 5], group=240, pads=[2, 2, 2, 2]),
+    # 16 channels at 56 x 56, stride 2: banded (lower_banded_depthwise)
+    "banded-stride2": dict(n=1, c=16, spatial=[56, 56], m=16, kernel=[3, 3], group=16, strides=[2, 2],
+                           pads=[1, 1, 1, 1]),
+    # 7 x 7 outputs: rows short enough that the taps along them write only the outputs they reach
+    "flat-7x7": dict(n=1, c=200, spatial=[7, 7], m=200, kernel=[5, 5], group=200, pads=[2, 2, 2, 2], bias=False),
+}
+
+
+@pytest.mark.parametrize("policy", ["clock", "random"])
+@pytest.mark.parametrize("case", SHARED.values(), ids=SHARED.keys())
+def test_vector_engine_takes_a_share_of_the_taps_in_fp32(tmp, case, policy):
+    """VectorE's taps accumulate in PSUM beside PE's, its last writes the share to SBUF and PE adds it through the
+    identity diagonal; in fp32 the share is taken, in bf16 (PE four times faster) not; the result is
+    onnxruntime's under a random order of the engines too."""
+    model = conv("Conv", **case)
+    matmuls, shared = _vector_taps(model)
+    assert shared > 0
+    bf16_matmuls, bf16_shared = _vector_taps(model, Options(auto_cast="matmult", auto_cast_type="bf16"))
+    assert bf16_shared == 0 and bf16_matmuls > matmuls
+    check(model, tmp, policy=policy)
