@@ -14,6 +14,8 @@ an access to the home. A transfer that cannot be mapped (a transposing read, a g
 
     tile <-> home, tile used whole, same type             the tile becomes that region of the home: no instruction
                                                          (on other partitions when every access stays legal)
+    home -> a run of a tile, the home's only reader       the home becomes that run (a depthwise window between its
+                                                         padding): its producer writes there, nothing moves
     tile <-> home, same partitions, otherwise            a copy on a compute engine (the scheduler picks which)
     tile <-> home, rows on other partitions              an SBUF-to-SBUF DMA: no HBM traffic
     home <-> HBM (a graph output, a weight)              the DMA reads or writes the home
@@ -342,6 +344,7 @@ def _rewrite(program: Program, homes: dict[HbmTensor, Tile], layouts: dict[HbmTe
                 if region is not None and writers[dst.tile] == [i]:
                     renamed[dst.tile] = region
     _rename_parts(mapped, home_tiles, rewritten, writers, renamed)
+    _homes_into_windows(program.instrs, mapped, home_tiles, rewritten, writers, renamed)
     _keep_partitions_legal(program.instrs, renamed, target)
     kept: list[PendingInstr] = []
     for p, pair in zip(program.instrs, mapped):
@@ -415,6 +418,42 @@ def _rename_parts(mapped: list[tuple[object, object] | None], home_tiles: set[Ti
         renamed[tile] = region
 
 
+def _homes_into_windows(instrs: list[PendingInstr], mapped: list[tuple[object, object] | None],
+                        home_tiles: set[Tile], rewritten: set[Tile], writers: dict[Tile, list[int]],
+                        renamed: dict[Tile, TileAccess]) -> None:
+    """A home loaded whole by one transfer into a run of each partition of a larger tile (a depthwise
+    convolution's window over rows short enough to lie whole: lower/windows.py flat_window) becomes that run: its
+    producer then writes inside the window, and the copy between them goes. Taken when nothing else reads the home
+    and nothing else writes that run of the window (its fills write the padding around it). MobileNetV3: every
+    5x5 layer over 14 x 14 or 7 x 7 copied its expansion's output into its window on the chain."""
+    loads: dict[Tile, list[int]] = {}
+    for i, pair in enumerate(mapped):
+        if pair is not None:
+            dst, src = pair
+            if isinstance(src, TileAccess) and src.tile in home_tiles:
+                loads.setdefault(src.tile, []).append(i)
+            if isinstance(dst, TileAccess) and dst.tile in home_tiles and isinstance(src, HbmAccess):
+                loads.setdefault(dst.tile, []).append(-1)  # written from HBM too: keep it
+    for home, found in loads.items():
+        if len(found) != 1 or found[0] < 0 or home in renamed or home in rewritten:
+            continue
+        i = found[0]
+        dst, src = mapped[i]  # type: ignore[misc]
+        if not isinstance(dst, TileAccess) or not isinstance(src, TileAccess):
+            continue  # (stored to a graph output)
+        window = dst.tile
+        if window in home_tiles or window in renamed or window.mem is not Mem.SBUF or window.dtype is not home.dtype \
+                or not _dense_whole(src) or not _contiguous_region(dst, home.free) or dst.partitions != home.partitions:
+            continue
+        region = TileAccess(window, dst.first, home.partitions, dst.offset, ((home.free, 1),))
+        inside = _bounds(region)
+        if any(a.tile is window and _overlap(_bounds(a), inside)
+               for j in writers.get(window, []) if j != i
+               for a, writes in instrs[j].accesses() if writes and isinstance(a, TileAccess)):
+            continue
+        renamed[home] = region
+
+
 def _live(a: TileAccess) -> tuple[tuple[int, int], ...]:
     return tuple((n, s) for n, s in a.dims if n > 1)
 
@@ -447,8 +486,9 @@ def _keep_partitions_legal(instrs: list[PendingInstr], renamed: dict[Tile, TileA
     """Drop the renames that would move an access where the engines cannot start it, or put a matmul's two
     operands on different partitions (the contraction runs along the same PE rows); repeat until none does."""
     def shift(t: Tile) -> int:
-        region = renamed.get(t)
-        return region.first if region is not None else 0
+        moved = _renamed(TileAccess(t, 0, t.partitions, 0, ((t.free, 1),)), renamed)
+        assert isinstance(moved, TileAccess)
+        return moved.first
 
     while True:
         bad: set[Tile] = set()
@@ -490,10 +530,10 @@ def _region(tile_side: TileAccess, home_side: TileAccess, renamed: dict[Tile, Ti
 
 
 def _renamed(v: object, renamed: dict[Tile, TileAccess]) -> object:
-    if isinstance(v, TileAccess) and v.tile in renamed:
+    """The access on the tile its tile became (through a home that became a window's run: _homes_into_windows)."""
+    while isinstance(v, TileAccess) and v.tile in renamed:
         region = renamed[v.tile]
-        return TileAccess(region.tile, region.first + v.first, v.partitions, region.offset + v.offset, v.dims,
-                          v.skew)
+        v = TileAccess(region.tile, region.first + v.first, v.partitions, region.offset + v.offset, v.dims, v.skew)
     return v
 
 
