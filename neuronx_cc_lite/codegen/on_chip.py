@@ -16,6 +16,8 @@ an access to the home. A transfer that cannot be mapped (a transposing read, a g
                                                          (on other partitions when every access stays legal)
     home -> a run of a tile, the home's only reader       the home becomes that run (a depthwise window between its
                                                          padding): its producer writes there, nothing moves
+    home stored and loaded in like parts, each into a    each part's source tile becomes its run: the home holds
+    run of another tile                                  nothing
     tile <-> home, same partitions, otherwise            a copy on a compute engine (the scheduler picks which)
     tile <-> home, rows on other partitions              an SBUF-to-SBUF DMA: no HBM traffic
     home <-> HBM (a graph output, a weight)              the DMA reads or writes the home
@@ -345,11 +347,16 @@ def _rewrite(program: Program, homes: dict[HbmTensor, Tile], layouts: dict[HbmTe
                     renamed[dst.tile] = region
     _rename_parts(mapped, home_tiles, rewritten, writers, renamed)
     _homes_into_windows(program.instrs, mapped, home_tiles, rewritten, writers, renamed)
+    bypassed = _parts_into_windows(program.instrs, mapped, home_tiles, rewritten, writers, renamed)
     _keep_partitions_legal(program.instrs, renamed, target)
+    # (a bypass whose tile could not move there keeps its transfers)
+    skipped = {i for tile, window, moves in bypassed if _renamed(_whole(tile), renamed) == window for i in moves}
     kept: list[PendingInstr] = []
-    for p, pair in zip(program.instrs, mapped):
+    for i, (p, pair) in enumerate(zip(program.instrs, mapped)):
         if pair is None:
             kept.append(p)
+            continue
+        if i in skipped:
             continue
         dst, src = pair
         if isinstance(p.args["dst"], HbmAccess) and p.args["dst"].tensor.kind == "output":
@@ -454,6 +461,57 @@ def _homes_into_windows(instrs: list[PendingInstr], mapped: list[tuple[object, o
         renamed[home] = region
 
 
+def _parts_into_windows(instrs: list[PendingInstr], mapped: list[tuple[object, object] | None],
+                        home_tiles: set[Tile], rewritten: set[Tile], writers: dict[Tile, list[int]],
+                        renamed: dict[Tile, TileAccess]) -> list[tuple[Tile, TileAccess, tuple[int, int]]]:
+    """A home stored in parts and loaded in the same parts, each into a run of a larger tile (a tensor over more
+    channels than partitions, a depthwise window a channel tile: _homes_into_windows takes a home loaded whole):
+    each part's source tile becomes its window's run, and both transfers move nothing, the home none of its
+    elements. Taken when those transfers are all the home's, each source tile written whole before its store and
+    each run written by nothing else. Returns (tile, the run, the two transfers) per part."""
+    found: dict[Tile, list[tuple[int, bool, TileAccess, object]]] = {}  # home -> (i, stored, home side, other)
+    for i, pair in enumerate(mapped):
+        if pair is not None:
+            for side, other, stored in ((pair[0], pair[1], True), (pair[1], pair[0], False)):
+                if isinstance(side, TileAccess) and side.tile in home_tiles:
+                    found.setdefault(side.tile, []).append((i, stored, side, other))
+    bypassed: list[tuple[Tile, TileAccess, tuple[int, int]]] = []
+    for home, moves in found.items():
+        stores = [m for m in moves if m[1]]
+        loads = [m for m in moves if not m[1]]
+        if home in renamed or home in rewritten or len(loads) < 2 or len(stores) != len(loads):
+            continue
+        parts = []
+        for j, _, home_side, source in stores:
+            match = [m for m in loads if _same_elements(m[2], home_side)]
+            if len(match) != 1 or not isinstance(source, TileAccess):
+                break
+            i, _, _, dst = match[0]
+            tile = source.tile
+            if not isinstance(dst, TileAccess) or dst.tile in home_tiles or dst.tile.dtype is not tile.dtype or \
+                    tile.mem is not Mem.SBUF or dst.tile.mem is not Mem.SBUF or not _dense_whole(source) or \
+                    max(writers[tile]) > j or not _contiguous_region(dst, tile.free) or \
+                    dst.partitions != tile.partitions:
+                break
+            run = TileAccess(dst.tile, dst.first, tile.partitions, dst.offset, ((tile.free, 1),))
+            inside = _bounds(run)
+            if any(a.tile is dst.tile and _overlap(_bounds(a), inside)
+                   for k in writers.get(dst.tile, []) if k != i
+                   for a, writes in instrs[k].accesses() if writes and isinstance(a, TileAccess)):
+                break
+            parts.append((tile, run, (j, i)))
+        else:
+            if len({i for _, _, (_, i) in parts}) == len(loads):
+                for tile, run, _ in parts:
+                    renamed[tile] = run
+                bypassed += parts
+    return bypassed
+
+
+def _whole(tile: Tile) -> TileAccess:
+    return TileAccess(tile, 0, tile.partitions, 0, ((tile.free, 1),))
+
+
 def _live(a: TileAccess) -> tuple[tuple[int, int], ...]:
     return tuple((n, s) for n, s in a.dims if n > 1)
 
@@ -486,7 +544,7 @@ def _keep_partitions_legal(instrs: list[PendingInstr], renamed: dict[Tile, TileA
     """Drop the renames that would move an access where the engines cannot start it, or put a matmul's two
     operands on different partitions (the contraction runs along the same PE rows); repeat until none does."""
     def shift(t: Tile) -> int:
-        moved = _renamed(TileAccess(t, 0, t.partitions, 0, ((t.free, 1),)), renamed)
+        moved = _renamed(_whole(t), renamed)
         assert isinstance(moved, TileAccess)
         return moved.first
 

@@ -129,18 +129,20 @@ def test_vector_engine_takes_a_share_of_the_taps_in_fp32(tmp, case, policy):
 
 
 @pytest.mark.parametrize("policy", ["clock", "random"])
-def test_an_expansion_writes_inside_the_depthwise_window(tmp, policy):
-    """A 1x1 expansion's output, kept on chip, loaded whole into a 5x5 depthwise convolution's window (rows of 14
-    lie whole in it): its home becomes the window's run between the padding (codegen/on_chip.py), so the
-    expansion's epilogue writes inside the window and no copy moves it; onnxruntime's result, under a random
+@pytest.mark.parametrize("channels", [96, 200])
+def test_an_expansion_writes_inside_the_depthwise_window(tmp, channels, policy):
+    """A 1x1 expansion's output, kept on chip, loaded into a 5x5 depthwise convolution's windows (rows of 14 lie
+    whole in them): over 96 channels its home is loaded whole and becomes the window's run between the padding;
+    over 200 each channel tile's part goes from the expansion's tile to its window's run (codegen/on_chip.py). The
+    expansion's epilogue writes inside the windows and no copy moves it; onnxruntime's result, under a random
     order of the engines too (the padding's fills beside the epilogue's writes)."""
     rng = np.random.default_rng(1)
-    weights = {"w1": rng.standard_normal((96, 32, 1, 1)).astype(np.float32),
-               "w2": rng.standard_normal((96, 1, 5, 5)).astype(np.float32)}
+    weights = {"w1": rng.standard_normal((channels, 32, 1, 1)).astype(np.float32),
+               "w2": rng.standard_normal((channels, 1, 5, 5)).astype(np.float32)}
     nodes = [helper.make_node("Conv", ["x", "w1"], ["e"]), helper.make_node("Relu", ["e"], ["r"]),
-             helper.make_node("Conv", ["r", "w2"], ["y"], group=96, pads=[2, 2, 2, 2])]
+             helper.make_node("Conv", ["r", "w2"], ["y"], group=channels, pads=[2, 2, 2, 2])]
     model = make_model(nodes, {"x": ([1, 32, 14, 14], TensorProto.FLOAT)},
-                       {"y": ([1, 96, 14, 14], TensorProto.FLOAT)}, weights)
+                       {"y": ([1, channels, 14, 14], TensorProto.FLOAT)}, weights)
     streams = compile_model(model).cores[0]
     assert not [i for s in streams.values() for i in s.instructions if i.op == "tensor_copy"]
     check(model, tmp, policy=policy)
