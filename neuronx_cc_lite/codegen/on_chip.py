@@ -488,11 +488,11 @@ def _parts_into_windows(instrs: list[PendingInstr], mapped: list[tuple[object, o
                 break
             i, _, _, dst = match[0]
             tile = source.tile
-            if not isinstance(dst, TileAccess) or dst.tile in home_tiles or dst.tile.dtype is not tile.dtype or \
+            if not isinstance(dst, TileAccess) or tile in home_tiles or dst.tile in home_tiles or \
+                    tile not in writers or max(writers[tile]) > j or dst.tile.dtype is not tile.dtype or \
                     tile.mem is not Mem.SBUF or dst.tile.mem is not Mem.SBUF or not _dense_whole(source) or \
-                    max(writers[tile]) > j or not _contiguous_region(dst, tile.free) or \
-                    dst.partitions != tile.partitions:
-                break
+                    not _contiguous_region(dst, tile.free) or dst.partitions != tile.partitions:
+                break  # (a home copied into another home, a tile written after its store: left as they are)
             run = TileAccess(dst.tile, dst.first, tile.partitions, dst.offset, ((tile.free, 1),))
             inside = _bounds(run)
             if any(a.tile is dst.tile and _overlap(_bounds(a), inside)

@@ -90,6 +90,8 @@ class DiagonalWeights:
         self.dtype = prog.operand_dtype(DType.fp32)  # auto-cast: stored in the type the matmul reads
         data = np.tile(w, (bands, 1)).astype(self.dtype.np)
         self.tensor = prog.hbm_tensor(f"{node.name}/taps", data.nbytes, "weight", self.dtype, data.tobytes())
+        # the roofline counts the model's weights: not the ones, nor the bands' repeats
+        self.tensor.needed = geo.channels * geo.taps * self.dtype.size
         self.name = node.name
 
     def load(self, c0: int, ct: int) -> Tile:
