@@ -27,7 +27,8 @@ def chain_then_matmul(links: int) -> object:
 
 
 def scheduled_order(model, reach: int, monkeypatch) -> list:
-    """The instructions in the order the scheduler took them, with a lookahead of 16."""
+    """The instructions in the order the scheduler took them, with a lookahead of 16 (and no second schedule on
+    the short road)."""
     taken = []
     real = schedule.schedule
 
@@ -38,6 +39,7 @@ def scheduled_order(model, reach: int, monkeypatch) -> list:
 
     monkeypatch.setattr(schedule, "schedule", spy)
     monkeypatch.setattr(schedule, "LOOKAHEAD", 16)
+    monkeypatch.setattr(schedule, "SECOND_OPINION_MIN", 10 ** 9)
     monkeypatch.setattr(schedule, "PREFETCH_REACH", reach)
     compile_model(model)
     return taken
