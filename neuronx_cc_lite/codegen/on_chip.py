@@ -441,8 +441,9 @@ def _homes_into_windows(instrs: list[PendingInstr], mapped: list[tuple[object, o
                 loads.setdefault(src.tile, []).append(i)
             if isinstance(dst, TileAccess) and dst.tile in home_tiles and isinstance(src, HbmAccess):
                 loads.setdefault(dst.tile, []).append(-1)  # written from HBM too: keep it
+    shared = _collective_homes(instrs, home_tiles)
     for home, found in loads.items():
-        if len(found) != 1 or found[0] < 0 or home in renamed or home in rewritten:
+        if len(found) != 1 or found[0] < 0 or home in renamed or home in rewritten or home in shared:
             continue
         i = found[0]
         dst, src = mapped[i]  # type: ignore[misc]
@@ -476,10 +477,11 @@ def _parts_into_windows(instrs: list[PendingInstr], mapped: list[tuple[object, o
                 if isinstance(side, TileAccess) and side.tile in home_tiles:
                     found.setdefault(side.tile, []).append((i, stored, side, other))
     bypassed: list[tuple[Tile, TileAccess, tuple[int, int]]] = []
+    shared = _collective_homes(instrs, home_tiles)
     for home, moves in found.items():
         stores = [m for m in moves if m[1]]
         loads = [m for m in moves if not m[1]]
-        if home in renamed or home in rewritten or len(loads) < 2 or len(stores) != len(loads):
+        if home in renamed or home in rewritten or home in shared or len(loads) < 2 or len(stores) != len(loads):
             continue
         parts = []
         for j, _, home_side, source in stores:
@@ -506,6 +508,12 @@ def _parts_into_windows(instrs: list[PendingInstr], mapped: list[tuple[object, o
                     renamed[tile] = run
                 bypassed += parts
     return bypassed
+
+
+def _collective_homes(instrs: list[PendingInstr], home_tiles: set[Tile]) -> set[Tile]:
+    """The homes a collective reads or writes (its operands were mapped onto them): they stay as they are."""
+    return {a.tile for p in instrs if p.engine is Engine.CC for a in (p.args["src"], p.args["dst"])
+            if isinstance(a, TileAccess) and a.tile in home_tiles}
 
 
 def _whole(tile: Tile) -> TileAccess:
