@@ -28,6 +28,9 @@ from neuronx_cc_lite.lower.registry import lowering
 from neuronx_cc_lite.lower.rows import free_chunks, move_to_end, normalize_axes, row_boxes
 
 
+MEAN_PIECE = 512  # a piece of a long plain mean over few partitions (reduce_rows): a bank's length
+
+
 @dataclass(frozen=True)
 class Reduction:
     op: AluOp  # how elements (and partial results) combine
@@ -83,15 +86,24 @@ def reduce_rows(prog: Program, row: HbmView, p: int, length: int, r: Reduction, 
     acc = None
     chunks = list(free_chunks(row, budget))
     if r.mean and r.op is AluOp.add and r.before is None and r.after is None and shift is None and len(chunks) == 1:
-        # a plain mean in one pass on ScalarE: x / length, its row sums landing in the result (a global pool's
-        # mean on a dependent chain: one instruction instead of a VectorE sum then a scaling)
-        piece = chunks[0][1]
-        f = math.prod(piece.shape[1:])
-        x = prog.sbuf(p, f, piece.dtype, f"{name}/x")
-        prog.dma(x.ap(), piece)
-        scaled = prog.sbuf(p, f, DType.fp32, f"{name}/scaled")
+        # a plain mean on ScalarE: x / length, its row sums landing in the result (a global pool's mean on a
+        # dependent chain: one instruction instead of a VectorE sum then a scaling). A long row over few partitions
+        # (a pool over few channels) goes in pieces of MEAN_PIECE, their sums added after: each piece runs as soon
+        # as its part of the row is written, and the chain waits for the last only (MobileNetV3's first pooled
+        # mean, 3,136 values on 16 partitions, took 2.3 us of ScalarE after its depthwise convolution's last rows:
+        # bf16 101.3 -> 100.4 us, fp32 184.5 -> 184.2)
+        few = 2 * p <= prog.target.partitions and length >= 2 * MEAN_PIECE
+        pieces = list(free_chunks(row, MEAN_PIECE)) if few else chunks
         acc = prog.sbuf(p, 1, DType.fp32, f"{name}/mean")
-        act(prog, scaled.ap(), x.ap(), ActFunc.copy, scale=1.0 / length, reduce=acc.ap())
+        sums = prog.sbuf(p, len(pieces), DType.fp32, f"{name}/sums") if len(pieces) > 1 else acc
+        for k, (_, piece) in enumerate(pieces):
+            f = math.prod(piece.shape[1:])
+            x = prog.sbuf(p, f, piece.dtype, f"{name}/x")
+            prog.dma(x.ap(), piece)
+            scaled = prog.sbuf(p, f, DType.fp32, f"{name}/scaled")
+            act(prog, scaled.ap(), x.ap(), ActFunc.copy, scale=1.0 / length, reduce=sums.ap(((1, 1),), k))
+        if sums is not acc:
+            prog.emit("tensor_reduce", Engine.DVE, dst=acc.ap(), src=sums.ap(), op=AluOp.add, axes=1)
         return acc
     for _, piece in chunks:
         f = math.prod(piece.shape[1:])
