@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import heapq
 import logging
-from dataclasses import dataclass
 
 import numpy as np
 

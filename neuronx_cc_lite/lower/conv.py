@@ -27,7 +27,7 @@ import numpy as np
 from isa.dtypes import DType
 from isa.instructions import pe_rate
 from isa.functions import AluOp
-from isa.operand import Engine, Mem
+from isa.operand import Engine
 from isa.target import TARGETS, Target
 from neuronx_cc_lite.errors import CompileError
 from neuronx_cc_lite.ir import Graph, Node
