@@ -346,8 +346,10 @@ def _rewrite(program: Program, homes: dict[HbmTensor, Tile], layouts: dict[HbmTe
                 if region is not None and writers[dst.tile] == [i]:
                     renamed[dst.tile] = region
     _rename_parts(mapped, home_tiles, rewritten, writers, renamed)
-    _homes_into_windows(program.instrs, mapped, home_tiles, rewritten, writers, renamed)
-    bypassed = _parts_into_windows(program.instrs, mapped, home_tiles, rewritten, writers, renamed)
+    # (a home a collective reads or writes stays as it is: its operands point at the home itself)
+    fixed = rewritten | _collective_homes(program.instrs, home_tiles)
+    _homes_into_windows(program.instrs, mapped, home_tiles, fixed, writers, renamed)
+    bypassed = _parts_into_windows(program.instrs, mapped, home_tiles, fixed, writers, renamed)
     _keep_partitions_legal(program.instrs, renamed, target)
     # (a bypass whose tile could not move there keeps its transfers)
     skipped = {i for tile, window, moves in bypassed if _renamed(_whole(tile), renamed) == window for i in moves}
@@ -426,7 +428,7 @@ def _rename_parts(mapped: list[tuple[object, object] | None], home_tiles: set[Ti
 
 
 def _homes_into_windows(instrs: list[PendingInstr], mapped: list[tuple[object, object] | None],
-                        home_tiles: set[Tile], rewritten: set[Tile], writers: dict[Tile, list[int]],
+                        home_tiles: set[Tile], fixed: set[Tile], writers: dict[Tile, list[int]],
                         renamed: dict[Tile, TileAccess]) -> None:
     """A home loaded whole by one transfer into a run of each partition of a larger tile (a depthwise
     convolution's window over rows short enough to lie whole: lower/windows.py flat_window) becomes that run: its
@@ -441,9 +443,8 @@ def _homes_into_windows(instrs: list[PendingInstr], mapped: list[tuple[object, o
                 loads.setdefault(src.tile, []).append(i)
             if isinstance(dst, TileAccess) and dst.tile in home_tiles and isinstance(src, HbmAccess):
                 loads.setdefault(dst.tile, []).append(-1)  # written from HBM too: keep it
-    shared = _collective_homes(instrs, home_tiles)
     for home, found in loads.items():
-        if len(found) != 1 or found[0] < 0 or home in renamed or home in rewritten or home in shared:
+        if len(found) != 1 or found[0] < 0 or home in renamed or home in fixed:
             continue
         i = found[0]
         dst, src = mapped[i]  # type: ignore[misc]
@@ -454,16 +455,12 @@ def _homes_into_windows(instrs: list[PendingInstr], mapped: list[tuple[object, o
                 or not _dense_whole(src) or not _contiguous_region(dst, home.free) or dst.partitions != home.partitions:
             continue
         region = TileAccess(window, dst.first, home.partitions, dst.offset, ((home.free, 1),))
-        inside = _bounds(region)
-        if any(a.tile is window and _overlap(_bounds(a), inside)
-               for j in writers.get(window, []) if j != i
-               for a, writes in instrs[j].accesses() if writes and isinstance(a, TileAccess)):
-            continue
-        renamed[home] = region
+        if not _written_elsewhere(instrs, writers, region, i):
+            renamed[home] = region
 
 
 def _parts_into_windows(instrs: list[PendingInstr], mapped: list[tuple[object, object] | None],
-                        home_tiles: set[Tile], rewritten: set[Tile], writers: dict[Tile, list[int]],
+                        home_tiles: set[Tile], fixed: set[Tile], writers: dict[Tile, list[int]],
                         renamed: dict[Tile, TileAccess]) -> list[tuple[Tile, TileAccess, tuple[int, int]]]:
     """A home stored in parts and loaded in the same parts, each into a run of a larger tile (a tensor over more
     channels than partitions, a depthwise window a channel tile: _homes_into_windows takes a home loaded whole):
@@ -477,11 +474,10 @@ def _parts_into_windows(instrs: list[PendingInstr], mapped: list[tuple[object, o
                 if isinstance(side, TileAccess) and side.tile in home_tiles:
                     found.setdefault(side.tile, []).append((i, stored, side, other))
     bypassed: list[tuple[Tile, TileAccess, tuple[int, int]]] = []
-    shared = _collective_homes(instrs, home_tiles)
     for home, moves in found.items():
         stores = [m for m in moves if m[1]]
         loads = [m for m in moves if not m[1]]
-        if home in renamed or home in rewritten or home in shared or len(loads) < 2 or len(stores) != len(loads):
+        if home in renamed or home in fixed or len(loads) < 2 or len(stores) != len(loads):
             continue
         parts = []
         for j, _, home_side, source in stores:
@@ -496,10 +492,7 @@ def _parts_into_windows(instrs: list[PendingInstr], mapped: list[tuple[object, o
                     not _contiguous_region(dst, tile.free) or dst.partitions != tile.partitions:
                 break  # (a home copied into another home, a tile written after its store: left as they are)
             run = TileAccess(dst.tile, dst.first, tile.partitions, dst.offset, ((tile.free, 1),))
-            inside = _bounds(run)
-            if any(a.tile is dst.tile and _overlap(_bounds(a), inside)
-                   for k in writers.get(dst.tile, []) if k != i
-                   for a, writes in instrs[k].accesses() if writes and isinstance(a, TileAccess)):
+            if _written_elsewhere(instrs, writers, run, i):
                 break
             parts.append((tile, run, (j, i)))
         else:
@@ -510,8 +503,18 @@ def _parts_into_windows(instrs: list[PendingInstr], mapped: list[tuple[object, o
     return bypassed
 
 
+def _written_elsewhere(instrs: list[PendingInstr], writers: dict[Tile, list[int]], run: TileAccess,
+                       load: int) -> bool:
+    """Whether an instruction other than `load` may write inside the run of its tile (not the fills of the
+    padding around it)."""
+    inside = _bounds(run)
+    return any(a.tile is run.tile and _overlap(_bounds(a), inside)
+               for k in writers.get(run.tile, []) if k != load
+               for a, writes in instrs[k].accesses() if writes and isinstance(a, TileAccess))
+
+
 def _collective_homes(instrs: list[PendingInstr], home_tiles: set[Tile]) -> set[Tile]:
-    """The homes a collective reads or writes (its operands were mapped onto them): they stay as they are."""
+    """The homes a collective reads or writes (its operands were mapped onto them)."""
     return {a.tile for p in instrs if p.engine is Engine.CC for a in (p.args["src"], p.args["dst"])
             if isinstance(a, TileAccess) and a.tile in home_tiles}
 

@@ -256,9 +256,15 @@ def schedule_within_memory(program: Program) -> bool:
     on those)."""
     lowered = list(program.instrs)
     engines = [p.engine for p in lowered]
+    plain, lowered_uses = dependencies(lowered), tile_uses(program)
+    reserve = large_tile_reserve(program, lowered_uses)
+
+    def fit(roads: tuple[tuple[int, bool], ...]) -> float | None:
+        return _fit(program, lowered, engines, plain, lowered_uses, reserve, roads)
+
     # the roads, in order: (reach, loads of weights started early)
     roads = ((LOOKAHEAD, True), (LOOKAHEAD, False), (FALLBACK_LOOKAHEAD, False))
-    found = _fit(program, lowered, roads)
+    found = fit(roads)
     if found is None:
         return False
     if len(lowered) >= SECOND_OPINION_MIN:
@@ -266,7 +272,7 @@ def schedule_within_memory(program: Program) -> bool:
         program.instrs = list(lowered)
         for p, engine in zip(lowered, engines):
             p.engine = engine
-        second = _fit(program, lowered, roads[-1:])
+        second = fit(roads[-1:])
         log.debug("schedule: estimated %.1f us reaching %d ahead, %s on the short road", found / 1000, LOOKAHEAD,
                   "no fit" if second is None else f"{second / 1000:.1f} us")
         tries = first.tries + program.schedule_tries
@@ -294,13 +300,11 @@ class _Kept:
             t.offset = offset
 
 
-def _fit(program: Program, lowered: list[PendingInstr], roads: tuple[tuple[int, bool], ...]) -> float | None:
-    """The first try along `roads` whose schedule fits memory (see schedule_within_memory): the program is left
+def _fit(program: Program, lowered: list[PendingInstr], engines: list[Engine], plain: list[list[int]],
+         lowered_uses: list[list[Tile]], reserve: int, roads: tuple[tuple[int, bool], ...]) -> float | None:
+    """The first try along `roads` whose schedule fits memory (see schedule_within_memory), given the program as
+    lowered (its instructions, their engines, dependencies and tiles, the large-tile reserve): the program is left
     scheduled and placed, and the schedule's estimated end returned; None (the program as lowered) when none did."""
-    engines = [p.engine for p in lowered]
-    plain = dependencies(lowered)
-    lowered_uses = tile_uses(program)
-    reserve = large_tile_reserve(program, lowered_uses)
     tries = 0
     # the first road prefetches weights and only places as it goes; the others start afresh without prefetching
     for lookahead, prefetch in roads:

@@ -452,10 +452,7 @@ def lower_windowed_matmul(ctx: LowerCtx, node: Node, geo: ConvGeometry) -> None:
                                 window_taps(window, strides, block, geo.axes, taps, ct, acc, flat)]
                     if diagonal:
                         assert isinstance(acc, Tile)  # (a depthwise convolution's banks are its own: _shared_bank)
-                        partial = prog.psum(mt, block.size, f"{node.name}/partial") if share else acc
-                        partials = [dst for _, dst, _ in
-                                    window_taps(window, strides, block, geo.axes, taps, ct, partial, flat)]
-                        diagonal_products(prog, acc, diagonals, w, scalars, products, partials, mt, share)
+                        diagonal_products(prog, acc, diagonals, w, scalars, products, mt, share)
                         continue
                     for w_tap, dst, moving in products:
                         prog.emit("nc_matmul", Engine.PE, dst=dst, stationary=w.ap(((mt, 1),), w_tap * mt),

@@ -29,6 +29,7 @@ the banded layers here and the diagonal ones of lower/conv.py): MobileNetV3 in f
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -142,12 +143,11 @@ def vector_taps(prog: Program, geo: ConvGeometry, size: int, partitions: int) ->
 
 
 def diagonal_products(prog: Program, acc: Tile, weights: DiagonalWeights, tile: Tile, scalars: Tile | None,
-                      products: list[tuple[int, TileAccess, TileAccess]], partials: list[TileAccess],
-                      channels: int, share: int) -> None:
+                      products: list[tuple[int, TileAccess, TileAccess]], channels: int, share: int) -> None:
     """A block's taps into `acc`: `products` (window_taps: tap, what of acc it adds to, what it reads of the
     window, those that write all of acc first) as PE's matmuls of the taps' diagonals, and with a `share` the last
-    of them on VectorE: its first tap writes a PSUM partial sum (`partials[i]`: product i's part of it), the
-    others add to it, its last writes the sum to SBUF, which PE then adds to acc through the identity diagonal
+    of them on VectorE: its first tap writes a PSUM partial sum of acc's shape (each tap where it would in acc),
+    the others add to it, its last writes the sum to SBUF, which PE then adds to acc through the identity diagonal
     (DiagonalWeights with identity). VectorE's first and last taps write every output."""
     whole = [i for i, (_, dst, _) in enumerate(products) if dst.dims == products[0][1].dims]
     if share and len(whole) < 3:
@@ -167,17 +167,19 @@ def diagonal_products(prog: Program, acc: Tile, weights: DiagonalWeights, tile: 
     if not on_vector:
         return
     assert scalars is not None
+    partial = prog.psum(acc.partitions, acc.free, f"{weights.name}/partial")
     total = prog.sbuf(channels, acc.free, weights.dtype, f"{weights.name}/vector_taps")
     for n, i in enumerate(on_vector):
-        t, _, moving = products[i]
+        t, into, moving = products[i]
         column = scalars.ap(((1, 1),), t, 0, channels)
-        dst = total.ap(((acc.free, 1),), 0, 0, channels) if n == len(on_vector) - 1 else partials[i]
+        part = replace(into, tile=partial)
+        dst = total.ap(((acc.free, 1),), 0, 0, channels) if n == len(on_vector) - 1 else part
         if n == 0:
             prog.emit("tensor_scalar", Engine.DVE, dst=dst, src=moving, op0=AluOp.multiply, scalar0=column,
                       reverse0=False, reverse1=False)
         else:
             prog.emit("scalar_tensor_tensor", Engine.DVE, dst=dst, src=moving, op0=AluOp.multiply, scalar=column,
-                      op1=AluOp.add, b=partials[i])
+                      op1=AluOp.add, b=part)
     prog.emit("nc_matmul", Engine.PE, dst=acc.ap(((acc.free, 1),), 0, 0, channels),
               stationary=diagonal_tap(tile, weights.columns - 1, channels),
               moving=total.ap(((acc.free, 1),), 0, 0, channels), accumulate=True)
@@ -216,10 +218,8 @@ def lower_banded_depthwise(ctx: LowerCtx, node: Node, geo: ConvGeometry, bands: 
             for b, block in enumerate(whole):
                 fill_window(prog, window, src, block, geo.axes, b * c, flat=flat)
             acc = prog.psum(p, per_band * cols.out, f"{node.name}/acc")
-            partial = prog.psum(p, per_band * cols.out, f"{node.name}/partial") if share else acc
-            products, partials = (window_taps(window, (image, *strides), whole[0], geo.axes, taps, p, into, flat)
-                                  for into in (acc, partial))
-            diagonal_products(prog, acc, diagonals, weights, scalars, products, [d for _, d, _ in partials], p, share)
+            products = window_taps(window, (image, *strides), whole[0], geo.axes, taps, p, acc, flat)
+            diagonal_products(prog, acc, diagonals, weights, scalars, products, p, share)
             parts = [(Block(n, 1, block.starts, (min(per_band, rows.out - block.starts[0]), cols.out)), b * c, 0, c)
                      for b, block in enumerate(whole) if block.starts[0] < rows.out]
             epilogue.finish(acc, column, parts)

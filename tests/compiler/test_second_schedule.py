@@ -22,8 +22,8 @@ def test_the_schedule_estimated_to_end_first_is_kept(monkeypatch, tmp, first_win
     made, kept = [], []
     real_fit, real_within = schedule._fit, schedule.schedule_within_memory
 
-    def fit(program, lowered, roads):  # the real schedule, its estimate made to lose where the other should win
-        found = real_fit(program, lowered, roads)
+    def fit(program, *given):  # the real schedule, its estimate made to lose where the other should win
+        found = real_fit(program, *given)
         made.append(_state(program))
         loses = (len(made) == 1) != first_wins
         return None if found is None else found + (1e9 if loses else 0.0)
