@@ -4,8 +4,11 @@ Shrink."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
+from isa.dtypes import DType
 from isa.functions import ActFunc, AluOp
 from isa.operand import Engine
 from neuronx_cc_lite.ir import Graph, Node
@@ -64,7 +67,8 @@ def hard_swish(prog: Program, dst: TileAccess, x: TileAccess, half: TileAccess) 
     the rest in one VectorE instruction, so that VectorE and GpSimdE (which share an SBUF port) make one pass
     over the tile, not three. x may be in PSUM (a convolution's bank, its bias added by PE): VectorE then reads
     one input from each memory, at one element per cycle instead of two."""
-    gate = scratch(prog, dst, "gate")
+    # (dense, as many elements a partition as dst: dst may be a region of a larger tile, a depthwise window)
+    gate = prog.sbuf(dst.partitions, math.prod(n for n, _ in dst.dims), DType.fp32, "gate").ap()
     act(prog, gate, x, ActFunc.relu, scale=1 / 6, bias=half)
     prog.emit("scalar_tensor_tensor", Engine.DVE, dst=dst, src=gate, op0=AluOp.minimum, scalar=1.0,
               op1=AluOp.multiply, b=x)

@@ -32,9 +32,11 @@ import numpy as np
 
 from isa.dtypes import DType
 from isa.operand import Engine
+from isa.target import Target
 from neuronx_cc_lite.ir import Node
 from neuronx_cc_lite.lower.context import LowerCtx
 from neuronx_cc_lite.lower.conv_epilogue import Epilogue
+from neuronx_cc_lite.lower.depthwise import BandWindows, band_plan, band_windows
 from neuronx_cc_lite.lower.hbm import HbmView
 from neuronx_cc_lite.lower.program import Program, Tile
 from neuronx_cc_lite.lower.patterns import dma_tile
@@ -91,37 +93,153 @@ def _banded_weights(ctx: LowerCtx, node: Node, geo: ConvGeometry, packed: int, b
     return tile
 
 
+class _Bands:
+    """What every pass of a banded stem shares: the bands' weights, the epilogue and its bias column."""
+
+    def __init__(self, ctx: LowerCtx, node: Node, geo: ConvGeometry, packed: int, bands: int) -> None:
+        self.prog, self.geo, self.packed, self.bands, self.name = ctx.program, geo, packed, bands, node.name
+        m = geo.outputs
+        self.src = ctx.view(node.inputs[0]).transpose((1, 0, 2, 3))  # (C, batch, rows, columns)
+        self.groups = [(kh, w0, min(packed, geo.kernel[1] - w0)) for kh in range(geo.kernel[0])
+                       for w0 in range(0, geo.kernel[1], packed)]
+        self.weights = _banded_weights(ctx, node, geo, packed, bands, self.groups)
+        self.epilogue = Epilogue(ctx, node, bands)
+        self.column = self.epilogue.bias_column(bands * m, [(b * m, 0, m) for b in range(bands)])
+        self.shifts = [j * geo.axes[1].dilation for j in range(packed)]
+
+    def products(self, whole: list[Block]) -> Tile:
+        """A bank [B * M, outputs of a block] of the bands' outputs, band b's block whole[b] (the blocks alike,
+        their first rows evenly spaced): the bands' windows loaded, then a matmul per tap group."""
+        prog, geo, bands = self.prog, self.geo, self.bands
+        c, k, p = geo.channels, self.packed * geo.channels, bands * geo.outputs
+        strides, image = window_strides(whole[0], geo.axes)
+        window = prog.sbuf(bands * k, image, prog.operand_dtype(DType.fp32), f"{self.name}/x")
+        _fill_edges(prog, window, whole, geo.axes, self.shifts, (image, *strides))
+        for j, shift in enumerate(self.shifts):
+            _load_bands(prog, window, self.src, whole, geo.axes, shift, j, c, strides[0])
+        acc = prog.psum(p, whole[0].size, f"{self.name}/acc")
+        for q, (kh, w0, _) in enumerate(self.groups):
+            prog.emit("nc_matmul", Engine.PE, dst=acc.ap(), stationary=self.weights.ap(((p, 1),), q * p),
+                      moving=window_ap(window, (image, *strides), whole[0], geo.axes, (kh, w0), bands * k),
+                      accumulate=q > 0)
+        return acc
+
+
 def lower_banded_stem(ctx: LowerCtx, node: Node, geo: ConvGeometry, packed: int, bands: int, per_band: int) -> None:
     """`packed`: the shifted copies of the window a pass reads (1: a tap a pass; lower/conv.py decides)."""
-    prog = ctx.program
-    c, m = geo.channels, geo.outputs
-    k, p = packed * c, bands * m
-    x, epilogue = ctx.view(node.inputs[0]), Epilogue(ctx, node, bands)
-    src = x.transpose((1, 0, 2, 3))  # (C, batch, rows, columns)
+    stem, m = _Bands(ctx, node, geo, packed, bands), geo.outputs
     rows, cols = geo.axes
-    groups = [(kh, w0, min(packed, geo.kernel[1] - w0)) for kh in range(geo.kernel[0])
-              for w0 in range(0, geo.kernel[1], packed)]
-    weights = _banded_weights(ctx, node, geo, packed, bands, groups)
-    column = epilogue.bias_column(p, [(b * m, 0, m) for b in range(bands)])
-    shifts = [j * cols.dilation for j in range(packed)]
-    dtype = prog.operand_dtype(DType.fp32)
-    for n in range(x.shape[0]):
+    for n in range(stem.src.shape[1]):
         for r0 in range(0, rows.out, bands * per_band):
             # every band's window laid out as a whole band's, past the last output row too
             whole = [Block(n, 1, (r0 + b * per_band, 0), (per_band, cols.out)) for b in range(bands)]
-            strides, image = window_strides(whole[0], geo.axes)
-            window = prog.sbuf(bands * k, image, dtype, f"{node.name}/x")
-            _fill_edges(prog, window, whole, geo.axes, shifts, (image, *strides))
-            for j, shift in enumerate(shifts):
-                _load_bands(prog, window, src, whole, geo.axes, shift, j, c, strides[0])
-            acc = prog.psum(p, per_band * cols.out, f"{node.name}/acc")
-            for q, (kh, w0, _) in enumerate(groups):
-                prog.emit("nc_matmul", Engine.PE, dst=acc.ap(), stationary=weights.ap(((p, 1),), q * p),
-                          moving=window_ap(window, (image, *strides), whole[0], geo.axes, (kh, w0), bands * k),
-                          accumulate=q > 0)
+            acc = stem.products(whole)
             parts = [(Block(n, 1, block.starts, (min(per_band, rows.out - block.starts[0]), cols.out)), b * m, 0, m)
                      for b, block in enumerate(whole) if block.starts[0] < rows.out]
-            epilogue.finish(acc, column, parts)
+            stem.epilogue.finish(acc, stem.column, parts)
+
+
+def depthwise_reader(ctx: LowerCtx, node: Node, geo: ConvGeometry, packed: int) -> BandWindows | None:
+    """The windows of the banded depthwise convolution that alone reads the stem's output (MobileNetV3's first
+    block), when the stem may compute its bands straight into them (lower_stem_into_windows): its bands fit the
+    stem's partitions, a pass of the stem covers whole rows of a window, and the only windows' rows outside the
+    input that an output reads are those of a group's first band (the padding above the image), which the
+    engines can zero (band 0 starts on partition 0; the other bands' start elsewhere)."""
+    from neuronx_cc_lite.lower.conv import conv_geometry, window_budget  # (conv.py imports this module)
+
+    g, out, target = ctx.graph, node.outputs[0], ctx.program.target
+    readers = ctx.consumers.get(out, [])
+    if len(readers) != 1 or out in g.outputs or out in ctx.next_state or (len(node.inputs) > 3 and node.inputs[3]):
+        return None
+    reader = readers[0]
+    if reader.op not in ("Conv", "ConvEpilogue") or reader.inputs[0] != out or \
+            (len(reader.inputs) > 4 and reader.inputs[4]):
+        return None
+    rgeo = conv_geometry(reader, g)
+    if isinstance(rgeo, str) or rgeo.channels != geo.outputs:
+        return None
+    # the reader's bands of R rows: the stem computes each window's rows, span(R) for R a band (the windows
+    # overlap), so the R that computes the fewest rows over every group, of those that leave the reader two
+    # groups or more (its first group starts while the stem computes the rest); MobileNetV3: 4 rows a band, two
+    # groups of 8 bands of 9 rows (144 rows of 112), where 3 (the reader's own choice) makes 3 x 8 x 7 = 168
+    found = []
+    for rows_a_band in range(1, rgeo.axes[0].out + 1):
+        bands, per_band = band_plan(ctx, reader, rgeo, window_budget(target), rows_a_band)
+        if bands < 2 or bands * packed * geo.channels > target.partitions:
+            continue
+        windows = band_windows(ctx, reader, rgeo, bands, per_band)
+        groups = len(windows.groups(1))
+        if _writable(target, geo, windows):
+            found.append((groups < 2, groups * bands * rgeo.axes[0].span(per_band), per_band, windows))
+    return min(found, key=lambda f: f[:3])[3] if found else None
+
+
+def _writable(target: Target, geo: ConvGeometry, windows: BandWindows) -> bool:
+    """Whether a stem of geometry `geo` can compute its outputs into the windows: a pass covers whole rows of a
+    window, and the only windows' rows outside the input that an output reads are those of a group's first band
+    (the padding above the image), which the engines can zero (band 0 starts on partition 0; the other bands'
+    start elsewhere)."""
+    rows, cols = windows.geo.axes
+    row_len = windows.strides[0]  # a window's row: the input's row whole (flat), or between padding columns
+    if row_len != cols.size and not (cols.offset >= 0 and cols.offset + cols.size <= row_len):
+        return False
+    if _stem_rows(target, geo.axes[1].out, rows.span(windows.per_band)) < 1:
+        return False
+    for n, r0 in windows.groups(1):
+        for b, block in enumerate(windows.blocks(n, r0)):
+            outputs = min(windows.per_band, max(0, rows.out - block.starts[0]))  # those it stores
+            _, count, pos = rows.interior(block.starts[0], windows.per_band)
+            if b > 0 and outputs and (pos > 0 or pos + count < rows.span(outputs)):
+                return False
+    return True
+
+
+def _stem_rows(target: Target, columns: int, rows: int) -> int:
+    """Output rows of a stem a pass computes into a depthwise window: as many as a bank holds."""
+    return min(rows, min(target.psum_bank_fmax, target.gemm_moving_fmax) // columns)
+
+
+def lower_stem_into_windows(ctx: LowerCtx, node: Node, geo: ConvGeometry, packed: int, reader: BandWindows) -> None:
+    """The stem's outputs computed straight into the windows of the depthwise convolution that reads them
+    (depthwise_reader): the stem takes the reader's bands, band b of a group computing the rows of band b's
+    window, so that its outputs land on the partitions the window has them on, in the window's layout. The stem
+    tensor is never written: where each band's window was an SBUF-to-SBUF transfer from the stem's layout
+    (channels on partitions) after another from the stem's bands into it, each one a DMA latency on the chain,
+    the reader's first group waits for the stem's passes alone (MobileNetV3's first block). Rows a window holds
+    outside the image are computed too (from zeros); a group's first band's, which its outputs read, are zeroed
+    after; a window's padding columns before."""
+    prog = ctx.program
+    stem, m = _Bands(ctx, node, geo, packed, reader.bands), geo.outputs
+    rgeo, p = reader.geo, reader.bands * m
+    rows, cols = rgeo.axes
+    row_len, span = reader.strides[0], rows.span(reader.per_band)
+    per_pass = _stem_rows(prog.target, geo.axes[1].out, span)
+    first_col = 0 if row_len == cols.size else cols.offset
+    written: dict[tuple[int, int], Tile] = {}
+    for n, r0 in reader.groups(stem.src.shape[1]):
+        blocks = reader.blocks(n, r0)
+        window = prog.sbuf(p, reader.image, reader.dtype, f"{node.name}/window")
+        if row_len != cols.size:  # the padding columns
+            prog.emit("memset", Engine.POOL, dst=window.ap(), value=0.0)
+        # band b's window row w holds the stem's output row (its first output's virtual coordinate) + w - padding;
+        # a band past the reader's last output row (the last group's) computes rows from the image's top instead,
+        # still evenly spaced (one load a run of bands), where rows past the image would be a fill of its window
+        starts = [block.starts[0] for block in blocks]
+        past = next((b for b, o in enumerate(starts) if o >= rows.out), len(starts))
+        starts[past:] = [(b - past) * reader.per_band for b in range(past, len(starts))]
+        for w0 in range(0, span, per_pass):
+            count = min(per_pass, span - w0)
+            whole = [Block(n, 1, (o * rows.stride - rows.offset + w0, 0), (count, geo.axes[1].out)) for o in starts]
+            acc = stem.products(whole)
+            dst = window.ap(((count, row_len), (cols.size, 1)), w0 * row_len + first_col, 0, p)
+            stem.epilogue.finish_into(acc, stem.column, dst)
+        _, inside, pos = rows.interior(blocks[0].starts[0], reader.per_band)
+        for lo, hi in ((0, pos), (pos + inside, span)):  # the first band's rows outside the image
+            if hi > lo:
+                prog.emit("memset", Engine.POOL, dst=window.ap((((hi - lo) * row_len, 1),), lo * row_len, 0, m),
+                          value=0.0)
+        written[n, r0] = window
+    ctx.windows[node.outputs[0]] = (reader, written)
 
 
 def _load_bands(prog: Program, window: Tile, src: HbmView, whole: list[Block], axes: list[Axis], shift: int, j: int,
@@ -134,7 +252,7 @@ def _load_bands(prog: Program, window: Tile, src: HbmView, whole: list[Block], a
     if ncols == 0:
         return
     spans = [rows.interior(block.starts[0], block.counts[0]) for block in whole]
-    step = whole[0].counts[0] * rows.stride
+    step = (whole[1].starts[0] - whole[0].starts[0]) * rows.stride if len(whole) > 1 else 0
     runs: list[list[int]] = []
     for b, (first, count, pos) in enumerate(spans):
         if count == 0:

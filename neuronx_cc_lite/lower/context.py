@@ -10,7 +10,7 @@ into it in place where the op allows (`in_place`), else copied into it once ever
 from __future__ import annotations
 
 import math
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import ml_dtypes
 import numpy as np
@@ -21,8 +21,11 @@ from neuronx_cc_lite.ir import Graph, Node, Tensor
 from neuronx_cc_lite.lower.hbm import HbmTensor, HbmView
 from neuronx_cc_lite.lower.columns import ColumnPool
 from neuronx_cc_lite.lower.layout import FeatureMajor, only_multiplied
-from neuronx_cc_lite.lower.program import Program, TileAccess
+from neuronx_cc_lite.lower.program import Program, Tile, TileAccess
 from neuronx_cc_lite.declared import contiguous, is_declared
+
+if TYPE_CHECKING:
+    from neuronx_cc_lite.lower.depthwise import BandWindows
 
 # ONNX element types the device holds, and the device type each is held in. The engines have no 64-bit types:
 # float64 is computed in fp32 (as neuronx-cc does) and int64 (indices, shapes) held as int32, the runtime
@@ -78,6 +81,10 @@ class LowerCtx:
         # activations turned on PE for a matmul (A^T of a row block), by what was turned: a tensor two matmuls read
         # (a gate and a projection of one input) is loaded and turned once
         self.turned: dict[tuple[object, ...], list[TileAccess]] = {}
+        # depthwise windows their input's producer wrote (an image stem's bands, lower/banded_stem.py), by input
+        # tensor: the bands' plan (depthwise.BandWindows), and the window of each (image, first output row of a
+        # group of bands); the depthwise lowering takes that plan and reads them as they are
+        self.windows: dict[str, tuple[BandWindows, dict[tuple[int, int], Tile]]] = {}
         self.output_owner: dict[int, str] = {}  # id(HbmTensor) -> the graph output it was made for
         self.next_state = {after: name for name, after in graph.state.items()}  # next value -> state input
         for name in graph.inputs:

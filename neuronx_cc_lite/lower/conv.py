@@ -32,7 +32,7 @@ from isa.target import TARGETS, Target
 from neuronx_cc_lite.errors import CompileError
 from neuronx_cc_lite.ir import Graph, Node
 from neuronx_cc_lite.lower.context import LowerCtx
-from neuronx_cc_lite.lower.banded_stem import lower_banded_stem, stem_bands
+from neuronx_cc_lite.lower.banded_stem import depthwise_reader, lower_banded_stem, lower_stem_into_windows, stem_bands
 from neuronx_cc_lite.lower.conv_epilogue import Epilogue
 from neuronx_cc_lite.lower.depthwise import (DiagonalWeights, band_plan, diagonal_products, lower_banded_depthwise,
                                              vector_taps)
@@ -379,7 +379,9 @@ def _packed_weights(ctx: LowerCtx, node: Node, geo: ConvGeometry, packed: int, p
 
 def lower_windowed_matmul(ctx: LowerCtx, node: Node, geo: ConvGeometry) -> None:
     prog, target = ctx.program, ctx.program.target
-    bands, per_band = band_plan(ctx, node, geo, window_budget(target))
+    written = ctx.windows.get(node.inputs[0])  # windows its producer wrote, with its bands (banded_stem.py)
+    bands, per_band = (written[0].bands, written[0].per_band) if written is not None else \
+        band_plan(ctx, node, geo, window_budget(target))
     if bands > 1:  # a depthwise convolution over few channels: bands of output rows share the partitions
         lower_banded_depthwise(ctx, node, geo, bands, per_band)
         return
@@ -395,7 +397,11 @@ def lower_windowed_matmul(ctx: LowerCtx, node: Node, geo: ConvGeometry) -> None:
         columns = batch * math.prod(ax.out for ax in geo.axes) / bands
         pays = _packing_pays(target, geo, packed, columns, x_info.size * x_info.dtype.itemsize,
                              prog.operand_dtype(DType.fp32), margin=1.0)
-        lower_banded_stem(ctx, node, geo, packed if pays else 1, bands, per_band)
+        reader = depthwise_reader(ctx, node, geo, packed if pays else 1)
+        if reader is not None:
+            lower_stem_into_windows(ctx, node, geo, packed if pays else 1, reader)
+        else:
+            lower_banded_stem(ctx, node, geo, packed if pays else 1, bands, per_band)
         return
     # the windows' geometry: with row phases, that of one phase (each holds its rows only)
     window_axes_ = [row_phase(geo.axes[0], 0)[0], *geo.axes[1:]] if phases > 1 else geo.axes
@@ -445,7 +451,7 @@ def lower_windowed_matmul(ctx: LowerCtx, node: Node, geo: ConvGeometry) -> None:
                 for (c0, ct), w in zip(chunks[co0], weights):
                     src = x.box((0, c0) + (0,) * rank, (batch, ct, *x.shape[2:])).transpose((1, 0, *spatial))
                     dtype = prog.operand_dtype(DType.fp32)
-                    flat = flat_window(block, geo.axes, src, dtype)
+                    flat = flat_window(block, geo.axes, src.dtype, dtype)
                     window, strides = load_windows(prog, src, block, geo.axes, 0.0, f"{node.name}/x", dtype, flat)
                     # (tap t of a transposed convolution reads the kernel flipped)
                     products = [(geo.taps - 1 - t if geo.transposed else t, dst, moving) for t, dst, moving in

@@ -130,18 +130,29 @@ class Epilogue:
         box = self.out.box((block.n0, co0, *block.starts), (block.images, src.partitions, *block.counts))
         self.ctx.program.dma(box.transpose((1, 0, *spatial)), src)
 
+    def finish_into(self, acc: Tile, column: TileAccess | None, dst: TileAccess, row0: int = 0) -> None:
+        """After the block's matmuls: the bank's results written to `dst` (as many elements a partition, in the
+        order of the bank's columns; a region of the tile its consumer reads, a depthwise window) instead of
+        stored. Not for a residual epilogue."""
+        assert self.residual is None
+        prog = self.ctx.program
+        if self.direct:
+            assert self.hard is not None
+            self._add_bias(acc.ap(), row0)
+            self.hard(dst, acc.ap())
+            return
+        prog.emit("activation", Engine.ACT, dst=dst, src=acc.ap(), bias=column, func=self.func, scale=1.0)
+        if self.hard is not None:
+            self.hard(dst, dst)
+
     def finish(self, acc: Tile, column: TileAccess | None, parts: list[Part], row0: int = 0) -> None:
         """After the block's matmuls: the bank (all its partitions and columns) to each part's outputs. `row0`:
         the bias rows' first column for the bank's partition 0 (its first output channel)."""
         prog, name, residual = self.ctx.program, self.node.name, self.residual
         spatial = tuple(range(2, 2 + len(parts[0][0].counts)))
         res = prog.sbuf(acc.partitions, acc.free, DType.fp32, f"{name}/y")
-        if self.direct:
-            assert self.hard is not None
-            self._add_bias(acc.ap(), row0)
-            self.hard(res.ap(), acc.ap())
-        elif residual is None:
-            prog.emit("activation", Engine.ACT, dst=res.ap(), src=acc.ap(), bias=column, func=self.func, scale=1.0)
+        if residual is None:
+            self.finish_into(acc, column, res.ap(), row0)
         else:  # (psum + bias) + residual as the bank leaves, then the activation
             extra = prog.sbuf(acc.partitions, acc.free, residual.dtype, f"{name}/residual")
             if len(parts) > 1 or parts[0][0].size < acc.free:  # the bank's columns no part covers are read too
@@ -154,7 +165,7 @@ class Epilogue:
                       scalar=column if column is not None else 0.0, op1=AluOp.add, b=extra.ap())
             if self.func is not ActFunc.copy:
                 prog.emit("activation", Engine.ACT, dst=res.ap(), src=res.ap(), func=self.func, scale=1.0)
-        if self.hard is not None and not self.direct:
-            self.hard(res.ap(), res.ap())
+            if self.hard is not None:
+                self.hard(res.ap(), res.ap())
         for block, first, co0, count in parts:
             self._store(block, co0, res.ap(((block.size, 1),), 0, first, count))

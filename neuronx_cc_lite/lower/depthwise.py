@@ -29,7 +29,7 @@ the banded layers here and the diagonal ones of lower/conv.py): MobileNetV3 in f
 from __future__ import annotations
 
 import itertools
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -49,10 +49,11 @@ if TYPE_CHECKING:
     from neuronx_cc_lite.lower.conv import ConvGeometry
 
 
-def band_plan(ctx: LowerCtx, node: Node, geo: ConvGeometry, window_budget: int) -> tuple[int, int]:
+def band_plan(ctx: LowerCtx, node: Node, geo: ConvGeometry, window_budget: int,
+              per_band: int | None = None) -> tuple[int, int]:
     """(bands, output rows a band), or (1, 0) where bands do not apply: they need a 2-D depthwise convolution
     (no zero insertion) with constant weights over at most half the partitions, whose rows fit a bank and
-    whose windows the budget."""
+    whose windows the budget. `per_band`: rows a band, where the caller chooses them (lower/banded_stem.py)."""
     target = ctx.program.target
     if not geo.depthwise or geo.transposed or len(geo.axes) != 2 or any(ax.up != 1 for ax in geo.axes):
         return 1, 0
@@ -60,9 +61,10 @@ def band_plan(ctx: LowerCtx, node: Node, geo: ConvGeometry, window_budget: int) 
         return 1, 0
     rows, cols = geo.axes
     per_bank = min(target.psum_bank_fmax, target.gemm_moving_fmax) // cols.out
-    per_band = min(-(-target.min_efficient_elements // cols.out), per_bank)
+    if per_band is None:
+        per_band = min(-(-target.min_efficient_elements // cols.out), per_bank)
     bands = min(target.partitions // geo.channels, -(-rows.out // max(per_band, 1)))
-    if bands < 2 or per_band < 1 or rows.span(per_band) * cols.span(cols.out) > window_budget:
+    if bands < 2 or not 1 <= per_band <= per_bank or rows.span(per_band) * cols.span(cols.out) > window_budget:
         return 1, 0
     return bands, per_band
 
@@ -191,6 +193,45 @@ def diagonal_tap(tile: Tile, tap: int, channels: int) -> TileAccess:
     return tile.ap(((channels, taps),), tap, 0, channels)
 
 
+@dataclass(frozen=True)
+class BandWindows:
+    """Where a banded depthwise convolution reads its input: for image n and the group of bands whose first output
+    row is r0 (`groups`), a window tile [bands * C, image] in the matmul's type, band b's on partitions b * C ..,
+    each band's window laid out as a whole band's (past the last output row too), rows `strides[0]` apart. Over
+    rows shorter than an efficient DMA piece (`flat`) the windows hold the input's rows whole (a run per band, not
+    a piece per row), the taps along the row writing only the outputs they reach (windows.window_taps)."""
+
+    geo: ConvGeometry
+    bands: int
+    per_band: int
+    flat: bool
+    strides: tuple[int, ...]
+    image: int
+    dtype: DType
+
+    def groups(self, images: int) -> list[tuple[int, int]]:
+        """(image, first output row) of each group of bands, in the order the convolution computes them."""
+        return [(n, r0) for n in range(images) for r0 in range(0, self.geo.axes[0].out, self.bands * self.per_band)]
+
+    def blocks(self, n: int, r0: int) -> list[Block]:
+        """The outputs of each band of the group, past the last output row too."""
+        cols = self.geo.axes[1]
+        return [Block(n, 1, (r0 + b * self.per_band, 0), (self.per_band, cols.out)) for b in range(self.bands)]
+
+    def needs_fill(self, n: int, r0: int) -> bool:
+        """Whether some of the group's windows has no input element (padding, rows past the input's last)."""
+        return any(needs_fill(block, self.geo.axes[:-1] if self.flat else self.geo.axes) for block in self.blocks(n, r0))
+
+
+def band_windows(ctx: LowerCtx, node: Node, geo: ConvGeometry, bands: int, per_band: int) -> BandWindows:
+    dtype = ctx.program.operand_dtype(DType.fp32)
+    first = Block(0, 1, (0, 0), (per_band, geo.axes[1].out))
+    # (the input's type: that of the tensor in HBM, which its producer may not have made yet)
+    flat = flat_window(first, geo.axes, ctx.dtype(node.inputs[0]), dtype)
+    strides, image = window_strides(first, geo.axes, flat)
+    return BandWindows(geo, bands, per_band, flat, strides, image, dtype)
+
+
 def lower_banded_depthwise(ctx: LowerCtx, node: Node, geo: ConvGeometry, bands: int, per_band: int) -> None:
     prog = ctx.program
     c, p = geo.channels, bands * geo.channels
@@ -203,23 +244,22 @@ def lower_banded_depthwise(ctx: LowerCtx, node: Node, geo: ConvGeometry, bands: 
     scalars = diagonals.scalars(0, p) if share else None
     column = epilogue.bias_column(p, [(b * c, 0, c) for b in range(bands)])
     taps = list(itertools.product(*(range(k) for k in geo.kernel)))
-    dtype = prog.operand_dtype(DType.fp32)
-    for n in range(x.shape[0]):
-        for r0 in range(0, rows.out, bands * per_band):
-            # every band's window laid out as a whole band's, past the last output row too
-            whole = [Block(n, 1, (r0 + b * per_band, 0), (per_band, cols.out)) for b in range(bands)]
-            # over rows shorter than an efficient DMA piece, the input's rows whole (a run per band, not a piece
-            # per row), the taps along the row writing only the outputs they reach (windows.window_taps)
-            flat = flat_window(whole[0], geo.axes, src, dtype)
-            strides, image = window_strides(whole[0], geo.axes, flat)
-            window = prog.sbuf(p, image, dtype, f"{node.name}/x")
-            if any(needs_fill(block, geo.axes[:-1] if flat else geo.axes) for block in whole):
+    plan = band_windows(ctx, node, geo, bands, per_band)
+    # the windows its producer wrote (a stem's bands, lower/banded_stem.py), else loaded here
+    written = ctx.windows.pop(node.inputs[0], None)
+    assert written is None or written[0] == plan, (written, plan)
+    for n, r0 in plan.groups(x.shape[0]):
+        whole = plan.blocks(n, r0)
+        window = written[1][n, r0] if written is not None else None
+        if window is None:
+            window = prog.sbuf(p, plan.image, plan.dtype, f"{node.name}/x")
+            if plan.needs_fill(n, r0):
                 prog.emit("memset", Engine.POOL, dst=window.ap(), value=0.0)
             for b, block in enumerate(whole):
-                fill_window(prog, window, src, block, geo.axes, b * c, flat=flat)
-            acc = prog.psum(p, per_band * cols.out, f"{node.name}/acc")
-            products = window_taps(window, (image, *strides), whole[0], geo.axes, taps, p, acc, flat)
-            diagonal_products(prog, acc, diagonals, weights, scalars, products, p, share)
-            parts = [(Block(n, 1, block.starts, (min(per_band, rows.out - block.starts[0]), cols.out)), b * c, 0, c)
-                     for b, block in enumerate(whole) if block.starts[0] < rows.out]
-            epilogue.finish(acc, column, parts)
+                fill_window(prog, window, src, block, geo.axes, b * c, flat=plan.flat)
+        acc = prog.psum(p, per_band * cols.out, f"{node.name}/acc")
+        products = window_taps(window, (plan.image, *plan.strides), whole[0], geo.axes, taps, p, acc, plan.flat)
+        diagonal_products(prog, acc, diagonals, weights, scalars, products, p, share)
+        parts = [(Block(n, 1, block.starts, (min(per_band, rows.out - block.starts[0]), cols.out)), b * c, 0, c)
+                 for b, block in enumerate(whole) if block.starts[0] < rows.out]
+        epilogue.finish(acc, column, parts)

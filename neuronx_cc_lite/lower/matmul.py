@@ -26,13 +26,16 @@ multiplied in as VectorE evacuates the bank, one pass reading PSUM and the gate 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Callable
 
 import numpy as np
 
 from isa.dtypes import DType
 from isa.functions import ActFunc, AluOp
-from isa.operand import Engine
+from isa.costs import duration_ns
+from isa.instructions import Instruction, pe_rate
+from isa.operand import Engine, Mem
 from neuronx_cc_lite.ir import Graph, Node
 from neuronx_cc_lite.lower.context import LowerCtx
 from neuronx_cc_lite.lower.elementwise import floats_only
@@ -93,13 +96,14 @@ def matmul_2d(ctx: LowerCtx, a: Operand, b: Operand, out: HbmView, epilogue: Epi
 
 
 def matmul_2d_transposed(ctx: LowerCtx, a: Operand, b: Operand, out: HbmView, epilogue: Epilogue,
-                         keys: tuple[str | None, str | None] = (None, None)) -> None:
+                         keys: tuple[str | None, str | None] = (None, None), together: bool = False) -> None:
     """out = epilogue(a @ b), computed and stored feature-major, as out^T = B^T A^T: B's columns (the weights)
     stationary, 128 at a time, A^T (the activations, K on partitions) moving, up to a bank's width of rows. The
     result's columns land on partitions, so a bias is a per-partition column ScalarE adds as it evacuates the bank
     (with the activation), and a residual is read in the same layout: as it is when it is feature-major (from its
     home on chip), else by rows turned on PE (a transposing DMA from HBM moves one element per piece). Epilogues:
-    a bias, one residual."""
+    a bias, one residual. `together`: a few rows' blocks of outputs in one bank where they fit (_side_by_side),
+    whatever PE's pace."""
     prog, t = ctx.program, ctx.program.target
     (m_size, k_size), n_size = a.shape, b.shape[1]
     assert b.shape[0] == k_size and out.shape == (m_size, n_size), (a.shape, b.shape, out.shape)
@@ -110,8 +114,13 @@ def matmul_2d_transposed(ctx: LowerCtx, a: Operand, b: Operand, out: HbmView, ep
     b_source = BSource(ctx, b, dtype, k_tiles, n_size, name, keys[1])
     columns = bias_columns(ctx, epilogue.bias * epilogue.alpha) if epilogue.bias is not None else None
     n_tiles = blocks(n_size, t.gemm_stationary_fmax)
+    bank = min(t.psum_bank_fmax, t.gemm_moving_fmax)
     for mb, (m0, mw) in enumerate(blocks(m_size, t.gemm_moving_fmax)):
         a_t = a_transposed(ctx, a, dtype, m0, mw, k_tiles, name, keys[0])
+        if 1 < len(n_tiles) and len(n_tiles) * mw <= bank and not epilogue.addends and epilogue.gate is None and \
+                (together or _outpaces_evacuation(prog, len(k_tiles), mw, dtype)):
+            _side_by_side(ctx, a_t, b_source, mb, n_tiles, columns, epilogue, out, m0, mw)
+            continue
         residual_t = (a_transposed(ctx, epilogue.addends[0][0], epilogue.addends[0][0].dtype, m0, mw, n_tiles,
                                    f"{name}/residual", None) if epilogue.addends else [])
         gate_t = (a_transposed(ctx, epilogue.gate, epilogue.gate.dtype, m0, mw, n_tiles, f"{name}/gate", None)
@@ -142,6 +151,57 @@ def matmul_2d_transposed(ctx: LowerCtx, a: Operand, b: Operand, out: HbmView, ep
                 if then:
                     act(prog, res.ap(), total.ap(), epilogue.func, bias=column)
             prog.dma(out.box((m0, n0), (mw, nb)).transpose((1, 0)), res.ap())
+
+
+def _outpaces_evacuation(prog: Program, k_tiles: int, rows: int, dtype: DType) -> bool:
+    """Whether PE computes a block of 128 outputs of `rows` rows (k_tiles matmuls, the weights stationary) faster
+    than ScalarE evacuates it, by the cost model: then a bank's worth of blocks evacuated at once keeps up
+    (MobileNetV3's two classifier layers in bf16, a block 0.12 us on PE against 0.19 to evacuate it: 99.8 ->
+    98.5 us); otherwise each block's evacuation overlaps the next block's matmuls, and the layer that reads the
+    result starts on the first block (the same in fp32, at a quarter of PE's rate: 176.1 -> 177.3 together)."""
+    target, pmax = prog.target, prog.target.partitions
+    acc = Tile(Mem.PSUM, pmax, rows, DType.fp32, "acc").ap().placed_at(0)
+    stationary = Tile(Mem.SBUF, pmax, pmax, dtype, "weights").ap().placed_at(0)
+    moving = Tile(Mem.SBUF, pmax, rows, dtype, "rows").ap().placed_at(0)
+    res = Tile(Mem.SBUF, pmax, rows, DType.fp32, "out").ap().placed_at(0)
+    matmul = duration_ns(Instruction("nc_matmul", {"dst": acc, "stationary": stationary, "moving": moving,
+                                                   "accumulate": True}), Engine.PE, target)
+    evacuation = duration_ns(Instruction("activation", {"dst": res, "src": acc, "bias": None, "func": ActFunc.copy,
+                                                        "scale": 1.0, "reduce": None}), Engine.ACT, target,
+                             dependent=True)
+    return k_tiles * matmul < evacuation
+
+
+def _side_by_side(ctx: LowerCtx, a_t: list[TileAccess], b_source: BSource, mb: int, n_tiles: list[tuple[int, int]],
+                  columns: Callable[[int, int], TileAccess] | None, epilogue: Epilogue, out: HbmView, m0: int,
+                  mw: int) -> None:
+    """matmul_2d_transposed's products of a few rows (mw, a classifier's or a decode step's) for every block of
+    outputs in one bank, side by side in its columns, so that the bias, the activation and the rounding run once
+    over them all, not once a block, each paying an instruction's fixed cost for a few columns (the partitions a
+    short last block leaves are computed and never stored). The K tiles are the outer loop, in the order the
+    weights arrive: where they stream in late (ResNet-18's classifier in fp32, a memory-bound network's last
+    weights), PE has one matmul a block left after the last of them, not every matmul of the last blocks. The
+    bias is the blocks' columns of the pool, one after the other, each read mw times."""
+    prog, pmax, name = ctx.program, ctx.program.target.partitions, ctx.program.node
+    width = len(n_tiles) * mw
+    acc = prog.psum(pmax, width, f"{name}/acc")
+    for j, moving in enumerate(a_t):
+        for nj, (n0, nb) in enumerate(n_tiles):
+            prog.emit("nc_matmul", Engine.PE, dst=acc.ap(((mw, 1),), nj * mw, 0, nb),
+                      stationary=b_source.tile(j, n0, nb, mb), moving=moving, accumulate=j > 0)
+    res = prog.sbuf(pmax, width, out.dtype, f"{name}/out^T")
+    if columns is not None:
+        first = columns(0, pmax)
+        biases = replace(first, dims=((len(n_tiles), 1), (mw, 0)))
+        total = res if epilogue.func is ActFunc.copy else prog.sbuf(pmax, width, DType.fp32, f"{name}/sum")
+        prog.emit("scalar_tensor_tensor", Engine.DVE, dst=total.ap(), src=acc.ap(), op0=AluOp.multiply,
+                  scalar=float(epilogue.alpha), op1=AluOp.add, b=biases)
+        if total is not res:
+            act(prog, res.ap(), total.ap(), epilogue.func)
+    else:
+        act(prog, res.ap(), acc.ap(), epilogue.func, scale=epilogue.alpha)
+    for nj, (n0, nb) in enumerate(n_tiles):
+        prog.dma(out.box((m0, n0), (mw, nb)).transpose((1, 0)), res.ap(((mw, 1),), nj * mw, 0, nb))
 
 
 def _dtype(ctx: LowerCtx, a: Operand, b: Operand) -> DType:
@@ -264,9 +324,37 @@ def lower_matmul_into(ctx: LowerCtx, node: Node, epilogue: Epilogue) -> None:
 def _feature_major(ctx: LowerCtx, name: str, epilogue: Epilogue) -> bool:
     """Whether to store the result feature-major (lower/layout.py), when its epilogue allows (a bias, at most one
     residual)."""
-    return (ctx.feature_major(name) and len(epilogue.addends) <= 1 and
-            all(scale == 1.0 and all(st for n, st in zip(v.shape, v.strides) if n > 1)
-                for v, scale in epilogue.addends))
+    return ctx.feature_major(name) and _transposable(epilogue)
+
+
+def _transposable(epilogue: Epilogue) -> bool:
+    """Whether matmul_2d_transposed computes the epilogue: a bias, at most one residual."""
+    return len(epilogue.addends) <= 1 and all(scale == 1.0 and all(st for n, st in zip(v.shape, v.strides) if n > 1)
+                                              for v, scale in epilogue.addends)
+
+
+def _weights_stationary(ctx: LowerCtx, name: str, rows: int, b: Operand, epilogue: Epilogue) -> bool:
+    """Whether a product of few rows stored as a graph output (a classifier's logits) is computed as out^T, the
+    weights stationary (matmul_2d_transposed), every block of 128 outputs in one bank (_side_by_side): PE then
+    streams the rows, max(MIN_II, rows) cycles a block, where with the rows stationary it streams the weights, a
+    cycle an output. Taken where PE makes a block faster than ScalarE evacuates one (_outpaces_evacuation: few K
+    tiles at the bf16 rate; ResNet-18 in bf16 161.0 -> 156.8 us), the weights fit a quarter of SBUF (loaded ahead
+    of the product, not streamed: not a decode step's vocabulary projection) and PE saves more than the
+    transposed store costs the DMA engines (a piece an output). So not over many K tiles (ResNet-50's 16 in
+    bf16: 334.5 -> 337.2 us), nor for most fp32 classifiers, PE at a quarter of its rate: there PE's saving is
+    largest (MobileNetV3's classifier, 8 K tiles: 11.8 -> 5.9 us of PE, 184.2 -> 176.1 us) but a memory-bound
+    network's schedule loaded its classifier's weights later (ResNet-18, 4 K tiles: 399.9 -> 410.8 us)."""
+    target = ctx.program.target
+    if name not in ctx.graph.outputs or not isinstance(b, np.ndarray) or not _transposable(epilogue) or \
+            rows > target.min_ii_cycles or epilogue.gate is not None:
+        return False
+    (k, n), dtype = b.shape, ctx.program.operand_dtype(DType.fp32)
+    k_tiles = -(-k // target.partitions)
+    if k_tiles * n * dtype.size > target.sbuf_partition_bytes // 4 or \
+            not _outpaces_evacuation(ctx.program, k_tiles, rows, dtype):
+        return False
+    saved = k_tiles * (n - -(-n // target.gemm_stationary_fmax) * max(target.min_ii_cycles, rows))
+    return saved / pe_rate(dtype, target) / target.pe_ghz > n * rows * target.dma_piece_ns / target.dma_queues
 
 
 def _own_index(index: tuple[int, ...], own: tuple[int, ...]) -> tuple[int, ...]:
@@ -290,10 +378,13 @@ def gemm_into(ctx: LowerCtx, node: Node, epilogue: Epilogue) -> None:
     if attrs.get("transB", 0):
         b = b.T if isinstance(b, np.ndarray) else b.transpose((1, 0))
     feature_major = _feature_major(ctx, node.outputs[0], epilogue)
+    transposed = feature_major or _weights_stationary(ctx, node.outputs[0], a.shape[0], b, epilogue)
     out = ctx.output(node.outputs[0], (1, 2) if feature_major else (0, 1))
     keys = tuple(f"{n}{'^T' if attrs.get(t, 0) else ''}" for n, t in zip(node.inputs[:2], ("transA", "transB")))
-    product = matmul_2d_transposed if feature_major else matmul_2d
-    product(ctx, a, b, out, epilogue, keys)  # type: ignore[arg-type]
+    if transposed:
+        matmul_2d_transposed(ctx, a, b, out, epilogue, keys, together=not feature_major)  # type: ignore[arg-type]
+    else:
+        matmul_2d(ctx, a, b, out, epilogue, keys)  # type: ignore[arg-type]
 
 
 @lowering("Gemm", since=7)

@@ -168,12 +168,13 @@ def short_rows(axes: list[Axis], itemsize: int) -> bool:
     return axes[-1].size * itemsize < EFFICIENT_PIECE_BYTES
 
 
-def flat_window(block: Block, axes: list[Axis], src: HbmView, dtype: DType) -> bool:
-    """Whether the block's windows lie in rows as long as the input's, without the padding columns (worth it for
-    short rows): for an axis without zero insertion, the block's outputs whole rows, and some tap along the row
-    that every output reads inside the input, so that the matmul of that tap writes every output (window_taps)."""
+def flat_window(block: Block, axes: list[Axis], src: DType, dtype: DType) -> bool:
+    """Whether the block's windows lie in rows as long as the input's (held in `src`, loaded as `dtype`), without
+    the padding columns (worth it for short rows): for an axis without zero insertion, the block's outputs whole
+    rows, and some tap along the row that every output reads inside the input, so that the matmul of that tap
+    writes every output (window_taps)."""
     last = axes[-1]
-    return (short_rows(axes, max(src.dtype.size, dtype.size)) and last.up == 1 and block.counts[-1] == last.out and
+    return (short_rows(axes, max(src.size, dtype.size)) and last.up == 1 and block.counts[-1] == last.out and
             any(_row_outputs(last, j) == (0, last.out) for j in range(last.kernel)))
 
 

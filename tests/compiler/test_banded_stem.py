@@ -8,6 +8,8 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
+from isa.operand import Mem
+
 from neuronx_cc_lite.compiler import Options, compile_model
 from neuronx_cc_lite.reference import onnxruntime_outputs, seeded_inputs
 from tests.compiler.one_node import bf16_operands
@@ -83,3 +85,55 @@ def test_banded_stem_is_right_under_random_interleaving(tmp):
     reference = onnxruntime_outputs(bf16_operands(model), inputs)
     for seed in range(2):
         assert_close(compiled.run(inputs, policy="random", seed=seed), reference, rtol=1e-5)
+
+
+def _stem_then_depthwise(dw_stride: int) -> object:
+    """MobileNetV3's first layers: the stem (3 -> 16, 3x3, stride 2) with HardSwish, then a 3x3 depthwise
+    convolution over its 16 channels with Relu, at 224 x 224."""
+    rng = np.random.default_rng(5)
+    weights = {"w": rng.standard_normal((16, 3, 3, 3)).astype(np.float32),
+               "b": rng.standard_normal(16).astype(np.float32),
+               "d": rng.standard_normal((16, 1, 3, 3)).astype(np.float32),
+               "e": rng.standard_normal(16).astype(np.float32)}
+    out = 112 // dw_stride
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], strides=[2, 2], pads=[1, 1, 1, 1]),
+             helper.make_node("HardSwish", ["c"], ["h"]),
+             helper.make_node("Conv", ["h", "d", "e"], ["g"], group=16, strides=[dw_stride] * 2, pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["g"], ["y"])]
+    return make_model(nodes, {"x": ([1, 3, 224, 224], TensorProto.FLOAT)},
+                      {"y": ([1, 16, out, out], TensorProto.FLOAT)}, weights)
+
+
+def _moves_on_chip(model, options) -> int:
+    """The SBUF-to-SBUF transfers of the compiled model."""
+    return sum(1 for s in compile_model(model, options).cores[0].values() for i in s.instructions
+               if i.op == "dma_copy" and i.args["dst"].mem is Mem.SBUF and i.args["src"].mem is Mem.SBUF)
+
+
+@pytest.mark.parametrize("policy", ["clock", "random"])
+def test_a_stem_computes_into_its_depthwise_readers_windows(tmp, policy):
+    """The stem's bands are the depthwise convolution's (4 rows a band: two groups of 8 bands, the fewest rows
+    computed), its epilogue writes each band's window rows on that band's partitions: nothing moves between the
+    two layers, where each window was two SBUF-to-SBUF transfers (the window's top row, above the image, zeroed
+    after the stem wrote it). Exact to bf16 operands, onnxruntime's result in fp32; under a random order of the
+    engines too."""
+    model = _stem_then_depthwise(2)
+    assert _moves_on_chip(model, BF16) == 0
+    dw = [i for i in compile_model(model, BF16).cores[0]["PE"].instructions  # (the stem contracts over 24 rows)
+          if i.args["stationary"].num_partitions == 128]
+    assert max(i.args["dst"].free_size for i in dw) == 4 * 56 and len(dw) == 2 * 9
+    compiled = compile_to_model(model, tmp, BF16)
+    inputs = seeded_inputs(compiled.inputs)
+    assert_close(compiled.run(inputs, policy=policy, seed=1), onnxruntime_outputs(bf16_operands(model), inputs),
+                 rtol=1e-5)
+    compiled = compile_to_model(model, tmp, Options())
+    assert_close(compiled.run(inputs, policy=policy, seed=1), onnxruntime_outputs(model, inputs), rtol=1e-4)
+
+
+def test_a_stem_stores_its_rows_when_a_later_band_reads_padding(tmp):
+    """A stride-1 depthwise convolution's last output row reads the padding below the image, in a band other than
+    its group's first (on partitions the engines cannot start a fill at): the stem stores its rows and the
+    depthwise convolution loads its windows, as before."""
+    model = _stem_then_depthwise(1)
+    assert _moves_on_chip(model, BF16) > 0
+    _exact_to_bf16_operands(model, tmp)

@@ -66,3 +66,50 @@ def test_matmul_of_vectors(tmp):
                        {"y": ([129], TensorProto.FLOAT)}, {"w": w})
     ours, ref = run_both(model, tmp)
     assert_close(ours, ref, rtol=1e-4)
+
+
+@pytest.mark.parametrize("cast", ["fp32", "bf16"])
+def test_a_classifier_takes_its_weights_stationary_in_bf16(tmp, cast):
+    """Logits of one row, [1, 1024] x [1024, 1000] with a bias and Relu, the graph's output (a CNN's classifier).
+    In bf16 the weights are stationary, 128 of their columns at a time, and PE streams the row (8 K tiles x 8
+    blocks of one column: 64 cycles each, where the row stationary streams 1,000 columns for each K tile); PE
+    makes a block faster than ScalarE would evacuate it, so the eight blocks share a bank, evacuated by one
+    instruction. In fp32 the row stays stationary (8 K tiles x 2 banks of 512 and 488 columns). numpy's result,
+    the operands rounded as auto-cast rounds them in bf16."""
+    import numpy as np
+    from onnx import TensorProto, helper
+
+    from isa.operand import Mem
+    from neuronx_cc_lite.compiler import Options, compile_model
+    from tests.conftest import make_model
+
+    rng = np.random.default_rng(2)
+    weights = {"w": rng.standard_normal((1000, 1024)).astype(np.float32) / 32,
+               "b": rng.standard_normal(1000).astype(np.float32)}
+    model = make_model([helper.make_node("Gemm", ["x", "w", "b"], ["g"], transB=1),
+                        helper.make_node("Relu", ["g"], ["y"])],
+                       {"x": ([1, 1024], TensorProto.FLOAT)}, {"y": ([1, 1000], TensorProto.FLOAT)}, weights)
+    options = Options(auto_cast="matmult", auto_cast_type="bf16") if cast == "bf16" else Options()
+    core = compile_model(model, options).cores[0]
+    pe = [(i.args["stationary"].free_size, i.args["moving"].free_size) for i in core["PE"].instructions
+          if i.op == "nc_matmul" and i.args["moving"].num_partitions == 128]  # (not the bias rows' product)
+    if cast == "bf16":
+        assert len(pe) == 8 * 8 and set(pe) == {(128, 1), (104, 1)}
+        evacuations = [i for e in ("ACT", "DVE", "POOL") if e in core for i in core[e].instructions
+                       if i.op in ("activation", "scalar_tensor_tensor") and any(o.mem is Mem.PSUM for _, o in
+                                                                                  i.operands())]
+        assert len(evacuations) == 1
+    else:
+        assert len(pe) == 8 * 2 and set(pe) == {(1, 512), (1, 488)}
+    import ml_dtypes
+
+    from neuronx_cc_lite.reference import seeded_inputs
+    from tests.conftest import compile_to_model
+
+    compiled = compile_to_model(model, tmp, options)
+    inputs = seeded_inputs(compiled.inputs)
+    x, w = inputs["x"], weights["w"]
+    if cast == "bf16":  # the operands as auto-cast rounds them; the products summed in fp32 on PE
+        x, w = (v.astype(ml_dtypes.bfloat16).astype(np.float32) for v in (x, w))
+    reference = np.maximum(x.astype(np.float64) @ w.T.astype(np.float64) + weights["b"], 0).astype(np.float32)
+    assert_close(compiled.run(inputs), {"y": reference}, rtol=1e-4)
