@@ -273,13 +273,18 @@ def _scaled_rows(ctx: LowerCtx, node: Node, load: WeightLoader) -> WeightLoader:
     (input channels on partitions) are scaled by a [ct, 1] column of s on chip: ct x taps x mt products where
     scaling the input would take one per input element (the pass admits only 1x1 convolutions of one image)."""
     prog, scale = ctx.program, ctx.view(node.inputs[4])
+    limit = node.attrs.get("scale_max")  # the scale clamped at it first (passes/fuse_epilogues.py)
 
     def load_scaled(c0: int, ct: int, co0: int, mt: int) -> Tile:
         tile = load(c0, ct, co0, mt)
         column = prog.sbuf(ct, 1, DType.fp32, f"{node.name}/scale")
         prog.dma(column.ap(), HbmView(scale.tensor, scale.dtype, (ct, 1), (scale.strides[1], 1),
                                       scale.offset + c0 * scale.strides[1]))
-        ts(prog, tile.ap(), tile.ap(), AluOp.multiply, column.ap())
+        if limit is None:
+            ts(prog, tile.ap(), tile.ap(), AluOp.multiply, column.ap())
+        else:  # min(s, limit) * w in one instruction, s read along the row
+            prog.emit("scalar_tensor_tensor", Engine.DVE, dst=tile.ap(), src=column.ap(((tile.free, 0),)),
+                      op0=AluOp.minimum, scalar=float(limit), op1=AluOp.multiply, b=tile.ap())
         return tile
 
     return load_scaled

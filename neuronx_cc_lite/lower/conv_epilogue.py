@@ -28,6 +28,7 @@ from neuronx_cc_lite.ir import Node
 from neuronx_cc_lite.lower.activations import constant_column, hard_sigmoid, hard_swish
 from neuronx_cc_lite.lower.context import LowerCtx
 from neuronx_cc_lite.lower.hbm import HbmView
+from neuronx_cc_lite.lower.instr import act
 from neuronx_cc_lite.lower.operands import bias_rows
 from neuronx_cc_lite.lower.program import Program, Tile, TileAccess
 from neuronx_cc_lite.lower.windows import Block
@@ -44,9 +45,13 @@ def hard_activation(ctx: LowerCtx, node: Node) -> Callable[[TileAccess, TileAcce
     prog = ctx.program
     if activation == "HardSwish":
         return lambda dst, x: hard_swish(prog, dst, x, constant_column(ctx, 0.5, dst.partitions))
-    if activation == "HardSigmoid":
+    if activation in ("HardSigmoid", "HardSigmoid/unclamped"):
         alpha, beta = float(node.attrs["activation_alpha"]), float(node.attrs["activation_beta"])
-        return lambda dst, x: hard_sigmoid(prog, dst, x, alpha, constant_column(ctx, beta, dst.partitions))
+        if activation == "HardSigmoid":
+            return lambda dst, x: hard_sigmoid(prog, dst, x, alpha, constant_column(ctx, beta, dst.partitions))
+        # (its reader clamps it at 1: passes/fuse_epilogues.py _clamp_gates_where_read)
+        return lambda dst, x: act(prog, dst, x, ActFunc.relu, scale=alpha,
+                                  bias=constant_column(ctx, beta, dst.partitions))
     return None
 
 

@@ -7,6 +7,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
+from isa.functions import AluOp
 from tests.compiler.one_node import bf16_operands, check
 from tests.conftest import make_model
 
@@ -22,19 +23,19 @@ def test_gemm_bias_then_a_scaling(tmp):
     check(make_model(nodes, {"x": ([3, 16], TensorProto.FLOAT)}, {"y": ([3, 10], TensorProto.FLOAT)}, weights), tmp)
 
 
-def _se_block() -> onnx.ModelProto:
-    """MobileNetV3's block: a convolution then HardSwish (an expansion); squeeze-and-excitation: the pooled values
-    through a 1x1 convolution and Relu, another and HardSigmoid (torch's slope 1/6), the gate scaling the expanded
-    values; a 1x1 projection of the gated values. Weights wide enough that the values cross both clamps of both
-    activations."""
+def _se_block(c: int = 8) -> onnx.ModelProto:
+    """MobileNetV3's block: a convolution then HardSwish (an expansion to c channels); squeeze-and-excitation: the
+    pooled values through a 1x1 convolution and Relu, another and HardSigmoid (torch's slope 1/6), the gate scaling
+    the expanded values; a 1x1 projection of the gated values. Weights wide enough that the values cross both
+    clamps of both activations."""
     rng = np.random.default_rng(3)
-    weights = {"w": (rng.standard_normal((8, 4, 3, 3)) * 2).astype(np.float32),
-               "b": rng.standard_normal(8).astype(np.float32),
-               "w2": rng.standard_normal((4, 8, 1, 1)).astype(np.float32),
+    weights = {"w": (rng.standard_normal((c, 4, 3, 3)) * 2).astype(np.float32),
+               "b": rng.standard_normal(c).astype(np.float32),
+               "w2": rng.standard_normal((4, c, 1, 1)).astype(np.float32),
                "b2": rng.standard_normal(4).astype(np.float32),
-               "w3": (rng.standard_normal((8, 4, 1, 1)) * 3).astype(np.float32),
-               "b3": rng.standard_normal(8).astype(np.float32),
-               "w4": rng.standard_normal((5, 8, 1, 1)).astype(np.float32),
+               "w3": (rng.standard_normal((c, 4, 1, 1)) * 3).astype(np.float32),
+               "b3": rng.standard_normal(c).astype(np.float32),
+               "w4": rng.standard_normal((5, c, 1, 1)).astype(np.float32),
                "b4": rng.standard_normal(5).astype(np.float32)}
     nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
              helper.make_node("HardSwish", ["c"], ["h"]),
@@ -49,20 +50,31 @@ def _se_block() -> onnx.ModelProto:
                       weights)
 
 
-def test_a_squeeze_and_excitation_block_fuses_into_its_convolutions(tmp):
+@pytest.mark.parametrize("channels, clamped_by_reader", [(8, True), (200, False)])
+def test_a_squeeze_and_excitation_block_fuses_into_its_convolutions(tmp, channels, clamped_by_reader):
     """Each hard activation becomes the epilogue of the convolution before it (its slope and offset kept), the
-    gate's Mul the projection's input scale; the result is onnxruntime's."""
+    gate's Mul the projection's input scale. Over at most 128 channels the gate's clamp at 1 moves to the
+    projection, which clamps and scales its weights' rows in one VectorE instruction (no minimum of its own is
+    left); over 200 the gate clamps itself. The result is onnxruntime's (the gate crosses both clamps)."""
+    from neuronx_cc_lite.compiler import compile_model
     from neuronx_cc_lite.frontend import import_model
     from neuronx_cc_lite.passes import run_pipeline
 
-    model = _se_block()
+    model = _se_block(channels)
     g = run_pipeline(import_model(model))
     fused = [(n.op, n.attrs.get("activation"), n.attrs.get("activation_alpha")) for n in g.nodes]
     assert ("ConvEpilogue", "HardSwish", None) in fused
-    assert ("ConvEpilogue", "HardSigmoid", pytest.approx(1 / 6)) in fused
+    gate = "HardSigmoid/unclamped" if clamped_by_reader else "HardSigmoid"
+    assert ("ConvEpilogue", gate, pytest.approx(1 / 6)) in fused
     assert not {"HardSwish", "HardSigmoid", "Mul"} & {n.op for n in g.nodes}
     projection = next(n for n in g.nodes if n.op == "ConvEpilogue" and n.inputs[1] == "w4")
     assert (projection.inputs[0], projection.inputs[4]) == ("h", "g")
+    assert projection.attrs.get("scale_max") == (1.0 if clamped_by_reader else None)
+    instructions = [i for s in compile_model(model).cores[0].values() for i in s.instructions]
+    clamps = [i for i in instructions if i.op == "tensor_scalar" and i.args["op0"] is AluOp.minimum]
+    scalings = [i for i in instructions if i.op == "scalar_tensor_tensor" and i.args["op0"] is AluOp.minimum and
+                i.args["src"].dims[-1][1] == 0]  # (the gate's column read along the weights' rows)
+    assert (bool(clamps), len(scalings)) == ((False, 1) if clamped_by_reader else (True, 0))
     check(model, tmp)
 
 
