@@ -41,8 +41,9 @@ from neuronx_cc_lite.lower.instr import ts
 from neuronx_cc_lite.lower.patterns import dma_tile
 from neuronx_cc_lite.lower.program import Columns, Program, Tile
 from neuronx_cc_lite.lower.registry import lowering
-from neuronx_cc_lite.lower.windows import (Axis, Block, blocks, flat_window, load_moved_windows, load_windows,
-                                           short_rows, window_ap, window_axes, window_taps)
+from neuronx_cc_lite.lower.windows import (Axis, Block, blocks, flat_window, load_moved_windows, load_tight,
+                                           load_windows, short_rows, tight_taps, tight_window, window_ap,
+                                           window_axes, window_taps)
 
 
 # check() runs before a target is chosen: it judges by the target with the least SBUF.
@@ -456,11 +457,19 @@ def lower_windowed_matmul(ctx: LowerCtx, node: Node, geo: ConvGeometry) -> None:
                 for (c0, ct), w in zip(chunks[co0], weights):
                     src = x.box((0, c0) + (0,) * rank, (batch, ct, *x.shape[2:])).transpose((1, 0, *spatial))
                     dtype = prog.operand_dtype(DType.fp32)
-                    flat = flat_window(block, geo.axes, src.dtype, dtype)
-                    window, strides = load_windows(prog, src, block, geo.axes, 0.0, f"{node.name}/x", dtype, flat)
-                    # (tap t of a transposed convolution reads the kernel flipped)
-                    products = [(geo.taps - 1 - t if geo.transposed else t, dst, moving) for t, dst, moving in
-                                window_taps(window, strides, block, geo.axes, taps, ct, acc, flat)]
+                    # the images as they lie, no padding; not where VectorE takes a share of a depthwise
+                    # convolution's taps, whose first and last must each write every output, as PE's first does
+                    # (one tap alone does), nor for a transposed convolution (its taps read the kernel flipped)
+                    if not share and not geo.transposed and tight_window(block, geo.axes):
+                        window = load_tight(prog, src, block, dtype, f"{node.name}/x")
+                        products = tight_taps(window, block, geo.axes, taps, ct, acc)
+                    else:
+                        flat = flat_window(block, geo.axes, src.dtype, dtype)
+                        window, strides = load_windows(prog, src, block, geo.axes, 0.0, f"{node.name}/x", dtype,
+                                                       flat)
+                        # (tap t of a transposed convolution reads the kernel flipped)
+                        products = [(geo.taps - 1 - t if geo.transposed else t, dst, moving) for t, dst, moving in
+                                    window_taps(window, strides, block, geo.axes, taps, ct, acc, flat)]
                     if diagonal:
                         assert isinstance(acc, Tile)  # (a depthwise convolution's banks are its own: _shared_bank)
                         diagonal_products(prog, acc, diagonals, w, scalars, products, mt, share)

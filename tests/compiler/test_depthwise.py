@@ -146,3 +146,34 @@ def test_an_expansion_writes_inside_the_depthwise_window(tmp, channels, policy):
     streams = compile_model(model).cores[0]
     assert not [i for s in streams.values() for i in s.instructions if i.op == "tensor_copy"]
     check(model, tmp, policy=policy)
+
+
+@pytest.mark.parametrize("policy", ["clock", "random"])
+@pytest.mark.parametrize("kernel, stride, pad", [(5, 1, 2), (3, 2, 1)])
+def test_a_depthwise_window_over_whole_images_has_no_padding(tmp, kernel, stride, pad, policy):
+    """Under auto-cast (PE takes every tap), a depthwise convolution over whole 14 x 14 images reads its input as
+    it lies (windows.tight_window): each tap adds to the outputs whose input is inside the image, the centre tap
+    first (it reaches all of them); no fill of padding, and the 1x1 expansion before it writes where the taps
+    read, no copy between them. Exact to bf16 operands, under a random order of the engines too (small integers
+    into the expansion, whose sums bf16 then holds exactly, whatever their order: a sum rounded to bf16 may
+    otherwise land on the other side of a rounding boundary than onnxruntime's, one ulp of an intermediate)."""
+    rng = np.random.default_rng(6)
+    weights = {"w1": rng.integers(-2, 3, (96, 32, 1, 1)).astype(np.float32),
+               "w2": rng.standard_normal((96, 1, kernel, kernel)).astype(np.float32)}
+    out = (14 + 2 * pad - kernel) // stride + 1
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["e"]), helper.make_node("Relu", ["e"], ["r"]),
+             helper.make_node("Conv", ["r", "w2"], ["y"], group=96, pads=[pad] * 4, strides=[stride] * 2)]
+    model = make_model(nodes, {"x": ([1, 32, 14, 14], TensorProto.FLOAT)}, {"y": ([1, 96, out, out], TensorProto.FLOAT)},
+                       weights)
+    options = Options(auto_cast="matmult", auto_cast_type="bf16")
+    streams = compile_model(model, options).cores[0]
+    ops = [i.op for s in streams.values() for i in s.instructions]
+    assert "tensor_copy" not in ops and not [i for s in streams.values() for i in s.instructions
+                                             if i.op == "memset" and i.args["dst"].num_partitions == 96]
+    taps = [i for i in streams["PE"].instructions if i.args["stationary"].num_partitions == 96]
+    assert len(taps) == kernel * kernel and taps[0].args["dst"].free_size == out * out
+    assert min(i.args["dst"].free_size for i in taps) < out * out  # (the corner taps reach fewer outputs)
+    compiled = compile_to_model(model, tmp, options)
+    inputs = {"x": rng.integers(-2, 3, (1, 32, 14, 14)).astype(np.float32)}
+    assert_close(compiled.run(inputs, policy=policy, seed=2), onnxruntime_outputs(bf16_operands(model), inputs),
+                 rtol=1e-5)
