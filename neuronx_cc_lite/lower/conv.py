@@ -461,7 +461,7 @@ def lower_windowed_matmul(ctx: LowerCtx, node: Node, geo: ConvGeometry) -> None:
                     # convolution's taps, whose first and last must each write every output, as PE's first does
                     # (one tap alone does), nor for a transposed convolution (its taps read the kernel flipped)
                     if not share and not geo.transposed and tight_window(block, geo.axes):
-                        window = load_tight(prog, src, block, dtype, f"{node.name}/x")
+                        window = load_tight(prog, src, block, geo.axes, dtype, f"{node.name}/x")
                         products = tight_taps(window, block, geo.axes, taps, ct, acc)
                     else:
                         flat = flat_window(block, geo.axes, src.dtype, dtype)

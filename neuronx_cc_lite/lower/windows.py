@@ -215,46 +215,63 @@ def window_taps(tile: Tile, strides: tuple[int, ...], block: Block, axes: list[A
 
 
 def tight_window(block: Block, axes: list[Axis]) -> bool:
-    """Whether the block's windows may be its images as they lie, without padding: a 2-D block of whole images,
-    without zero insertion, whose kernel has, along each axis, a tap that reads inside the input for every output
-    (tight_taps writes it first: it starts the accumulation). Each other tap then adds to the outputs whose input
-    lies inside the image only, where the others would read padding (zeros). The window needs no fill, and a
-    producer that keeps the input on chip writes it where the matmuls read it (codegen/on_chip.py), with no copy
-    into a padded window between them (MobileNetV3's depthwise layers over 14 x 14 and 7 x 7, ResNet's 3x3
-    convolutions over 14 x 14 and 7 x 7)."""
-    return len(axes) == 2 and all(ax.up == 1 for ax in axes) and tuple(block.counts) == tuple(ax.out for ax in axes) \
-        and all(any(_row_outputs(ax, k) == (0, ax.out) for k in range(ax.kernel)) for ax in axes)
+    """Whether the block's windows may be its input rows as they lie, without padding: a 2-D block of whole rows
+    (whole images, or one image's rows), without zero insertion, whose kernel has a tap along the row that reads
+    inside the input for every output, and a tap along the column that does for every row of the block
+    (tight_taps writes that pair first: it starts the accumulation). Each other tap then adds to the outputs
+    whose input lies inside the image only, where the others would read padding (zeros). The window needs no fill,
+    and a producer that keeps the input on chip writes it where the matmuls read it (codegen/on_chip.py), with no
+    copy into a padded window between them (MobileNetV3's depthwise layers, ResNet's 3x3 convolutions)."""
+    if len(axes) != 2 or any(ax.up != 1 for ax in axes):
+        return False
+    rows, cols = axes
+    r0, count = block.starts[0], block.counts[0]
+    return block.starts[1] == 0 and block.counts[1] == cols.out and \
+        any(_row_outputs(cols, k) == (0, cols.out) for k in range(cols.kernel)) and \
+        any(first <= r0 and r0 + count <= end for first, end in (_row_outputs(rows, k) for k in range(rows.kernel)))
+
+
+def _tight_rows(block: Block, rows: Axis) -> tuple[int, int]:
+    """[first, end) of the input rows a tight window holds: those the block's taps read inside the image."""
+    r0, count = block.starts[0], block.counts[0]
+    first = max(0, r0 * rows.stride - rows.offset)
+    end = min(rows.size, (r0 + count - 1) * rows.stride + (rows.kernel - 1) * rows.dilation - rows.offset + 1)
+    return first, end
 
 
 def tight_taps(tile: Tile, block: Block, axes: list[Axis], taps: list[tuple[int, ...]], partitions: int,
                acc: Tile | Columns) -> list[tuple[int, TileAccess, TileAccess]]:
-    """window_taps for a tight window (tight_window: the images [rows x columns] as they lie): each tap adds to the
-    outputs whose input lies inside the image, a rectangle of them, those that add to every output first; a tap
-    that reaches none is left out."""
+    """window_taps for a tight window (tight_window: the input rows [rows x columns] as they lie): each tap adds to
+    the outputs of the block whose input lies inside the image, a rectangle of them, those that add to every
+    output first; a tap that reaches none is left out."""
     rows, cols = axes
-    image, outputs = rows.size * cols.size, rows.out * cols.out
+    r0, count = block.starts[0], block.counts[0]
+    first_row, end_row = _tight_rows(block, rows)
+    image, outputs = (end_row - first_row) * cols.size, count * cols.out
     found = []
     for t, (kh, kw) in enumerate(taps):
-        (r0, r1), (c0, c1) = _row_outputs(rows, kh), _row_outputs(cols, kw)
-        if r1 <= r0 or c1 <= c0:
+        (a, b), (c0, c1) = _row_outputs(rows, kh), _row_outputs(cols, kw)
+        a, b = max(a, r0), min(b, r0 + count)
+        if b <= a or c1 <= c0:
             continue
         # output (r, c) reads input (r * stride + k * dilation - offset) along each axis
-        at = (r0 * rows.stride + kh * rows.dilation - rows.offset) * cols.size + \
+        at = (a * rows.stride + kh * rows.dilation - rows.offset - first_row) * cols.size + \
             c0 * cols.stride + kw * cols.dilation - cols.offset
-        dst = acc.ap(_dims([(block.images, outputs), (r1 - r0, cols.out), (c1 - c0, 1)]), r0 * cols.out + c0)
-        moving = tile.ap(_dims([(block.images, image), (r1 - r0, rows.stride * cols.size), (c1 - c0, cols.stride)]),
+        dst = acc.ap(_dims([(block.images, outputs), (b - a, cols.out), (c1 - c0, 1)]), (a - r0) * cols.out + c0)
+        moving = tile.ap(_dims([(block.images, image), (b - a, rows.stride * cols.size), (c1 - c0, cols.stride)]),
                          at, 0, partitions)
-        found.append(((r1 - r0, c1 - c0) != (rows.out, cols.out), t, dst, moving))
+        found.append(((b - a, c1 - c0) != (count, cols.out), t, dst, moving))
     found.sort(key=lambda f: f[0])  # (stable: in order otherwise)
     return [(t, dst, moving) for _, t, dst, moving in found]
 
 
-def load_tight(prog: Program, src: HbmView, block: Block, dtype: DType, name: str) -> Tile:
-    """A tight window (tight_window): the block's images as they lie, [partitions, images x rows x columns]."""
-    rows, cols = src.shape[2:]
-    tile = prog.sbuf(src.shape[0], block.images * rows * cols, dtype, name)
-    box = src.box((0, block.n0, 0, 0), (src.shape[0], block.images, rows, cols))
-    dma_tile(prog, tile, box, (rows * cols, cols, 1), 0, 0)
+def load_tight(prog: Program, src: HbmView, block: Block, axes: list[Axis], dtype: DType, name: str) -> Tile:
+    """A tight window (tight_window): the block's input rows as they lie, [partitions, images x rows x columns]."""
+    first, end = _tight_rows(block, axes[0])
+    cols = src.shape[3]
+    tile = prog.sbuf(src.shape[0], block.images * (end - first) * cols, dtype, name)
+    box = src.box((0, block.n0, first, 0), (src.shape[0], block.images, end - first, cols))
+    dma_tile(prog, tile, box, ((end - first) * cols, cols, 1), 0, 0)
     return tile
 
 

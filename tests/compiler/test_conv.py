@@ -4,10 +4,12 @@
 from __future__ import annotations
 
 import pytest
+from onnx import helper
 
 from neuronx_cc_lite.compiler import Options, compile_model
 from neuronx_cc_lite.errors import UnsupportedError
 from tests.compiler.one_node import F32, check, one_node, rng_weights, streams
+from tests.conftest import make_model
 
 
 def conv(op: str, n: int, c: int, spatial: list[int], m: int, kernel: list[int], group: int = 1,
@@ -138,3 +140,19 @@ def test_unsupported_convolutions_say_why(op, shape, kernel, message):
     model = conv(op, shape[0], shape[1], shape[2:], 1, kernel, bias=False)
     with pytest.raises(UnsupportedError, match=message):
         compile_model(model)
+
+
+@pytest.mark.parametrize("policy", ["clock", "random"])
+def test_blocks_of_rows_read_their_input_as_it_lies(tmp, policy):
+    """A 3x3 convolution over 28 x 28 outputs (two blocks of rows, a bank each) after a Relu kept on chip: each
+    block's window is its input rows as they lie (windows.tight_window), the taps adding only to the outputs whose
+    input is inside the image, so no fill of padding and no copy from the Relu's result into a padded window.
+    onnxruntime's result, under a random order of the engines too."""
+    weights = rng_weights(7, w=(64, 64, 3, 3), b=(64,))
+    nodes = [helper.make_node("Relu", ["x"], ["r"]),
+             helper.make_node("Conv", ["r", "w", "b"], ["y"], pads=[1, 1, 1, 1])]
+    model = make_model(nodes, {"x": ([1, 64, 28, 28], F32)}, {"y": ([1, 64, 28, 28], F32)}, weights)
+    streams = compile_model(model).cores[0]
+    ops = [i.op for s in streams.values() for i in s.instructions]
+    assert "memset" not in ops and "tensor_copy" not in ops
+    check(model, tmp, policy=policy)
