@@ -155,10 +155,11 @@ def matmul_2d_transposed(ctx: LowerCtx, a: Operand, b: Operand, out: HbmView, ep
 
 def _outpaces_evacuation(prog: Program, k_tiles: int, rows: int, dtype: DType) -> bool:
     """Whether PE computes a block of 128 outputs of `rows` rows (k_tiles matmuls, the weights stationary) faster
-    than ScalarE evacuates it, by the cost model: then a bank's worth of blocks evacuated at once keeps up
-    (MobileNetV3's two classifier layers in bf16, a block 0.12 us on PE against 0.19 to evacuate it: 99.8 ->
-    98.5 us); otherwise each block's evacuation overlaps the next block's matmuls, and the layer that reads the
-    result starts on the first block (the same in fp32, at a quarter of PE's rate: 176.1 -> 177.3 together)."""
+    than ScalarE evacuates it, by the cost model: then a feature-major result's blocks share a bank, evacuated at
+    once (MobileNetV3's hidden classifier layer in bf16, a block 0.12 us on PE against 0.19 to evacuate it, with
+    its logits: 99.8 -> 98.5 us); otherwise each block's evacuation overlaps the next block's matmuls, and the
+    layer that reads the result starts on its first block (in fp32, at a quarter of PE's rate, together: 176.1 ->
+    177.3)."""
     target, pmax = prog.target, prog.target.partitions
     acc = Tile(Mem.PSUM, pmax, rows, DType.fp32, "acc").ap().placed_at(0)
     stationary = Tile(Mem.SBUF, pmax, pmax, dtype, "weights").ap().placed_at(0)
@@ -337,21 +338,18 @@ def _weights_stationary(ctx: LowerCtx, name: str, rows: int, b: Operand, epilogu
     """Whether a product of few rows stored as a graph output (a classifier's logits) is computed as out^T, the
     weights stationary (matmul_2d_transposed), every block of 128 outputs in one bank (_side_by_side): PE then
     streams the rows, max(MIN_II, rows) cycles a block, where with the rows stationary it streams the weights, a
-    cycle an output. Taken where PE makes a block faster than ScalarE evacuates one (_outpaces_evacuation: few K
-    tiles at the bf16 rate; ResNet-18 in bf16 161.0 -> 156.8 us), the weights fit a quarter of SBUF (loaded ahead
-    of the product, not streamed: not a decode step's vocabulary projection) and PE saves more than the
-    transposed store costs the DMA engines (a piece an output). So not over many K tiles (ResNet-50's 16 in
-    bf16: 334.5 -> 337.2 us), nor for most fp32 classifiers, PE at a quarter of its rate: there PE's saving is
-    largest (MobileNetV3's classifier, 8 K tiles: 11.8 -> 5.9 us of PE, 184.2 -> 176.1 us) but a memory-bound
-    network's schedule loaded its classifier's weights later (ResNet-18, 4 K tiles: 399.9 -> 410.8 us)."""
+    cycle an output. Taken when the weights fit a quarter of SBUF (loaded ahead of the product, not streamed: not a
+    decode step's vocabulary projection) and PE saves more than the transposed store costs the DMA engines (a
+    piece an output). MobileNetV3's classifier, 1,024 x 1,000 at the end of its chain: 8 K tiles, 11.8 -> 5.9 us of
+    PE in fp32; ResNet-18 in bf16 157.0 -> 151.6 us. (Measured slower: ResNet-18 in fp32, 382.7 -> 384.6 us, its
+    memory-bound schedule loading the classifier's weights later.)"""
     target = ctx.program.target
     if name not in ctx.graph.outputs or not isinstance(b, np.ndarray) or not _transposable(epilogue) or \
             rows > target.min_ii_cycles or epilogue.gate is not None:
         return False
     (k, n), dtype = b.shape, ctx.program.operand_dtype(DType.fp32)
     k_tiles = -(-k // target.partitions)
-    if k_tiles * n * dtype.size > target.sbuf_partition_bytes // 4 or \
-            not _outpaces_evacuation(ctx.program, k_tiles, rows, dtype):
+    if k_tiles * n * dtype.size > target.sbuf_partition_bytes // 4:
         return False
     saved = k_tiles * (n - -(-n // target.gemm_stationary_fmax) * max(target.min_ii_cycles, rows))
     return saved / pe_rate(dtype, target) / target.pe_ghz > n * rows * target.dma_piece_ns / target.dma_queues
