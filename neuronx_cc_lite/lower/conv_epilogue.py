@@ -135,29 +135,38 @@ class Epilogue:
         box = self.out.box((block.n0, co0, *block.starts), (block.images, src.partitions, *block.counts))
         self.ctx.program.dma(box.transpose((1, 0, *spatial)), src)
 
-    def finish_into(self, acc: Tile, column: TileAccess | None, dst: TileAccess, row0: int = 0) -> None:
+    def sums(self) -> bool:
+        """Whether finish can also give each partition's sum of its results (`sums`): where the last instruction
+        is ScalarE's evacuation (no residual, no hard activation)."""
+        return self.residual is None and self.hard is None
+
+    def finish_into(self, acc: Tile, column: TileAccess | None, dst: TileAccess, row0: int = 0,
+                    sums: TileAccess | None = None) -> None:
         """After the block's matmuls: the bank's results written to `dst` (as many elements a partition, in the
         order of the bank's columns; a region of the tile its consumer reads, a depthwise window) instead of
-        stored. Not for a residual epilogue."""
-        assert self.residual is None
+        stored; with `sums` ([P, 1], where self.sums()), each partition's sum of them too. Not for a residual
+        epilogue."""
+        assert self.residual is None and (sums is None or self.sums())
         prog = self.ctx.program
         if self.direct:
             assert self.hard is not None
             self._add_bias(acc.ap(), row0)
             self.hard(dst, acc.ap())
             return
-        prog.emit("activation", Engine.ACT, dst=dst, src=acc.ap(), bias=column, func=self.func, scale=1.0)
+        act(prog, dst, acc.ap(), self.func, bias=column, reduce=sums)
         if self.hard is not None:
             self.hard(dst, dst)
 
-    def finish(self, acc: Tile, column: TileAccess | None, parts: list[Part], row0: int = 0) -> None:
+    def finish(self, acc: Tile, column: TileAccess | None, parts: list[Part], row0: int = 0,
+               sums: TileAccess | None = None) -> None:
         """After the block's matmuls: the bank (all its partitions and columns) to each part's outputs. `row0`:
-        the bias rows' first column for the bank's partition 0 (its first output channel)."""
+        the bias rows' first column for the bank's partition 0 (its first output channel); `sums`: as for
+        finish_into."""
         prog, name, residual = self.ctx.program, self.node.name, self.residual
         spatial = tuple(range(2, 2 + len(parts[0][0].counts)))
         res = prog.sbuf(acc.partitions, acc.free, DType.fp32, f"{name}/y")
         if residual is None:
-            self.finish_into(acc, column, res.ap(), row0)
+            self.finish_into(acc, column, res.ap(), row0, sums)
         else:  # (psum + bias) + residual as the bank leaves, then the activation
             extra = prog.sbuf(acc.partitions, acc.free, residual.dtype, f"{name}/residual")
             if len(parts) > 1 or parts[0][0].size < acc.free:  # the bank's columns no part covers are read too

@@ -36,12 +36,14 @@ import numpy as np
 
 from isa.costs import duration_ns
 from isa.dtypes import DType
-from isa.functions import AluOp
+from isa.functions import ActFunc, AluOp
 from isa.instructions import Instruction
 from isa.operand import Engine, Mem
 from neuronx_cc_lite.ir import Node
 from neuronx_cc_lite.lower.context import LowerCtx
 from neuronx_cc_lite.lower.conv_epilogue import Epilogue
+from neuronx_cc_lite.lower.hbm import HbmView
+from neuronx_cc_lite.lower.instr import act
 from neuronx_cc_lite.lower.program import HbmAccess, Program, Tile, TileAccess
 from neuronx_cc_lite.lower.windows import Block, fill_window, flat_window, needs_fill, window_strides, window_taps
 
@@ -248,7 +250,10 @@ def lower_banded_depthwise(ctx: LowerCtx, node: Node, geo: ConvGeometry, bands: 
     # the windows its producer wrote (a stem's bands, lower/banded_stem.py), else loaded here
     written = ctx.windows.pop(node.inputs[0], None)
     assert written is None or written[0] == plan, (written, plan)
-    for n, r0 in plan.groups(x.shape[0]):
+    groups = plan.groups(x.shape[0])
+    mean = _mean_reader(ctx, node, plan, epilogue, x.shape[0])
+    sums = prog.sbuf(p, len(groups), DType.fp32, f"{node.name}/sums") if mean is not None else None
+    for g, (n, r0) in enumerate(groups):
         whole = plan.blocks(n, r0)
         window = written[1][n, r0] if written is not None else None
         if window is None:
@@ -262,4 +267,47 @@ def lower_banded_depthwise(ctx: LowerCtx, node: Node, geo: ConvGeometry, bands: 
         diagonal_products(prog, acc, diagonals, weights, scalars, products, p, share)
         parts = [(Block(n, 1, block.starts, (min(per_band, rows.out - block.starts[0]), cols.out)), b * c, 0, c)
                  for b, block in enumerate(whole) if block.starts[0] < rows.out]
-        epilogue.finish(acc, column, parts)
+        epilogue.finish(acc, column, parts, sums=sums.ap(((1, 1),), g) if sums is not None else None)
+    if mean is not None and sums is not None:
+        ctx.means[mean.outputs[0]] = _band_means(ctx, node, plan, sums)
+
+
+def _mean_reader(ctx: LowerCtx, node: Node, plan: BandWindows, epilogue: Epilogue, images: int) -> Node | None:
+    """A ReduceMean over the rows and columns of the convolution's output (a squeeze-and-excitation's pooling,
+    MobileNetV3's first block), when the epilogue can give each partition's sum as it evacuates a group of bands
+    (Epilogue.sums) and every band of a group is whole or wholly past the last output row (a band's sum is then
+    all its own or none of it counts): the sums become the mean (_band_means), where the ReduceMean read the output
+    back, after a transfer of each band's rows to the channels' partitions, on C partitions."""
+    from neuronx_cc_lite.lower.reduce import reduced_axes  # (reduce.py's lowering reads ctx.means)
+
+    rows = plan.geo.axes[0]
+    if images != 1 or not epilogue.sums() or rows.out % plan.per_band:
+        return None
+    return next((r for r in ctx.consumers.get(node.outputs[0], []) if r.op == "ReduceMean" and
+                 r.inputs[0] == node.outputs[0] and reduced_axes(r, ctx.graph) == (2, 3)), None)
+
+
+def _band_means(ctx: LowerCtx, node: Node, plan: BandWindows, sums: Tile) -> Tile:
+    """The channels' means [C, 1] from each group's sums [B * C, 1] (column g of `sums`): PE adds each group's
+    bands, a band's channel c on partition b * C + c, through a [B * C, C] matrix of ones where the band holds
+    outputs (zeros for the bands past the last row), every group into one accumulation, and ScalarE scales by 1 /
+    (rows x columns) as it leaves the bank. In fp32: the sums are not rounded."""
+    prog, c = ctx.program, plan.geo.channels
+    rows, cols = plan.geo.axes
+    groups = plan.groups(1)
+    ones = np.zeros((sums.partitions, len(groups) * c), np.float32)
+    for g, (n, r0) in enumerate(groups):
+        for b, block in enumerate(plan.blocks(n, r0)):
+            if block.starts[0] < rows.out:
+                ones[b * c:(b + 1) * c, g * c:(g + 1) * c] = np.eye(c, dtype=np.float32)
+    tensor = prog.hbm_tensor(f"{node.name}/band_sums", ones.nbytes, "weight", DType.fp32, ones.tobytes())
+    tensor.needed = 0  # (not the model's data: the roofline leaves it out)
+    matrix = prog.sbuf(sums.partitions, ones.shape[1], DType.fp32, f"{node.name}/band_sums")
+    prog.dma(matrix.ap(), HbmView(tensor, DType.fp32, ones.shape, (ones.shape[1], 1)))
+    total = prog.psum(c, 1, f"{node.name}/total")
+    for g in range(len(groups)):
+        prog.emit("nc_matmul", Engine.PE, dst=total.ap(), stationary=matrix.ap(((c, 1),), g * c),
+                  moving=sums.ap(((1, 1),), g), accumulate=g > 0)
+    mean = prog.sbuf(c, 1, DType.fp32, f"{node.name}/mean")
+    act(prog, mean.ap(), total.ap(), ActFunc.copy, scale=1.0 / (rows.out * cols.out))
+    return mean

@@ -178,7 +178,8 @@ def lower_reduce(ctx: LowerCtx, node: Node) -> None:
             ctx.alias(node.outputs[0], x)
             return
         axes = tuple(range(rank))
-    if _across_partitions(ctx, node, x, axes):
+    ready = ctx.means.pop(node.outputs[0], None)  # computed by its input's producer (lower/depthwise.py)
+    if ready is None and _across_partitions(ctx, node, x, axes):
         return
     kept = tuple(n for a, n in enumerate(x.shape) if a not in axes)
     length = math.prod(x.shape[a] for a in axes)
@@ -190,7 +191,7 @@ def lower_reduce(ctx: LowerCtx, node: Node) -> None:
     r = REDUCTIONS[node.op]
     for row, dst in row_boxes([move_to_end(x, axes), rows_out], len(kept), prog.target.partitions):
         p = row.shape[0]
-        acc = reduce_rows(prog, row, p, length, r, node.name, tile_free_max(ctx))
+        acc = ready if ready is not None else reduce_rows(prog, row, p, length, r, node.name, tile_free_max(ctx))
         if dst.dtype is not DType.fp32:
             cast = prog.sbuf(p, 1, dst.dtype, f"{node.name}/cast")
             prog.emit("tensor_copy", Engine.DVE, dst=cast.ap(), src=acc.ap())

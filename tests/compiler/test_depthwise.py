@@ -177,3 +177,29 @@ def test_a_depthwise_window_over_whole_images_has_no_padding(tmp, kernel, stride
     inputs = {"x": rng.integers(-2, 3, (1, 32, 14, 14)).astype(np.float32)}
     assert_close(compiled.run(inputs, policy=policy, seed=2), onnxruntime_outputs(bf16_operands(model), inputs),
                  rtol=1e-5)
+
+
+@pytest.mark.parametrize("size, fused", [(48, True), (50, False)])
+def test_a_spatial_mean_of_banded_depthwise_outputs(tmp, size, fused):
+    """A ReduceMean over the rows and columns of a banded depthwise convolution's output (a squeeze-and-excitation
+    pooling): with every band of 3 rows whole (48 rows), each group's epilogue gives its partitions' sums as it
+    evacuates the bank, and PE adds the bands of every group into the channels' sums (one fp32 matmul of a column
+    a group); with 50 rows the last band is cut and the mean reads the output back. onnxruntime's result both
+    ways, in fp32 and exact to bf16 operands."""
+    rng = np.random.default_rng(8)
+    weights = {"w": rng.standard_normal((16, 1, 3, 3)).astype(np.float32),
+               "b": rng.standard_normal(16).astype(np.float32),
+               "axes": np.array([2, 3], np.int64)}
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], group=16, pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["y"]), helper.make_node("ReduceMean", ["y", "axes"], ["m"])]
+    model = make_model(nodes, {"x": ([1, 16, size, size], TensorProto.FLOAT)},
+                       {"y": ([1, 16, size, size], TensorProto.FLOAT), "m": ([1, 16, 1, 1], TensorProto.FLOAT)},
+                       weights, opset=18)
+    pe = compile_model(model).cores[0]["PE"].instructions
+    sums = [i for i in pe if i.args["moving"].free_size == 1 and i.args["moving"].dtype.name == "fp32"]
+    assert bool(sums) == fused
+    check(model, tmp)
+    options = Options(auto_cast="matmult", auto_cast_type="bf16")
+    compiled = compile_to_model(model, tmp, options)
+    inputs = seeded_inputs(compiled.inputs)
+    assert_close(compiled.run(inputs), onnxruntime_outputs(bf16_operands(model), inputs), rtol=1e-5)
