@@ -222,7 +222,8 @@ class BandWindows:
 
     def needs_fill(self, n: int, r0: int) -> bool:
         """Whether some of the group's windows has no input element (padding, rows past the input's last)."""
-        return any(needs_fill(block, self.geo.axes[:-1] if self.flat else self.geo.axes) for block in self.blocks(n, r0))
+        axes = self.geo.axes[:-1] if self.flat else self.geo.axes
+        return any(needs_fill(block, axes) for block in self.blocks(n, r0))
 
 
 def band_windows(ctx: LowerCtx, node: Node, geo: ConvGeometry, bands: int, per_band: int) -> BandWindows:

@@ -341,7 +341,7 @@ def _weights_stationary(ctx: LowerCtx, name: str, rows: int, b: Operand, epilogu
     cycle an output. Taken when the weights fit a quarter of SBUF (loaded ahead of the product, not streamed: not a
     decode step's vocabulary projection) and PE saves more than the transposed store costs the DMA engines (a
     piece an output). MobileNetV3's classifier, 1,024 x 1,000 at the end of its chain: 8 K tiles, 11.8 -> 5.9 us of
-    PE in fp32; ResNet-18 in bf16 157.0 -> 151.6 us. (Measured slower: ResNet-18 in fp32, 382.7 -> 384.6 us, its
+    PE in fp32; ResNet-18 in bf16 161.0 -> 157.0 us. (Measured slower: ResNet-18 in fp32, 382.7 -> 384.6 us, its
     memory-bound schedule loading the classifier's weights later.)"""
     target = ctx.program.target
     if name not in ctx.graph.outputs or not isinstance(b, np.ndarray) or not _transposable(epilogue) or \

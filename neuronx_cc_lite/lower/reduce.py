@@ -191,6 +191,7 @@ def lower_reduce(ctx: LowerCtx, node: Node) -> None:
     r = REDUCTIONS[node.op]
     for row, dst in row_boxes([move_to_end(x, axes), rows_out], len(kept), prog.target.partitions):
         p = row.shape[0]
+        assert ready is None or ready.partitions == p  # (a producer's means: at most a partition's worth of rows)
         acc = ready if ready is not None else reduce_rows(prog, row, p, length, r, node.name, tile_free_max(ctx))
         if dst.dtype is not DType.fp32:
             cast = prog.sbuf(p, 1, dst.dtype, f"{node.name}/cast")

@@ -163,8 +163,8 @@ def test_a_depthwise_window_over_whole_images_has_no_padding(tmp, kernel, stride
     out = (14 + 2 * pad - kernel) // stride + 1
     nodes = [helper.make_node("Conv", ["x", "w1"], ["e"]), helper.make_node("Relu", ["e"], ["r"]),
              helper.make_node("Conv", ["r", "w2"], ["y"], group=96, pads=[pad] * 4, strides=[stride] * 2)]
-    model = make_model(nodes, {"x": ([1, 32, 14, 14], TensorProto.FLOAT)}, {"y": ([1, 96, out, out], TensorProto.FLOAT)},
-                       weights)
+    model = make_model(nodes, {"x": ([1, 32, 14, 14], TensorProto.FLOAT)},
+                       {"y": ([1, 96, out, out], TensorProto.FLOAT)}, weights)
     options = Options(auto_cast="matmult", auto_cast_type="bf16")
     streams = compile_model(model, options).cores[0]
     ops = [i.op for s in streams.values() for i in s.instructions]
