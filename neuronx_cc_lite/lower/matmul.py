@@ -41,6 +41,7 @@ from neuronx_cc_lite.lower.context import LowerCtx
 from neuronx_cc_lite.lower.elementwise import floats_only
 from neuronx_cc_lite.lower.hbm import HbmView
 from neuronx_cc_lite.lower.instr import act, ts, tt
+from neuronx_cc_lite.lower.layout import MATMULS
 from neuronx_cc_lite.lower.program import Program, Tile, TileAccess
 from neuronx_cc_lite.lower.registry import lowering
 from neuronx_cc_lite.lower.operands import (BSource, Operand, a_transposed, bias_columns, bias_rows, blocks,
@@ -118,7 +119,8 @@ def matmul_2d_transposed(ctx: LowerCtx, a: Operand, b: Operand, out: HbmView, ep
     for mb, (m0, mw) in enumerate(blocks(m_size, t.gemm_moving_fmax)):
         a_t = a_transposed(ctx, a, dtype, m0, mw, k_tiles, name, keys[0])
         if 1 < len(n_tiles) and len(n_tiles) * mw <= bank and not epilogue.addends and epilogue.gate is None and \
-                (together or _outpaces_evacuation(prog, len(k_tiles), mw, dtype)):
+                (together or (_outpaces_evacuation(prog, len(k_tiles), mw, dtype) and
+                              not _read_by_a_matmul(ctx, out.tensor.name))):
             _side_by_side(ctx, a_t, b_source, mb, n_tiles, columns, epilogue, out, m0, mw)
             continue
         residual_t = (a_transposed(ctx, epilogue.addends[0][0], epilogue.addends[0][0].dtype, m0, mw, n_tiles,
@@ -153,13 +155,19 @@ def matmul_2d_transposed(ctx: LowerCtx, a: Operand, b: Operand, out: HbmView, ep
             prog.dma(out.box((m0, n0), (mw, nb)).transpose((1, 0)), res.ap())
 
 
+def _read_by_a_matmul(ctx: LowerCtx, name: str) -> bool:
+    """Whether a matmul reads the tensor: it contracts over its blocks of features one K tile at a time, and starts
+    on the first block evacuated (an MLP's next layer: mlp_wide in models/ 7.5 us with a block evacuated at a time,
+    7.9 with its five together)."""
+    return any(r.op in MATMULS for r in ctx.consumers.get(name, []))
+
+
 def _outpaces_evacuation(prog: Program, k_tiles: int, rows: int, dtype: DType) -> bool:
     """Whether PE computes a block of 128 outputs of `rows` rows (k_tiles matmuls, the weights stationary) faster
     than ScalarE evacuates it, by the cost model: then a feature-major result's blocks share a bank, evacuated at
-    once (MobileNetV3's hidden classifier layer in bf16, a block 0.12 us on PE against 0.19 to evacuate it, with
-    its logits: 99.8 -> 98.5 us); otherwise each block's evacuation overlaps the next block's matmuls, and the
-    layer that reads the result starts on its first block (in fp32, at a quarter of PE's rate, together: 176.1 ->
-    177.3)."""
+    once, unless a matmul reads them (MobileNetV3's hidden classifier layer in bf16, a block 0.12 us on PE against
+    0.19 to evacuate it, read by a HardSwish: 87.8 -> 87.1 us); otherwise each block's evacuation overlaps the
+    next block's matmuls (in fp32, at a quarter of PE's rate, together: 176.1 -> 177.3)."""
     target, pmax = prog.target, prog.target.partitions
     acc = Tile(Mem.PSUM, pmax, rows, DType.fp32, "acc").ap().placed_at(0)
     stationary = Tile(Mem.SBUF, pmax, pmax, dtype, "weights").ap().placed_at(0)

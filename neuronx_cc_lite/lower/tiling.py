@@ -17,9 +17,6 @@ from typing import Iterator
 from neuronx_cc_lite.lower.hbm import HbmView, coalesce
 
 ROW_ELEMENTS = 512
-# an instruction over fewer elements a partition than the shortest initiation interval (MIN_II, 64 cycles) takes
-# about as long as one over that many: layout_boxes puts the row blocks of such boxes side by side
-FOLD_BELOW = 64
 
 
 def _spaces(views: list[HbmView], pmax: int, free_max: int
@@ -140,32 +137,11 @@ def layout_boxes(views: list[HbmView], partition_axes: tuple[int, int], pmax: in
     loops = () if feature_major else shape[:first]
     free_axes = tuple(range(first)) if feature_major else tuple(range(last, len(shape)))
     free = tuple(shape[a] for a in free_axes)
-    # the whole blocks of pmax rows lie side by side in the tensor's home (codegen/on_chip.py: a [pmax, blocks x
-    # free] tile), so where a block's box would hold fewer than FOLD_BELOW elements a partition, one box takes
-    # them all, the blocks a free axis (MobileNetV3's HardSwish on its 1,024 features, a decode step's one token:
-    # an instruction, where a box a block was an instruction a block over an element a partition)
-    blocks = rows // pmax if rows >= 2 * pmax and math.prod(free) < FOLD_BELOW and \
-        all(m is not None for m in merged) else 0
-
-    def folded(outer: tuple[int, ...]) -> Iterator[list[HbmView | RowPieces]]:
-        sizes_all = (blocks, *free)
-        chunks = chunk_sizes(sizes_all, free_max)
-        for starts in itertools.product(*(range(0, n, c) for n, c in zip(sizes_all, chunks))):
-            sizes = tuple(min(c, n - st) for n, c, st in zip(sizes_all, chunks, starts))
-            box: list[HbmView | RowPieces] = []
-            for v, m in zip(views, merged):
-                assert m is not None
-                steps = (pmax * m[1], *(v.strides[a] for a in free_axes))
-                offset = v.offset + sum(i * st for i, st in zip(outer, v.strides[:len(loops)]))
-                box.append(HbmView(v.tensor, v.dtype, (pmax, *sizes), (m[1], *steps),
-                                   offset + sum(a * st for a, st in zip(starts, steps))))
-            yield box
 
     def generate() -> Iterator[list[HbmView | RowPieces]]:
         chunks = chunk_sizes(free, free_max)
         for outer in itertools.product(*(range(n) for n in loops)):
-            yield from folded(outer) if blocks else ()
-            for r0 in range(blocks * pmax, rows, pmax):
+            for r0 in range(0, rows, pmax):
                 rt = min(pmax, rows - r0)
                 for starts in itertools.product(*(range(0, n, c) for n, c in zip(free, chunks))):
                     sizes = tuple(min(c, n - st) for n, c, st in zip(free, chunks, starts))

@@ -108,3 +108,33 @@ def test_a_classifier_takes_its_weights_stationary(tmp, cast):
         x, w = (v.astype(ml_dtypes.bfloat16).astype(np.float32) for v in (x, w))
     reference = np.maximum(x.astype(np.float64) @ w.T.astype(np.float64) + weights["b"], 0).astype(np.float32)
     assert_close(compiled.run(inputs), {"y": reference}, rtol=1e-4)
+
+
+@pytest.mark.parametrize("reader, evacuations", [("HardSwish", 1), ("Relu", 8)])
+def test_a_hidden_layer_of_one_row_shares_a_bank_unless_a_matmul_reads_it(tmp, reader, evacuations):
+    """[1, 512] @ [512, 1024], laid out feature-major (the next matmul contracts over its 1,024 features: 8 blocks
+    of 128), in bf16: PE makes a block (4 matmuls of one column) faster than ScalarE evacuates one, so the blocks
+    share a bank and one instruction evacuates them when an elementwise operator reads the result (HardSwish);
+    when a matmul does (a Relu fused into the product: the next layer reads it), each block is evacuated as the
+    next is computed, and the next layer starts on the first. onnxruntime's result (bf16 operands, its bound)."""
+    import numpy as np
+    from onnx import TensorProto, helper
+
+    from isa.operand import Mem
+    from neuronx_cc_lite.compiler import Options, compile_model
+    from tests.conftest import make_model
+
+    rng = np.random.default_rng(4)
+    weights = {"w1": rng.standard_normal((512, 1024)).astype(np.float32) / 16,
+               "w2": rng.standard_normal((1024, 64)).astype(np.float32) / 32}
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"]), helper.make_node(reader, ["h"], ["a"]),
+             helper.make_node("MatMul", ["a", "w2"], ["y"])]
+    model = make_model(nodes, {"x": ([1, 512], TensorProto.FLOAT)}, {"y": ([1, 64], TensorProto.FLOAT)}, weights)
+    options = Options(auto_cast="matmult", auto_cast_type="bf16")
+    core = compile_model(model, options).cores[0]
+    found = [i for e in ("ACT", "DVE", "POOL") if e in core for i in core[e].instructions
+             if i.op in ("activation", "tensor_scalar", "scalar_tensor_tensor") and
+             i.args["dst"].num_partitions == 128 and any(o.mem is Mem.PSUM for _, o in i.operands())]
+    assert len(found) == evacuations
+    ours, ref = run_both(model, tmp, options=options)
+    assert_close(ours, ref, rtol=0.0625)
