@@ -86,7 +86,7 @@ class LowerCtx:
         # group of bands); the depthwise lowering takes that plan and reads them as they are
         self.windows: dict[str, tuple[BandWindows, dict[tuple[int, int], Tile]]] = {}
         # spatial means a producer computed as its epilogue ran (a banded depthwise convolution, lower/depthwise.py),
-        # by the ReduceMean's result: [C, 1] fp32 on partitions 0..C-1; the ReduceMean stores it as it is
+        # by the result of the ReduceMean (or GlobalAveragePool): [C, 1] fp32 on partitions 0..C-1, stored as it is
         self.means: dict[str, Tile] = {}
         self.output_owner: dict[int, str] = {}  # id(HbmTensor) -> the graph output it was made for
         self.next_state = {after: name for name, after in graph.state.items()}  # next value -> state input

@@ -274,8 +274,8 @@ def lower_banded_depthwise(ctx: LowerCtx, node: Node, geo: ConvGeometry, bands: 
 
 
 def _mean_reader(ctx: LowerCtx, node: Node, plan: BandWindows, epilogue: Epilogue, images: int) -> Node | None:
-    """A ReduceMean over the rows and columns of the convolution's output (a squeeze-and-excitation's pooling,
-    MobileNetV3's first block), when the epilogue can give each partition's sum as it evacuates a group of bands
+    """A ReduceMean over the rows and columns of the convolution's output, or a GlobalAveragePool (a
+    squeeze-and-excitation's pooling, MobileNetV3's first block; TorchScript exports it with the latter), when the epilogue can give each partition's sum as it evacuates a group of bands
     (Epilogue.sums) and every band of a group is whole or wholly past the last output row (a band's sum is then
     all its own or none of it counts): the sums become the mean (_band_means), where the ReduceMean read the output
     back, after a transfer of each band's rows to the channels' partitions, on C partitions."""
@@ -284,8 +284,9 @@ def _mean_reader(ctx: LowerCtx, node: Node, plan: BandWindows, epilogue: Epilogu
     rows = plan.geo.axes[0]
     if images != 1 or not epilogue.sums() or rows.out % plan.per_band:
         return None
-    return next((r for r in ctx.consumers.get(node.outputs[0], []) if r.op == "ReduceMean" and
-                 r.inputs[0] == node.outputs[0] and reduced_axes(r, ctx.graph) == (2, 3)), None)
+    return next((r for r in ctx.consumers.get(node.outputs[0], []) if r.inputs[0] == node.outputs[0] and
+                 (r.op == "GlobalAveragePool" or r.op == "ReduceMean" and reduced_axes(r, ctx.graph) == (2, 3))),
+                None)
 
 
 def _band_means(ctx: LowerCtx, node: Node, plan: BandWindows, sums: Tile) -> Tile:

@@ -179,19 +179,22 @@ def test_a_depthwise_window_over_whole_images_has_no_padding(tmp, kernel, stride
                  rtol=1e-5)
 
 
+@pytest.mark.parametrize("pool", ["ReduceMean", "GlobalAveragePool"])
 @pytest.mark.parametrize("size, fused", [(48, True), (50, False)])
-def test_a_spatial_mean_of_banded_depthwise_outputs(tmp, size, fused):
-    """A ReduceMean over the rows and columns of a banded depthwise convolution's output (a squeeze-and-excitation
-    pooling): with every band of 3 rows whole (48 rows), each group's epilogue gives its partitions' sums as it
-    evacuates the bank, and PE adds the bands of every group into the channels' sums (one fp32 matmul of a column
-    a group); with 50 rows the last band is cut and the mean reads the output back. onnxruntime's result both
-    ways, in fp32 and exact to bf16 operands."""
+def test_a_spatial_mean_of_banded_depthwise_outputs(tmp, size, fused, pool):
+    """A ReduceMean over the rows and columns of a banded depthwise convolution's output, or a GlobalAveragePool
+    (a squeeze-and-excitation pooling, as the two exporters write it): with every band of 3 rows whole (48 rows),
+    each group's epilogue gives its partitions' sums as it evacuates the bank, and PE adds the bands of every group
+    into the channels' sums (one fp32 matmul of a column a group); with 50 rows the last band is cut and the mean
+    reads the output back. onnxruntime's result both ways, in fp32 and exact to bf16 operands."""
     rng = np.random.default_rng(8)
     weights = {"w": rng.standard_normal((16, 1, 3, 3)).astype(np.float32),
                "b": rng.standard_normal(16).astype(np.float32),
                "axes": np.array([2, 3], np.int64)}
+    mean = helper.make_node("ReduceMean", ["y", "axes"], ["m"]) if pool == "ReduceMean" else \
+        helper.make_node("GlobalAveragePool", ["y"], ["m"])
     nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], group=16, pads=[1, 1, 1, 1]),
-             helper.make_node("Relu", ["c"], ["y"]), helper.make_node("ReduceMean", ["y", "axes"], ["m"])]
+             helper.make_node("Relu", ["c"], ["y"]), mean]
     model = make_model(nodes, {"x": ([1, 16, size, size], TensorProto.FLOAT)},
                        {"y": ([1, 16, size, size], TensorProto.FLOAT), "m": ([1, 16, 1, 1], TensorProto.FLOAT)},
                        weights, opset=18)
