@@ -267,16 +267,15 @@ def _clamp_gates_where_read(g: Graph) -> None:
     at relu(alpha * x + beta) (activation "HardSigmoid/unclamped") and the reader clamps as it scales (attribute
     scale_max 1.0: one VectorE instruction, min then multiply, where the clamp was one more instruction on the
     chain between the two convolutions). Only over GATE_CHANNELS channels at most."""
-    users = g.consumers()
-    for i, node in enumerate(g.nodes):
+    users, producers = g.consumers(), g.producers()
+    for node in g.nodes:
         scale = node.inputs[4] if node.op == CONV_OP and node.domain == DOMAIN and len(node.inputs) > 4 else ""
         if not scale or scale in g.outputs or [u is node for u in users.get(scale, [])] != [True] or \
                 g.tensors[scale].shape[1] > GATE_CHANNELS:
             continue
-        producer = next((n for n in g.nodes if scale in n.outputs), None)
+        producer = producers.get(scale)
         if producer is None or producer.op != CONV_OP or producer.domain != DOMAIN or \
                 producer.attrs.get("activation") != "HardSigmoid":
             continue
         producer.attrs = {**producer.attrs, "activation": "HardSigmoid/unclamped"}
-        g.nodes[i] = Node(node.op, node.name, list(node.inputs), list(node.outputs),
-                          {**node.attrs, "scale_max": 1.0}, node.domain, opset=node.opset)
+        node.attrs = {**node.attrs, "scale_max": 1.0}
