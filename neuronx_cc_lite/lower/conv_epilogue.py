@@ -135,7 +135,7 @@ class Epilogue:
         box = self.out.box((block.n0, co0, *block.starts), (block.images, src.partitions, *block.counts))
         self.ctx.program.dma(box.transpose((1, 0, *spatial)), src)
 
-    def sums(self) -> bool:
+    def can_sum(self) -> bool:
         """Whether finish can also give each partition's sum of its results (`sums`): where the last instruction
         is ScalarE's evacuation (no residual, no hard activation)."""
         return self.residual is None and self.hard is None
@@ -144,9 +144,9 @@ class Epilogue:
                     sums: TileAccess | None = None) -> None:
         """After the block's matmuls: the bank's results written to `dst` (as many elements a partition, in the
         order of the bank's columns; a region of the tile its consumer reads, a depthwise window) instead of
-        stored; with `sums` ([P, 1], where self.sums()), each partition's sum of them too. Not for a residual
+        stored; with `sums` ([P, 1], where self.can_sum()), each partition's sum of them too. Not for a residual
         epilogue."""
-        assert self.residual is None and (sums is None or self.sums())
+        assert self.residual is None and (sums is None or self.can_sum())
         prog = self.ctx.program
         if self.direct:
             assert self.hard is not None

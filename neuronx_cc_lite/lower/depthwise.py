@@ -34,10 +34,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from isa.costs import duration_ns
 from isa.dtypes import DType
 from isa.functions import ActFunc, AluOp
-from isa.instructions import Instruction
 from isa.operand import Engine, Mem
 from neuronx_cc_lite.ir import Node
 from neuronx_cc_lite.lower.context import LowerCtx
@@ -127,15 +125,13 @@ def vector_taps(prog: Program, geo: ConvGeometry, size: int, partitions: int) ->
     target, taps = prog.target, geo.taps
     dtype = prog.operand_dtype(DType.fp32)
     stride = geo.axes[-1].stride
-    acc = Tile(Mem.PSUM, partitions, size, DType.fp32, "acc").ap().placed_at(0)
-    stationary = Tile(Mem.SBUF, partitions, partitions, dtype, "diagonal").ap().placed_at(0)
-    moving = Tile(Mem.SBUF, partitions, size * stride, dtype, "window").ap(((size, stride),)).placed_at(0)
-    column = Tile(Mem.SBUF, partitions, 1, dtype, "column").ap().placed_at(0)
-    pe = duration_ns(Instruction("nc_matmul", {"dst": acc, "stationary": stationary, "moving": moving,
-                                               "accumulate": True}), Engine.PE, target)
-    tap = Instruction("scalar_tensor_tensor", {"dst": acc, "src": moving, "op0": AluOp.multiply, "scalar": column,
-                                               "op1": AluOp.add, "b": acc})
-    vector = duration_ns(tap, Engine.DVE, target, dependent=True)
+    acc = Tile(Mem.PSUM, partitions, size, DType.fp32, "acc").ap()
+    stationary = Tile(Mem.SBUF, partitions, partitions, dtype, "diagonal").ap()
+    moving = Tile(Mem.SBUF, partitions, size * stride, dtype, "window").ap(((size, stride),))
+    column = Tile(Mem.SBUF, partitions, 1, dtype, "column").ap()
+    pe = prog.cost_ns("nc_matmul", Engine.PE, dst=acc, stationary=stationary, moving=moving, accumulate=True)
+    vector = prog.cost_ns("scalar_tensor_tensor", Engine.DVE, dependent=True, dst=acc, src=moving,
+                          op0=AluOp.multiply, scalar=column, op1=AluOp.add, b=acc)
     handoff = 2 * target.semaphore_handoff_ns
     alone = taps * pe
     best, share = alone, 0
@@ -275,14 +271,15 @@ def lower_banded_depthwise(ctx: LowerCtx, node: Node, geo: ConvGeometry, bands: 
 
 def _mean_reader(ctx: LowerCtx, node: Node, plan: BandWindows, epilogue: Epilogue, images: int) -> Node | None:
     """A ReduceMean over the rows and columns of the convolution's output, or a GlobalAveragePool (a
-    squeeze-and-excitation's pooling, MobileNetV3's first block; TorchScript exports it with the latter), when the epilogue can give each partition's sum as it evacuates a group of bands
-    (Epilogue.sums) and every band of a group is whole or wholly past the last output row (a band's sum is then
-    all its own or none of it counts): the sums become the mean (_band_means), where the ReduceMean read the output
-    back, after a transfer of each band's rows to the channels' partitions, on C partitions."""
+    squeeze-and-excitation's pooling, MobileNetV3's first block; TorchScript exports it with the latter), when
+    the epilogue can give each partition's sum as it evacuates a group of bands (Epilogue.can_sum) and every band
+    of a group is whole or wholly past the last output row (a band's sum is then all its own or none of it counts):
+    the sums become the mean (_band_means), where the pooling read the output back, after a transfer of each
+    band's rows to the channels' partitions, on C partitions."""
     from neuronx_cc_lite.lower.reduce import reduced_axes  # (reduce.py's lowering reads ctx.means)
 
     rows = plan.geo.axes[0]
-    if images != 1 or not epilogue.sums() or rows.out % plan.per_band:
+    if images != 1 or not epilogue.can_sum() or rows.out % plan.per_band:
         return None
     return next((r for r in ctx.consumers.get(node.outputs[0], []) if r.inputs[0] == node.outputs[0] and
                  (r.op == "GlobalAveragePool" or r.op == "ReduceMean" and reduced_axes(r, ctx.graph) == (2, 3))),

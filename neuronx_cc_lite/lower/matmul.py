@@ -33,8 +33,7 @@ import numpy as np
 
 from isa.dtypes import DType
 from isa.functions import ActFunc, AluOp
-from isa.costs import duration_ns
-from isa.instructions import Instruction, pe_rate
+from isa.instructions import pe_rate
 from isa.operand import Engine, Mem
 from neuronx_cc_lite.ir import Graph, Node
 from neuronx_cc_lite.lower.context import LowerCtx
@@ -168,16 +167,14 @@ def _outpaces_evacuation(prog: Program, k_tiles: int, rows: int, dtype: DType) -
     once, unless a matmul reads them (MobileNetV3's hidden classifier layer in bf16, a block 0.12 us on PE against
     0.19 to evacuate it, read by a HardSwish: 87.8 -> 87.1 us); otherwise each block's evacuation overlaps the
     next block's matmuls (in fp32, at a quarter of PE's rate, together: 176.1 -> 177.3)."""
-    target, pmax = prog.target, prog.target.partitions
-    acc = Tile(Mem.PSUM, pmax, rows, DType.fp32, "acc").ap().placed_at(0)
-    stationary = Tile(Mem.SBUF, pmax, pmax, dtype, "weights").ap().placed_at(0)
-    moving = Tile(Mem.SBUF, pmax, rows, dtype, "rows").ap().placed_at(0)
-    res = Tile(Mem.SBUF, pmax, rows, DType.fp32, "out").ap().placed_at(0)
-    matmul = duration_ns(Instruction("nc_matmul", {"dst": acc, "stationary": stationary, "moving": moving,
-                                                   "accumulate": True}), Engine.PE, target)
-    evacuation = duration_ns(Instruction("activation", {"dst": res, "src": acc, "bias": None, "func": ActFunc.copy,
-                                                        "scale": 1.0, "reduce": None}), Engine.ACT, target,
-                             dependent=True)
+    pmax = prog.target.partitions
+    acc = Tile(Mem.PSUM, pmax, rows, DType.fp32, "acc").ap()
+    moving = Tile(Mem.SBUF, pmax, rows, dtype, "rows").ap()
+    matmul = prog.cost_ns("nc_matmul", Engine.PE, dst=acc, stationary=Tile(Mem.SBUF, pmax, pmax, dtype, "weights").ap(),
+                          moving=moving, accumulate=True)
+    evacuation = prog.cost_ns("activation", Engine.ACT, dependent=True,
+                              dst=Tile(Mem.SBUF, pmax, rows, DType.fp32, "out").ap(), src=acc, func=ActFunc.copy,
+                              scale=1.0)
     return k_tiles * matmul < evacuation
 
 

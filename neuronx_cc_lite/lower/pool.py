@@ -203,11 +203,11 @@ def _lower_global(ctx: LowerCtx, node: Node, op: AluOp) -> None:
     assert flat is not None and out is not None
     chunk = tile_budget(prog.target)
     starts = range(0, size, chunk)
+    ready = ctx.means.pop(node.outputs[0], None)  # computed by its input's producer (lower/depthwise.py)
     for r0 in range(0, flat.shape[0], prog.target.partitions):
         p = min(prog.target.partitions, flat.shape[0] - r0)
         if op is AluOp.add:
-            ready = ctx.means.pop(node.outputs[0], None)  # computed by its input's producer (lower/depthwise.py)
-            assert ready is None or (ready.partitions, r0) == (p, 0)
+            assert ready is None or ready.partitions == p == flat.shape[0]
             mean = ready if ready is not None else reduce_rows(prog, flat.box((r0, 0), (p, size)), p, size,
                                                                Reduction(AluOp.add, mean=True), node.name, chunk)
             prog.dma(out.slice(0, r0, r0 + p), mean.ap())

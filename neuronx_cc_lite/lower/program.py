@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Iterator
 
+from isa.costs import duration_ns
 from isa.dtypes import DType
 from isa.functions import ActFunc
 from isa.instructions import OPS, Instruction
@@ -144,6 +145,14 @@ class PendingInstr:
                                 o.offset // o.dtype.size, o.dims), writes
 
 
+def _pending(mnemonic: str, engine: Engine, args: dict[str, Any], node: str) -> PendingInstr:
+    """The instruction with its fields from `args`, those not given None."""
+    spec = OPS[mnemonic]
+    values = {f.name: args.pop(f.name, None) for f in spec.fields}
+    assert not args, f"{mnemonic} has no field(s) {sorted(args)}"
+    return PendingInstr(mnemonic, engine, 0, values, node)
+
+
 class Program:
     def __init__(self, target: Target, matmul_dtype: DType | None = None) -> None:
         self.target = target
@@ -231,10 +240,14 @@ class Program:
     # ---- instructions ----------------------------------------------------------------------------------------
 
     def emit(self, mnemonic: str, engine: Engine, /, **args: Any) -> None:
-        spec = OPS[mnemonic]
-        values = {f.name: args.pop(f.name, None) for f in spec.fields}
-        assert not args, f"{mnemonic} has no field(s) {sorted(args)}"
-        self.instrs.append(PendingInstr(mnemonic, engine, 0, values, self.node))
+        self.instrs.append(_pending(mnemonic, engine, args, self.node))
+
+    def cost_ns(self, mnemonic: str, engine: Engine, /, dependent: bool = False, **args: Any) -> float:
+        """How long the instruction `emit` would append keeps its engine, by the cost model (isa/costs.py), its
+        operands' tiles not yet placed: a lowering weighs one arrangement against another with it. `dependent`:
+        it reads what the instruction before it on its engine wrote."""
+        return duration_ns(_pending(mnemonic, engine, args, self.node).instruction(placed=False), engine,
+                           self.target, dependent)
 
     def dma(self, dst: TileAccess | HbmView, src: TileAccess | HbmView) -> None:
         """Copy between a view of HBM and a dense tile region, or between two HBM views of one shape.
