@@ -79,6 +79,9 @@ PIPELINE: list[Pass] = [
          "the one transpose left is a MatMul's operand"),
     Pass("fold-batchnorm", "fold_batchnorm",
          "an inference BatchNormalization after a Conv or Gemm is a scaling of its weights and bias: no instruction"),
+    Pass("fold-linear-convs", "fold_linear_convs",
+         "two 1x1 convolutions with nothing between them are one product (W2 W1): the first's pass over the "
+         "pixels and its evacuation disappear, where the product does no more arithmetic than the pair"),
     Pass("fuse-epilogues", "fuse_epilogues",
          "a bias, a residual and an activation after a matmul are applied as its result leaves PSUM: no passes of "
          "their own over the result"),
