@@ -20,7 +20,8 @@ Reuse: the B tiles of a column group are loaded once and kept for every row bloc
 Each (row block, column block) accumulates over the K tiles in one PSUM bank and leaves it in one instruction:
 ScalarE applies alpha and the activation when nothing is added; otherwise VectorE adds the first addend as it
 evacuates ((psum * alpha) + addend), then the others, and ScalarE applies the activation in place. A gate is
-multiplied in as VectorE evacuates the bank, one pass reading PSUM and the gate ((psum + bias) * gate).
+multiplied in as VectorE evacuates the bank, one pass reading PSUM and the gate ((psum + bias) * gate). HardSwish
+and HardSigmoid, which ScalarE has no entry for, run over the evacuated result in place (lower/activations.py).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from isa.functions import ActFunc, AluOp
 from isa.instructions import pe_rate
 from isa.operand import Engine, Mem
 from neuronx_cc_lite.ir import Graph, Node
+from neuronx_cc_lite.lower.activations import constant_column, hard_sigmoid, hard_swish
 from neuronx_cc_lite.lower.context import LowerCtx
 from neuronx_cc_lite.lower.elementwise import floats_only
 from neuronx_cc_lite.lower.hbm import HbmView
@@ -56,6 +58,8 @@ class Epilogue:
     func: ActFunc = ActFunc.copy
     bias: np.ndarray | None = None  # a constant row [N], added by PE as it accumulates (before alpha)
     gate: HbmView | None = None  # a computed [M, N] the result is multiplied by, last (alpha 1, no addend, copy)
+    # HardSwish or HardSigmoid (func copy), applied to the evacuated result in place: hard(result)
+    hard: Callable[[TileAccess], None] | None = None
 
 
 def matmul_2d(ctx: LowerCtx, a: Operand, b: Operand, out: HbmView, epilogue: Epilogue = Epilogue(),
@@ -92,6 +96,8 @@ def matmul_2d(ctx: LowerCtx, a: Operand, b: Operand, out: HbmView, epilogue: Epi
                         accumulate=True)
                 res = prog.sbuf(mt, nt, out.dtype, f"{name}/out")
                 _evacuate(ctx, acc, res, epilogue, m0, mt, n0, nt, bias_tiles)
+                if epilogue.hard is not None:
+                    epilogue.hard(res.ap())
                 prog.dma(out.box((m0, n0), (mt, nt)), res.ap())
 
 
@@ -119,7 +125,7 @@ def matmul_2d_transposed(ctx: LowerCtx, a: Operand, b: Operand, out: HbmView, ep
         a_t = a_transposed(ctx, a, dtype, m0, mw, k_tiles, name, keys[0])
         if 1 < len(n_tiles) and len(n_tiles) * mw <= bank and not epilogue.addends and epilogue.gate is None and \
                 (together or (_outpaces_evacuation(prog, len(k_tiles), mw, dtype) and
-                              not _read_by_a_matmul(ctx, out.tensor.name))):
+                              (epilogue.hard is not None or not _read_by_a_matmul(ctx, out.tensor.name)))):
             _side_by_side(ctx, a_t, b_source, mb, n_tiles, columns, epilogue, out, m0, mw)
             continue
         residual_t = (a_transposed(ctx, epilogue.addends[0][0], epilogue.addends[0][0].dtype, m0, mw, n_tiles,
@@ -151,6 +157,8 @@ def matmul_2d_transposed(ctx: LowerCtx, a: Operand, b: Operand, out: HbmView, ep
                           scalar=float(epilogue.alpha), op1=AluOp.add, b=residual)
                 if then:
                     act(prog, res.ap(), total.ap(), epilogue.func, bias=column)
+            if epilogue.hard is not None:
+                epilogue.hard(res.ap())
             prog.dma(out.box((m0, n0), (mw, nb)).transpose((1, 0)), res.ap())
 
 
@@ -164,9 +172,11 @@ def _read_by_a_matmul(ctx: LowerCtx, name: str) -> bool:
 def _outpaces_evacuation(prog: Program, k_tiles: int, rows: int, dtype: DType) -> bool:
     """Whether PE computes a block of 128 outputs of `rows` rows (k_tiles matmuls, the weights stationary) faster
     than ScalarE evacuates it, by the cost model: then a feature-major result's blocks share a bank, evacuated at
-    once, unless a matmul reads them (MobileNetV3's hidden classifier layer in bf16, a block 0.12 us on PE against
-    0.19 to evacuate it, read by a HardSwish: 87.8 -> 87.1 us); otherwise each block's evacuation overlaps the
-    next block's matmuls (in fp32, at a quarter of PE's rate, together: 176.1 -> 177.3)."""
+    once, unless a matmul reads them and the epilogue is one instruction a block (MobileNetV3's hidden classifier
+    layer in bf16, a block 0.12 us on PE against 0.19 to evacuate it: 87.8 -> 87.1 us read by a HardSwish node;
+    with the HardSwish in the epilogue, three instructions a block, together 85.0 -> 84.6 though the next Gemm
+    reads it); otherwise each block's evacuation overlaps the next block's matmuls (in fp32, at a quarter of PE's
+    rate, together: 176.1 -> 177.3; with the HardSwish, 166.8 -> 167.2)."""
     pmax = prog.target.partitions
     acc = Tile(Mem.PSUM, pmax, rows, DType.fp32, "acc").ap()
     moving = Tile(Mem.SBUF, pmax, rows, dtype, "rows").ap()
@@ -206,6 +216,8 @@ def _side_by_side(ctx: LowerCtx, a_t: list[TileAccess], b_source: BSource, mb: i
             act(prog, res.ap(), total.ap(), epilogue.func)
     else:
         act(prog, res.ap(), acc.ap(), epilogue.func, scale=epilogue.alpha)
+    if epilogue.hard is not None:
+        epilogue.hard(res.ap())
     for nj, (n0, nb) in enumerate(n_tiles):
         prog.dma(out.box((m0, n0), (mw, nb)).transpose((1, 0)), res.ap(((mw, 1),), nj * mw, 0, nb))
 
@@ -313,7 +325,7 @@ def lower_matmul_into(ctx: LowerCtx, node: Node, epilogue: Epilogue) -> None:
         b2 = b.reshape(b.shape[-2:]) if isinstance(b, np.ndarray) else b.at((0,) * (len(b.shape) - 2))
         key = names[1] if isinstance(b, np.ndarray) else None
         product = matmul_2d_transposed if feature_major else matmul_2d
-        flat = Epilogue(epilogue.alpha, flat_addends, epilogue.func, epilogue.bias, flat_gate)  # type: ignore[arg-type]
+        flat = replace(epilogue, addends=flat_addends, gate=flat_gate)
         product(ctx, flat_a, b2, out.reshape((rows, n)), flat, (None, key))  # type: ignore[arg-type]
         return
     a_batch, b_batch = a.shape[:-2], b.shape[:-2]
@@ -322,8 +334,8 @@ def lower_matmul_into(ctx: LowerCtx, node: Node, epilogue: Epilogue) -> None:
     for index in np.ndindex(*batch):
         keys = tuple(f"{nm}{list(_own_index(index, own))}" if isinstance(x, np.ndarray) else None
                      for nm, x, own in zip(names, (a, b), (a_batch, b_batch)))
-        e = Epilogue(epilogue.alpha, [(v.at(index), s) for v, s in epilogue.addends], epilogue.func, epilogue.bias,
-                     epilogue.gate.at(index) if epilogue.gate is not None else None)
+        e = replace(epilogue, addends=[(v.at(index), s) for v, s in epilogue.addends],
+                    gate=epilogue.gate.at(index) if epilogue.gate is not None else None)
         matmul_2d(ctx, _at(a, index), _at(b, index), out.at(index), e, keys)  # type: ignore[arg-type]
 
 
@@ -400,7 +412,19 @@ def lower_gemm(ctx: LowerCtx, node: Node) -> None:
 
 
 EPILOGUE_FUNCS = {"": ActFunc.copy, "Relu": ActFunc.relu, "Gelu/none": ActFunc.gelu,
-                  "Gelu/tanh": ActFunc.gelu_apprx_tanh, "Tanh": ActFunc.tanh, "Sigmoid": ActFunc.sigmoid}
+                  "Gelu/tanh": ActFunc.gelu_apprx_tanh, "Tanh": ActFunc.tanh, "Sigmoid": ActFunc.sigmoid,
+                  "HardSwish": ActFunc.copy, "HardSigmoid": ActFunc.copy}  # (the hard ones: Epilogue.hard)
+
+
+def _hard(ctx: LowerCtx, node: Node) -> Callable[[TileAccess], None] | None:
+    """A MatMulEpilogue's HardSwish or HardSigmoid, in place over the evacuated result (lower/activations.py)."""
+    activation, prog = node.attrs["activation"], ctx.program
+    if activation == "HardSwish":
+        return lambda x: hard_swish(prog, x, x, constant_column(ctx, 0.5, x.partitions))
+    if activation == "HardSigmoid":
+        alpha, beta = float(node.attrs["activation_alpha"]), float(node.attrs["activation_beta"])
+        return lambda x: hard_sigmoid(prog, x, x, alpha, constant_column(ctx, beta, x.partitions))
+    return None
 
 
 @lowering("MatMulEpilogue")
@@ -409,7 +433,8 @@ def lower_matmul_epilogue(ctx: LowerCtx, node: Node) -> None:
     a_name, b_name, bias, residual, gate = (node.inputs + ["", "", ""])[:5]
     addends = [(ctx.view(residual).broadcast_to(ctx.shape(node.outputs[0])), 1.0)] if residual else []
     epilogue = Epilogue(float(node.attrs.get("alpha", 1.0)), addends, EPILOGUE_FUNCS[node.attrs["activation"]],
-                        ctx.graph.tensors[bias].value if bias else None, ctx.view(gate) if gate else None)
+                        ctx.graph.tensors[bias].value if bias else None, ctx.view(gate) if gate else None,
+                        _hard(ctx, node))
     if "transA" in node.attrs:  # from a Gemm
         gemm_into(ctx, node, epilogue)
     else:

@@ -1,7 +1,7 @@
 """Fuse what follows a matrix product into it:
 
     MatMul | Gemm  ->  [Mul | Div by a constant]  ->  [Add a bias row]  ->  [Add a residual]
-                   ->  [Relu | Gelu | Tanh | Sigmoid]
+                   ->  [Relu | Gelu | Tanh | Sigmoid | HardSwish | HardSigmoid]
     becomes one MatMulEpilogue node named after the MatMul: y = act(alpha * A @ B + bias + residual); and
     MatMul | Gemm  ->  [Add a bias row]  ->  Mul by a computed tensor of its shape (a gate)
     becomes y = (A @ B + bias) * gate, the gate its fifth input (a gated projection: sigmoid(x W1) * (x W2)),
@@ -43,7 +43,8 @@ GATE_ROWS = 128
 # 179.8. Over more tiles each tile's scaling would be that instruction, on VectorE alone where any engine took the
 # product (all nine gates: 97.2 and 178.0), or would clamp its column first (99.8 and 182.3)
 GATE_CHANNELS = 128
-ACTIVATIONS = ("Relu", "Gelu", "Tanh", "Sigmoid")
+# a product's: HardSwish after a classifier's hidden layer (MobileNetV3's), applied over the result in place
+ACTIVATIONS = ("Relu", "Gelu", "Tanh", "Sigmoid", "HardSwish", "HardSigmoid")
 # a convolution's: MobileNetV3's HardSwish after its expansions, HardSigmoid closing its squeeze-and-excitation
 CONV_ACTIVATIONS = ("Relu", "Tanh", "Sigmoid", "HardSwish", "HardSigmoid")
 
@@ -149,6 +150,8 @@ def _fuse(g: Graph, users: dict[str, list[Node]], head: Node) -> tuple[Node, lis
     if nxt is not None and nxt.op in ACTIVATIONS and (nxt.op != "Gelu" or
                                                          nxt.attrs.get("approximate", "none") in ("none", "tanh")):
         attrs["activation"] = nxt.op if nxt.op != "Gelu" else f"Gelu/{nxt.attrs.get('approximate', 'none')}"
+        if nxt.op == "HardSigmoid":
+            attrs.update(zip(("activation_alpha", "activation_beta"), hard_sigmoid_attrs(nxt.attrs)))
         matched.append(nxt)
         out = nxt.outputs[0]
     if len(matched) == 1 and bias is None:

@@ -199,3 +199,58 @@ def test_output_tiles_of_a_small_block_share_one_epilogue(tmp):
         ours, ref = compiled.run(inputs), onnxruntime_outputs(bf16_operands(model), inputs)
         assert (ref["y"] < 0).any() and (ref["y"] > 3).any()  # both sides of HardSwish's clamps
         assert_close(ours, ref, rtol=1e-5)
+
+
+def _hard_after_product(op: str, rows: int, k: int, n: int, hard: str, then_gemm: bool = False) -> onnx.ModelProto:
+    """A Gemm (with C) or MatMul (+ a bias row) then HardSwish or HardSigmoid, optionally read by one more Gemm (a
+    MobileNetV3 classifier: 576 -> 1024 HardSwish -> 1000). Weights wide enough to cross both clamps."""
+    rng = np.random.default_rng(8)
+    weights = {"w": (rng.standard_normal((n, k) if op == "Gemm" else (k, n)) * 0.5).astype(np.float32),
+               "b": (rng.standard_normal(n) * 3).astype(np.float32),
+               "w2": rng.standard_normal((10, n)).astype(np.float32)}
+    attrs = {"alpha": 0.3} if hard == "HardSigmoid" else {}
+    if op == "Gemm":
+        nodes = [helper.make_node("Gemm", ["x", "w", "b"], ["p"], transB=1)]
+    else:
+        nodes = [helper.make_node("MatMul", ["x", "w"], ["q"]), helper.make_node("Add", ["q", "b"], ["p"])]
+    nodes.append(helper.make_node(hard, ["p"], ["h"], **attrs))
+    if then_gemm:
+        nodes.append(helper.make_node("Gemm", ["h", "w2"], ["y"], transB=1))
+    else:
+        del weights["w2"]
+        nodes[-1].output[0] = "y"
+    return make_model(nodes, {"x": ([rows, k], TensorProto.FLOAT)}, {"y": ([rows, 10 if then_gemm else n],
+                                                                           TensorProto.FLOAT)}, weights)
+
+
+@pytest.mark.parametrize("op, rows, k, n, hard, then_gemm", [
+    ("Gemm", 1, 96, 1024, "HardSwish", True),  # a classifier's hidden layer, feature-major, its blocks side by side
+    ("MatMul", 200, 64, 48, "HardSigmoid", False),  # rows on partitions
+    ("Gemm", 130, 40, 300, "HardSwish", False),
+], ids=["classifier-hidden", "rows-hard-sigmoid", "gemm-two-row-blocks"])
+def test_a_hard_activation_joins_its_product(tmp, op, rows, k, n, hard, then_gemm):
+    """HardSwish or HardSigmoid after a MatMul or Gemm joins it (MatMulEpilogue), applied to the evacuated result
+    in place: the fused model matches onnxruntime's, with values on both sides of both clamps."""
+    from neuronx_cc_lite.compiler import Options, prepare
+    from neuronx_cc_lite.reference import onnxruntime_outputs
+
+    model = _hard_after_product(op, rows, k, n, hard, then_gemm)
+    assert hard not in [node.op for node in prepare(model, Options()).nodes]
+    check(model, tmp)
+    alone = _hard_after_product(op, rows, k, n, hard)  # the activation's own output: where the clamps fall
+    x = np.random.default_rng(0).standard_normal((rows, k)).astype(np.float32)
+    y = onnxruntime_outputs(alone, {"x": x})["y"]
+    assert (y == 0).any() and ((y == 1) if hard == "HardSigmoid" else (y > 3)).any()
+
+
+def test_a_classifiers_hidden_hard_swish_runs_once_over_its_blocks():
+    """Under auto-cast, a one-row hidden layer of 1,024 features with a HardSwish, read by the next Gemm: its eight
+    blocks of 128 share one bank, and the bias and the HardSwish (ScalarE's relu, VectorE's product) run once over
+    all of them, where unfused each block took a relu and a product of its own (ACT: 9 activations, DVE: 9)."""
+    from neuronx_cc_lite.compiler import Options
+    from tests.compiler.one_node import streams
+
+    model = _hard_after_product("Gemm", 1, 96, 1024, "HardSwish", then_gemm=True)
+    engines = streams(model, Options(auto_cast="matmult", auto_cast_type="bf16"))
+    assert engines["ACT"].count("activation") == 2  # the relu, the next Gemm's evacuation
+    assert engines["DVE"].count("scalar_tensor_tensor") == 2  # the bias over the bank, the HardSwish's product
