@@ -58,3 +58,15 @@ def test_pointwise_pair_stays_when_the_first_has_another_reader(tmp):
     model.graph.output.append(helper.make_tensor_value_info("r", F32, ["a", "b", "c", "d"]))
     assert convs(model).count("Conv") == 2
     check(model, tmp)
+
+
+def test_pointwise_pair_of_an_fp16_model_stays():
+    """An fp16 model rounds the first product to fp16 before the second reads it, as ONNX defines each op: the
+    fold, which would skip that rounding, is not taken."""
+    from onnx import TensorProto
+
+    weights = {k: v.astype("float16") for k, v in rng_weights(1, w1=(16, 16, 1, 1), w2=(72, 16, 1, 1)).items()}
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["h"]), helper.make_node("Conv", ["h", "w2"], ["y"])]
+    model = make_model(nodes, {"x": ([1, 16, 4, 4], TensorProto.FLOAT16)},
+                       {"y": (["n", "m", "h", "w"], TensorProto.FLOAT16)}, weights)
+    assert convs(model).count("Conv") == 2
