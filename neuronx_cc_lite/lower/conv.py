@@ -39,7 +39,7 @@ from neuronx_cc_lite.lower.depthwise import (DiagonalWeights, band_plan, diagona
 from neuronx_cc_lite.lower.hbm import HbmView
 from neuronx_cc_lite.lower.instr import ts
 from neuronx_cc_lite.lower.patterns import dma_tile
-from neuronx_cc_lite.lower.program import Columns, Program, Tile
+from neuronx_cc_lite.lower.program import Columns, Program, Tile, TileAccess
 from neuronx_cc_lite.lower.registry import lowering
 from neuronx_cc_lite.lower.windows import (Axis, Block, blocks, flat_window, load_moved_windows, load_tight,
                                            load_windows, short_rows, tight_taps, tight_window, window_ap,
@@ -238,10 +238,11 @@ def _constant_weights(ctx: LowerCtx, node: Node, geo: ConvGeometry,
     tensor = ctx.program.hbm_tensor(f"{node.name}/weights", data.nbytes, "weight", dtype, data.tobytes())
     tensor.needed = min(data.nbytes, w.size * dtype.size)  # grouped: the blocks off the diagonals are zeros
 
-    def load(c0: int, ct: int, co0: int, mt: int) -> Tile:
-        tile = ctx.program.sbuf(ct, geo.taps * mt, dtype, f"{node.name}/w")
+    def load(c0: int, ct: int, co0: int, mt: int, into: TileAccess | None = None) -> Tile:
+        """The pair's block in a tile of its own, or `into` a region of another (_scaled_rows)."""
+        tile = ctx.program.sbuf(ct, geo.taps * mt, dtype, f"{node.name}/w") if into is None else into.tile
         view = HbmView(tensor, dtype, (ct, geo.taps * mt), (geo.taps * mt, 1), where[(c0, co0)])
-        ctx.program.dma(tile.ap(), view)
+        ctx.program.dma(tile.ap() if into is None else into, view)
         return tile
 
     return load
@@ -268,27 +269,49 @@ def _runtime_weights(ctx: LowerCtx, node: Node, geo: ConvGeometry) -> WeightLoad
     return load
 
 
-def _scaled_rows(ctx: LowerCtx, node: Node, load: WeightLoader) -> WeightLoader:
+def _scaled_rows(ctx: LowerCtx, node: Node, load: WeightLoader, pairs: list[tuple[int, int, int, int]],
+                 taps: int) -> WeightLoader:
     """A ConvEpilogue's input scale s, one value per input channel ([1, C, 1, ...]: a squeeze-and-excitation
-    gate): conv(x * s) is the convolution of x with each input channel's weights times s, so each pair's rows
-    (input channels on partitions) are scaled by a [ct, 1] column of s on chip: ct x taps x mt products where
-    scaling the input would take one per input element (the pass admits only 1x1 convolutions of one image)."""
-    prog, scale = ctx.program, ctx.view(node.inputs[4])
-    limit = node.attrs.get("scale_max")  # the scale clamped at it first (passes/fuse_epilogues.py)
+    gate): conv(x * s) is the convolution of x with each input channel's weights times s, so the weights' rows
+    (input channels on partitions) are scaled on chip: ct x taps x mt products where scaling the input would take
+    one per input element (the pass admits only 1x1 convolutions of one image). An output tile's K tiles of weights
+    lie side by side in one tile, and one VectorE instruction scales every full one (s read as [128, K tiles], each
+    column along its tile's row), one more a short last: the gate reaches the matmuls through one instruction on
+    the chain, where a tile's each took its own (MobileNetV3's 576-channel gates: five). With `scale_max`, min(s,
+    limit) * w in the same instruction (passes/fuse_epilogues.py moves the gate's clamp here)."""
+    prog, scale, pmax = ctx.program, ctx.view(node.inputs[4]), ctx.program.target.partitions
+    limit = node.attrs.get("scale_max")
+    scaled: dict[int, Tile] = {}
 
-    def load_scaled(c0: int, ct: int, co0: int, mt: int) -> Tile:
-        tile = load(c0, ct, co0, mt)
-        column = prog.sbuf(ct, 1, DType.fp32, f"{node.name}/scale")
-        prog.dma(column.ap(), HbmView(scale.tensor, scale.dtype, (ct, 1), (scale.strides[1], 1),
-                                      scale.offset + c0 * scale.strides[1]))
-        if limit is None:
-            ts(prog, tile.ap(), tile.ap(), AluOp.multiply, column.ap())
-        else:  # min(s, limit) * w in one instruction, s read along the row
-            prog.emit("scalar_tensor_tensor", Engine.DVE, dst=tile.ap(), src=column.ap(((tile.free, 0),)),
-                      op0=AluOp.minimum, scalar=float(limit), op1=AluOp.multiply, b=tile.ap())
+    def scale_all(co0: int, mt: int) -> Tile:
+        ks = [(c0, ct) for c0, ct, o, _ in pairs if o == co0]
+        width = taps * mt
+        dtype = prog.operand_dtype(DType.fp32)
+        tile = prog.sbuf(max(ct for _, ct in ks), len(ks) * width, dtype, f"{node.name}/w")
+        for k, (c0, ct) in enumerate(ks):
+            load(c0, ct, co0, mt, into=tile.ap(((width, 1),), k * width, 0, ct))  # type: ignore[call-arg]
+        column = prog.sbuf(tile.partitions, len(ks), DType.fp32, f"{node.name}/scale")
+        full = sum(1 for _, ct in ks if ct == pmax)
+        runs = [(0, full, pmax)] if full else []
+        runs += [(k, 1, ct) for k, (_, ct) in enumerate(ks) if ct != pmax]
+        s1 = scale.strides[1]
+        for k0, count, ct in runs:  # K tiles k0 .. k0 + count of ct partitions: a [ct, count] block of s
+            prog.dma(column.ap(((count, 1),), k0, 0, ct),
+                     HbmView(scale.tensor, scale.dtype, (ct, count), (s1, pmax * s1), scale.offset + ks[k0][0] * s1))
+        for k0, count, ct in runs:
+            region = tile.ap(((count * width, 1),), k0 * width, 0, ct)
+            prog.emit("scalar_tensor_tensor", Engine.DVE, dst=region, src=column.ap(((count, 1), (width, 0)), k0, 0, ct),
+                      op0=AluOp.minimum if limit is not None else AluOp.multiply,
+                      scalar=float(limit) if limit is not None else 1.0, op1=AluOp.multiply, b=region)
         return tile
 
-    return load_scaled
+    def load_scaled(c0: int, ct: int, co0: int, mt: int) -> Tile | Columns:
+        if co0 not in scaled:
+            scaled[co0] = scale_all(co0, mt)
+        k = [c for c, _, o, _ in pairs if o == co0].index(c0)
+        return Columns(scaled[co0], k * taps * mt, taps * mt, ct)
+
+    return load_scaled  # type: ignore[return-value]
 
 
 # ---- the lowering ----------------------------------------------------------------------------------------------
@@ -429,7 +452,7 @@ def lower_windowed_matmul(ctx: LowerCtx, node: Node, geo: ConvGeometry) -> None:
     else:
         load_weights = _constant_weights(ctx, node, geo, pairs) if constant else _runtime_weights(ctx, node, geo)
     if scaled:
-        load_weights = _scaled_rows(ctx, node, load_weights)
+        load_weights = _scaled_rows(ctx, node, load_weights, pairs, geo.taps)
     taps = list(itertools.product(*(range(k) for k in geo.kernel)))
     # with packing, a tap group: (the taps of the axes before the last, first last-axis tap, taps in the group);
     # with row phases, the first axis' taps are the phases' (k of tap s * k + ph)

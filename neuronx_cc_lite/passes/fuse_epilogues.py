@@ -38,11 +38,6 @@ CONV_OP = "ConvEpilogue"
 # evacuation was measured slower: a 2-layer Llama decode step of hidden 2048 at TP 8 on trn1, 272.5 -> 332.8 us a
 # layer, Llama-3-8B's at TP 32 419.9 -> 852.9 us a layer.
 GATE_ROWS = 128
-# A gate clamps where a projection reads it over at most a tile of partitions of input channels, in the one
-# instruction that scales the weights (_clamp_gates_where_read): MobileNetV3 bf16 96.3 -> 95.6 us, fp32 180.6 ->
-# 179.8. Over more tiles each tile's scaling would be that instruction, on VectorE alone where any engine took the
-# product (all nine gates: 97.2 and 178.0), or would clamp its column first (99.8 and 182.3)
-GATE_CHANNELS = 128
 # a product's: HardSwish after a classifier's hidden layer (MobileNetV3's), applied over the result in place
 ACTIVATIONS = ("Relu", "Gelu", "Tanh", "Sigmoid", "HardSwish", "HardSigmoid")
 # a convolution's: MobileNetV3's HardSwish after its expansions, HardSigmoid closing its squeeze-and-excitation
@@ -269,12 +264,14 @@ def _clamp_gates_where_read(g: Graph) -> None:
     as the input scale of another ConvEpilogue (the projection whose weights' rows it scales): the producer stops
     at relu(alpha * x + beta) (activation "HardSigmoid/unclamped") and the reader clamps as it scales (attribute
     scale_max 1.0: one VectorE instruction, min then multiply, where the clamp was one more instruction on the
-    chain between the two convolutions). Only over GATE_CHANNELS channels at most."""
+    chain between the two convolutions; lower/conv.py _scaled_rows scales every full K tile of the weights in one
+    instruction: MobileNetV3 bf16 96.3 -> 95.6 us, fp32 180.6 -> 179.8 with the gates over at most 128 channels;
+    the wider ones too, 84.6 -> 84.5 / 166.8 -> 165.9, where a scaling a K tile, each clamping, was slower: 97.2 /
+    178.0)."""
     users, producers = g.consumers(), g.producers()
     for node in g.nodes:
         scale = node.inputs[4] if node.op == CONV_OP and node.domain == DOMAIN and len(node.inputs) > 4 else ""
-        if not scale or scale in g.outputs or [u is node for u in users.get(scale, [])] != [True] or \
-                g.tensors[scale].shape[1] > GATE_CHANNELS:
+        if not scale or scale in g.outputs or [u is node for u in users.get(scale, [])] != [True]:
             continue
         producer = producers.get(scale)
         if producer is None or producer.op != CONV_OP or producer.domain != DOMAIN or \

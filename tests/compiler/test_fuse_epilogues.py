@@ -50,12 +50,13 @@ def _se_block(c: int = 8) -> onnx.ModelProto:
                       weights)
 
 
-@pytest.mark.parametrize("channels, clamped_by_reader", [(8, True), (200, False)])
-def test_a_squeeze_and_excitation_block_fuses_into_its_convolutions(tmp, channels, clamped_by_reader):
+@pytest.mark.parametrize("channels, scalings", [(8, 1), (200, 2), (300, 2)])
+def test_a_squeeze_and_excitation_block_fuses_into_its_convolutions(tmp, channels, scalings):
     """Each hard activation becomes the epilogue of the convolution before it (its slope and offset kept), the
-    gate's Mul the projection's input scale. Over at most 128 channels the gate's clamp at 1 moves to the
-    projection, which clamps and scales its weights' rows in one VectorE instruction (no minimum of its own is
-    left); over 200 the gate clamps itself. The result is onnxruntime's (the gate crosses both clamps)."""
+    gate's Mul the projection's input scale. The gate's clamp at 1 moves to the projection, which clamps and scales
+    its weights' rows (no minimum of its own is left): every full K tile of 128 channels in one VectorE instruction
+    (the gate read as a column per K tile along the tile's rows), a short last one in one more. The result is
+    onnxruntime's (the gate crosses both clamps)."""
     from neuronx_cc_lite.compiler import compile_model
     from neuronx_cc_lite.frontend import import_model
     from neuronx_cc_lite.passes import run_pipeline
@@ -64,17 +65,16 @@ def test_a_squeeze_and_excitation_block_fuses_into_its_convolutions(tmp, channel
     g = run_pipeline(import_model(model))
     fused = [(n.op, n.attrs.get("activation"), n.attrs.get("activation_alpha")) for n in g.nodes]
     assert ("ConvEpilogue", "HardSwish", None) in fused
-    gate = "HardSigmoid/unclamped" if clamped_by_reader else "HardSigmoid"
-    assert ("ConvEpilogue", gate, pytest.approx(1 / 6)) in fused
+    assert ("ConvEpilogue", "HardSigmoid/unclamped", pytest.approx(1 / 6)) in fused
     assert not {"HardSwish", "HardSigmoid", "Mul"} & {n.op for n in g.nodes}
     projection = next(n for n in g.nodes if n.op == "ConvEpilogue" and n.inputs[1] == "w4")
     assert (projection.inputs[0], projection.inputs[4]) == ("h", "g")
-    assert projection.attrs.get("scale_max") == (1.0 if clamped_by_reader else None)
+    assert projection.attrs.get("scale_max") == 1.0
     instructions = [i for s in compile_model(model).cores[0].values() for i in s.instructions]
     clamps = [i for i in instructions if i.op == "tensor_scalar" and i.args["op0"] is AluOp.minimum]
-    scalings = [i for i in instructions if i.op == "scalar_tensor_tensor" and i.args["op0"] is AluOp.minimum and
-                i.args["src"].dims[-1][1] == 0]  # (the gate's column read along the weights' rows)
-    assert (bool(clamps), len(scalings)) == ((False, 1) if clamped_by_reader else (True, 0))
+    scaled = [i for i in instructions if i.op == "scalar_tensor_tensor" and i.args["op0"] is AluOp.minimum and
+              i.args["src"].dims[-1][1] == 0]  # (the gate's column read along the weights' rows)
+    assert (clamps, len(scaled)) == ([], scalings)
     check(model, tmp)
 
 
