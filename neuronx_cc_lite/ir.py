@@ -116,6 +116,14 @@ def upstream(graph: onnx.GraphProto, names: list[str], stop: frozenset[str] = fr
     return seen
 
 
+def add_constant(g: Graph, name: str, value: np.ndarray) -> str:
+    """A new constant tensor of the graph holding `value`, named `name` (underscores added until it is new)."""
+    while name in g.tensors:
+        name += "_"
+    g.tensors[name] = Tensor(name, tuple(value.shape), value.dtype, value)
+    return name
+
+
 def drop_unused_constants(g: Graph) -> None:
     """Remove the constants nothing reads: no node's input, no graph output, nothing an If branch or a Loop or Scan
     body reads from outside (inlining a body makes those inputs again)."""

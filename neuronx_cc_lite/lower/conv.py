@@ -300,7 +300,8 @@ def _scaled_rows(ctx: LowerCtx, node: Node, load: WeightLoader, pairs: list[tupl
                      HbmView(scale.tensor, scale.dtype, (ct, count), (s1, pmax * s1), scale.offset + ks[k0][0] * s1))
         for k0, count, ct in runs:
             region = tile.ap(((count * width, 1),), k0 * width, 0, ct)
-            prog.emit("scalar_tensor_tensor", Engine.DVE, dst=region, src=column.ap(((count, 1), (width, 0)), k0, 0, ct),
+            gate = column.ap(((count, 1), (width, 0)), k0, 0, ct)  # each K tile's column along its rows
+            prog.emit("scalar_tensor_tensor", Engine.DVE, dst=region, src=gate,
                       op0=AluOp.minimum if limit is not None else AluOp.multiply,
                       scalar=float(limit) if limit is not None else 1.0, op1=AluOp.multiply, b=region)
         return tile

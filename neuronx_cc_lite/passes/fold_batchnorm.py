@@ -10,16 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from neuronx_cc_lite.ir import Graph, Node, Tensor, drop_unused_constants
+from neuronx_cc_lite.ir import Graph, Node, add_constant, drop_unused_constants
 from neuronx_cc_lite.lower.batchnorm import inference_only, scale_shift
-
-
-def _new_constant(g: Graph, base: str, value: np.ndarray) -> str:
-    name = f"{base}/bn_folded"
-    while name in g.tensors:
-        name += "_"
-    g.tensors[name] = Tensor(name, tuple(value.shape), value.dtype, value)
-    return name
 
 
 def _constant(g: Graph, node: Node, index: int) -> np.ndarray | None:
@@ -44,8 +36,8 @@ def _fold_conv(g: Graph, node: Node, scale: np.ndarray, shift: np.ndarray) -> bo
         new_w = (grouped * scale.reshape((groups, 1, mg) + (1,) * (w.ndim - 2))).reshape(w.shape)
     bias = b.astype(np.float64) if b.size else np.zeros_like(scale)
     new_b = bias * scale + shift
-    node.inputs[1:] = [_new_constant(g, node.inputs[1], new_w.astype(w.dtype)),
-                       _new_constant(g, node.inputs[1] + "/bias", new_b.astype(w.dtype))]
+    node.inputs[1:] = [add_constant(g, node.inputs[1] + "/bn_folded", new_w.astype(w.dtype)),
+                       add_constant(g, node.inputs[1] + "/bias/bn_folded", new_b.astype(w.dtype))]
     return True
 
 
@@ -56,8 +48,8 @@ def _fold_gemm(g: Graph, node: Node, scale: np.ndarray, shift: np.ndarray) -> bo
     columns = scale[None, :] if not node.attrs.get("transB", 0) else scale[:, None]
     beta = float(node.attrs.get("beta", 1.0))
     bias = beta * c.astype(np.float64) * scale + shift if c.size else shift
-    node.inputs[1:] = [_new_constant(g, node.inputs[1], (b.astype(np.float64) * columns).astype(b.dtype)),
-                       _new_constant(g, node.inputs[1] + "/bias", bias.astype(b.dtype))]
+    node.inputs[1:] = [add_constant(g, node.inputs[1] + "/bn_folded", (b.astype(np.float64) * columns).astype(b.dtype)),
+                       add_constant(g, node.inputs[1] + "/bias/bn_folded", bias.astype(b.dtype))]
     node.attrs["beta"] = 1.0
     return True
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from neuronx_cc_lite.ir import Graph, Node, Tensor, drop_unused_constants
+from neuronx_cc_lite.ir import Graph, Node, add_constant, drop_unused_constants
 
 
 def _pointwise(g: Graph, node: Node) -> tuple[np.ndarray, np.ndarray] | None:
@@ -45,14 +45,6 @@ def _unit_stride(node: Node) -> bool:
     return all(s == 1 for s in node.attrs.get("strides", ()))
 
 
-def _constant(g: Graph, base: str, value: np.ndarray) -> str:
-    name = f"{base}/folded"
-    while name in g.tensors:
-        name += "_"
-    g.tensors[name] = Tensor(name, tuple(value.shape), value.dtype, value)
-    return name
-
-
 def run(g: Graph) -> Graph:
     producers, consumers = g.producers(), g.consumers()
     removed: set[int] = set()
@@ -74,8 +66,8 @@ def run(g: Graph) -> Graph:
         kernel = g.tensors[second.inputs[1]].value.shape[2:]
         weights = (w2 @ w1).reshape((m, c) + kernel).astype(w_dtype)
         bias = (w2 @ b1 + b2).astype(w_dtype)
-        second.inputs = [first.inputs[0], _constant(g, second.inputs[1], weights),
-                         _constant(g, second.inputs[1] + "/bias", bias)]
+        second.inputs = [first.inputs[0], add_constant(g, second.inputs[1] + "/folded", weights),
+                         add_constant(g, second.inputs[1] + "/bias/folded", bias)]
         del g.tensors[y]
         removed.add(id(first))
     g.nodes = [n for n in g.nodes if id(n) not in removed]
