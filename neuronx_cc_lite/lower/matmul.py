@@ -21,7 +21,7 @@ Each (row block, column block) accumulates over the K tiles in one PSUM bank and
 ScalarE applies alpha and the activation when nothing is added; otherwise VectorE adds the first addend as it
 evacuates ((psum * alpha) + addend), then the others, and ScalarE applies the activation in place. A gate is
 multiplied in as VectorE evacuates the bank, one pass reading PSUM and the gate ((psum + bias) * gate). HardSwish
-and HardSigmoid, which ScalarE has no entry for, run over the evacuated result in place (lower/activations.py).
+and HardSigmoid, which ScalarE has no entry for, read the evacuated result in fp32 (lower/activations.py).
 """
 
 from __future__ import annotations
@@ -58,8 +58,8 @@ class Epilogue:
     func: ActFunc = ActFunc.copy
     bias: np.ndarray | None = None  # a constant row [N], added by PE as it accumulates (before alpha)
     gate: HbmView | None = None  # a computed [M, N] the result is multiplied by, last (alpha 1, no addend, copy)
-    # HardSwish or HardSigmoid (func copy), applied to the evacuated result in place: hard(result)
-    hard: Callable[[TileAccess], None] | None = None
+    # HardSwish or HardSigmoid (func copy), applied to the evacuated result: hard(result, evacuated in fp32)
+    hard: Callable[[TileAccess, TileAccess], None] | None = None
 
 
 def matmul_2d(ctx: LowerCtx, a: Operand, b: Operand, out: HbmView, epilogue: Epilogue = Epilogue(),
@@ -95,9 +95,9 @@ def matmul_2d(ctx: LowerCtx, a: Operand, b: Operand, out: HbmView, epilogue: Epi
                         rows_of_bias.dtype).region(0, mt, 0, r), moving=rows_of_bias.region(n0, nt, 0, r),
                         accumulate=True)
                 res = prog.sbuf(mt, nt, out.dtype, f"{name}/out")
-                _evacuate(ctx, acc, res, epilogue, m0, mt, n0, nt, bias_tiles)
-                if epilogue.hard is not None:
-                    epilogue.hard(res.ap())
+                pre = _evacuated(prog, epilogue, res)
+                _evacuate(ctx, acc, pre, epilogue, m0, mt, n0, nt, bias_tiles)
+                _harden(epilogue, res, pre)
                 prog.dma(out.box((m0, n0), (mt, nt)), res.ap())
 
 
@@ -138,27 +138,27 @@ def matmul_2d_transposed(ctx: LowerCtx, a: Operand, b: Operand, out: HbmView, ep
                 prog.emit("nc_matmul", Engine.PE, dst=acc.ap(), stationary=b_source.tile(j, n0, nb, mb),
                           moving=a_t[j], accumulate=j > 0)
             res = prog.sbuf(nb, mw, out.dtype, f"{name}/out^T")
+            pre = _evacuated(prog, epilogue, res)
             column = columns(n0, nb) if columns is not None else None
             if epilogue.gate is not None:  # (psum + bias) * gate, the bias a per-partition scalar
-                prog.emit("scalar_tensor_tensor", Engine.DVE, dst=res.ap(), src=acc.ap(),
+                prog.emit("scalar_tensor_tensor", Engine.DVE, dst=pre.ap(), src=acc.ap(),
                           op0=AluOp.add if column is not None else AluOp.multiply,
                           scalar=column if column is not None else 1.0, op1=AluOp.multiply, b=gate_t[nj])
             elif not epilogue.addends and epilogue.func is ActFunc.copy and column is not None:
                 # a bias alone: a tensor_scalar, which ScalarE or VectorE may run (the scheduler picks)
-                ts(prog, res.ap(), acc.ap(), AluOp.multiply, epilogue.alpha, AluOp.add, column, engine=Engine.ACT)
+                ts(prog, pre.ap(), acc.ap(), AluOp.multiply, epilogue.alpha, AluOp.add, column, engine=Engine.ACT)
             elif not epilogue.addends:
-                act(prog, res.ap(), acc.ap(), epilogue.func, scale=epilogue.alpha, bias=column)
+                act(prog, pre.ap(), acc.ap(), epilogue.func, scale=epilogue.alpha, bias=column)
             else:
                 residual = residual_t[nj]
                 then = column is not None or epilogue.func is not ActFunc.copy
-                total = prog.sbuf(nb, mw, DType.fp32, f"{name}/sum") if then and out.dtype is not DType.fp32 \
-                    else res  # rounded once to a narrower result
+                total = prog.sbuf(nb, mw, DType.fp32, f"{name}/sum") if then and pre.dtype is not DType.fp32 \
+                    else pre  # rounded once to a narrower result
                 prog.emit("scalar_tensor_tensor", Engine.DVE, dst=total.ap(), src=acc.ap(), op0=AluOp.multiply,
                           scalar=float(epilogue.alpha), op1=AluOp.add, b=residual)
                 if then:
-                    act(prog, res.ap(), total.ap(), epilogue.func, bias=column)
-            if epilogue.hard is not None:
-                epilogue.hard(res.ap())
+                    act(prog, pre.ap(), total.ap(), epilogue.func, bias=column)
+            _harden(epilogue, res, pre)
             prog.dma(out.box((m0, n0), (mw, nb)).transpose((1, 0)), res.ap())
 
 
@@ -206,20 +206,32 @@ def _side_by_side(ctx: LowerCtx, a_t: list[TileAccess], b_source: BSource, mb: i
             prog.emit("nc_matmul", Engine.PE, dst=acc.ap(((mw, 1),), nj * mw, 0, nb),
                       stationary=b_source.tile(j, n0, nb, mb), moving=moving, accumulate=j > 0)
     res = prog.sbuf(pmax, width, out.dtype, f"{name}/out^T")
+    pre = _evacuated(prog, epilogue, res)
     if columns is not None:
         first = columns(0, pmax)
         biases = replace(first, dims=((len(n_tiles), 1), (mw, 0)))
-        total = res if epilogue.func is ActFunc.copy else prog.sbuf(pmax, width, DType.fp32, f"{name}/sum")
+        total = pre if epilogue.func is ActFunc.copy else prog.sbuf(pmax, width, DType.fp32, f"{name}/sum")
         prog.emit("scalar_tensor_tensor", Engine.DVE, dst=total.ap(), src=acc.ap(), op0=AluOp.multiply,
                   scalar=float(epilogue.alpha), op1=AluOp.add, b=biases)
-        if total is not res:
-            act(prog, res.ap(), total.ap(), epilogue.func)
+        if total is not pre:
+            act(prog, pre.ap(), total.ap(), epilogue.func)
     else:
-        act(prog, res.ap(), acc.ap(), epilogue.func, scale=epilogue.alpha)
-    if epilogue.hard is not None:
-        epilogue.hard(res.ap())
+        act(prog, pre.ap(), acc.ap(), epilogue.func, scale=epilogue.alpha)
+    _harden(epilogue, res, pre)
     for nj, (n0, nb) in enumerate(n_tiles):
         prog.dma(out.box((m0, n0), (mw, nb)).transpose((1, 0)), res.ap(((mw, 1),), nj * mw, 0, nb))
+
+
+def _evacuated(prog: Program, epilogue: Epilogue, res: Tile) -> Tile:
+    """Where a bank's evacuation writes: the result itself, or with a hard activation an fp32 tile the activation
+    reads, so that the result (a product only matmuls read is narrowed on chip, codegen/on_chip.py) is rounded
+    once, after the activation, as it is unfused."""
+    return res if epilogue.hard is None else prog.sbuf(res.partitions, res.free, DType.fp32, f"{prog.node}/pre")
+
+
+def _harden(epilogue: Epilogue, res: Tile, pre: Tile) -> None:
+    if epilogue.hard is not None:
+        epilogue.hard(res.ap(), pre.ap())
 
 
 def _dtype(ctx: LowerCtx, a: Operand, b: Operand) -> DType:
@@ -416,14 +428,14 @@ EPILOGUE_FUNCS = {"": ActFunc.copy, "Relu": ActFunc.relu, "Gelu/none": ActFunc.g
                   "HardSwish": ActFunc.copy, "HardSigmoid": ActFunc.copy}  # (the hard ones: Epilogue.hard)
 
 
-def _hard(ctx: LowerCtx, node: Node) -> Callable[[TileAccess], None] | None:
-    """A MatMulEpilogue's HardSwish or HardSigmoid, in place over the evacuated result (lower/activations.py)."""
+def _hard(ctx: LowerCtx, node: Node) -> Callable[[TileAccess, TileAccess], None] | None:
+    """A MatMulEpilogue's HardSwish or HardSigmoid as hard(dst, x), x the evacuated result (lower/activations.py)."""
     activation, prog = node.attrs["activation"], ctx.program
     if activation == "HardSwish":
-        return lambda x: hard_swish(prog, x, x, constant_column(ctx, 0.5, x.partitions))
+        return lambda dst, x: hard_swish(prog, dst, x, constant_column(ctx, 0.5, x.partitions))
     if activation == "HardSigmoid":
         alpha, beta = float(node.attrs["activation_alpha"]), float(node.attrs["activation_beta"])
-        return lambda x: hard_sigmoid(prog, x, x, alpha, constant_column(ctx, beta, x.partitions))
+        return lambda dst, x: hard_sigmoid(prog, dst, x, alpha, constant_column(ctx, beta, x.partitions))
     return None
 
 
