@@ -262,24 +262,26 @@ def schedule_within_memory(program: Program) -> bool:
     plain, lowered_uses = dependencies(lowered), tile_uses(program)
     reserve = large_tile_reserve(program, lowered_uses)
 
-    def fit(roads: tuple[tuple[int, bool], ...]) -> float | None:
+    def fit(roads: tuple[tuple[int, bool], ...]) -> tuple[float, tuple[int, bool]] | None:
         return _fit(program, lowered, engines, plain, lowered_uses, reserve, roads)
 
     # the roads, in order: (reach, loads of weights started early)
     roads = ((LOOKAHEAD, True), (LOOKAHEAD, False), (FALLBACK_LOOKAHEAD, False))
-    found = fit(roads)
-    if found is None:
+    fitted = fit(roads)
+    if fitted is None:
         return False
+    found, first_road = fitted
     if len(lowered) >= SECOND_OPINION_MIN:
         # the other opinions: the short road, and the long one without the early weight loads when the first fit
         # had them (BERT-large in fp32 from TorchScript: 5,711.7 us prefetching, 5,446.2 without)
-        others = roads[-1:] if program.schedule_road != roads[0] else (roads[-1], roads[1])
+        others = roads[-1:] if first_road != roads[0] else (roads[-1], roads[1])
         best, tries = _Kept(program), program.schedule_tries
         for road in others:
             program.instrs = list(lowered)
             for p, engine in zip(lowered, engines):
                 p.engine = engine
-            other = fit((road,))
+            fitted = fit((road,))
+            other = fitted[0] if fitted is not None else None
             tries += program.schedule_tries
             log.debug("schedule: estimated %.1f us, %s reaching %d ahead%s", found / 1000,
                       "no fit" if other is None else f"{other / 1000:.1f} us", road[0],
@@ -314,10 +316,12 @@ class _Kept:
 
 
 def _fit(program: Program, lowered: list[PendingInstr], engines: list[Engine], plain: list[list[int]],
-         lowered_uses: list[list[Tile]], reserve: int, roads: tuple[tuple[int, bool], ...]) -> float | None:
+         lowered_uses: list[list[Tile]], reserve: int, roads: tuple[tuple[int, bool], ...]
+         ) -> tuple[float, tuple[int, bool]] | None:
     """The first try along `roads` whose schedule fits memory (see schedule_within_memory), given the program as
     lowered (its instructions, their engines, dependencies and tiles, the large-tile reserve): the program is left
-    scheduled and placed, and the schedule's estimated end returned; None (the program as lowered) when none did."""
+    scheduled and placed, and the schedule's estimated end returned with the road it took; None (the program as
+    lowered) when none did."""
     tries = 0
     # the first road prefetches weights and only places as it goes; the others start afresh without prefetching
     for lookahead, prefetch in roads:
@@ -351,8 +355,8 @@ def _fit(program: Program, lowered: list[PendingInstr], engines: list[Engine], p
                 budget *= BUDGET_STEP
             else:
                 verify_order(lowered, program.instrs, preds, "schedule")
-                program.schedule_tries, program.schedule_road = tries, (lookahead, prefetch)
-                return max(ends, default=0.0)
+                program.schedule_tries = tries
+                return max(ends, default=0.0), (lookahead, prefetch)
             program.instrs = list(lowered)
             for p, engine in zip(lowered, engines):
                 p.engine = engine

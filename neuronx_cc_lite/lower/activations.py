@@ -5,6 +5,7 @@ Shrink."""
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 import numpy as np
 
@@ -78,6 +79,24 @@ def constant_column(ctx: LowerCtx, value: float, partitions: int) -> TileAccess:
     """A column of `value` on `partitions` partitions, from the program's column pool."""
     index = ctx.columns.add(np.full(ctx.program.target.partitions, value))
     return ctx.columns.column(index, partitions)
+
+
+def hard_activation(ctx: LowerCtx, node: Node) -> Callable[[TileAccess, TileAccess], None] | None:
+    """A fused epilogue's HardSwish or HardSigmoid (its `activation` attribute, passes/fuse_epilogues.py) as
+    hard(dst, x): x a convolution's bank with its bias added by PE, or an evacuated result (a ConvEpilogue's in
+    place, a MatMulEpilogue's fp32 one); None for any other activation."""
+    activation = node.attrs.get("activation", "")
+    prog = ctx.program
+    if activation == "HardSwish":
+        return lambda dst, x: hard_swish(prog, dst, x, constant_column(ctx, 0.5, dst.partitions))
+    if activation in ("HardSigmoid", "HardSigmoid/unclamped"):
+        alpha, beta = float(node.attrs["activation_alpha"]), float(node.attrs["activation_beta"])
+        if activation == "HardSigmoid":
+            return lambda dst, x: hard_sigmoid(prog, dst, x, alpha, constant_column(ctx, beta, dst.partitions))
+        # (its reader clamps it at 1: passes/fuse_epilogues.py _clamp_gates_where_read)
+        return lambda dst, x: act(prog, dst, x, ActFunc.relu, scale=alpha,
+                                  bias=constant_column(ctx, beta, dst.partitions))
+    return None
 
 
 @lowering("HardSigmoid", check=floats_only, elementwise=True)

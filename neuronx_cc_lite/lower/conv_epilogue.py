@@ -15,7 +15,6 @@ stacks bands of output rows on the partitions (lower/depthwise.py), one part per
 from __future__ import annotations
 
 import math
-from typing import Callable
 
 import numpy as np
 
@@ -25,7 +24,7 @@ from isa.instructions import pe_rate
 from isa.operand import Engine
 from neuronx_cc_lite.declared import is_declared
 from neuronx_cc_lite.ir import Node
-from neuronx_cc_lite.lower.activations import constant_column, hard_sigmoid, hard_swish
+from neuronx_cc_lite.lower.activations import hard_activation
 from neuronx_cc_lite.lower.context import LowerCtx
 from neuronx_cc_lite.lower.hbm import HbmView
 from neuronx_cc_lite.lower.instr import act
@@ -36,23 +35,6 @@ from neuronx_cc_lite.lower.windows import Block
 EPILOGUE_FUNCS = {"": ActFunc.copy, "Relu": ActFunc.relu, "Tanh": ActFunc.tanh, "Sigmoid": ActFunc.sigmoid}
 
 Part = tuple[Block, int, int, int]  # (outputs, first partition, first output channel, channels)
-
-
-def hard_activation(ctx: LowerCtx, node: Node) -> Callable[[TileAccess, TileAccess], None] | None:
-    """A ConvEpilogue's HardSwish or HardSigmoid as hard(dst, x): x the bank with its bias added by PE, or the
-    evacuated block (bias and residual added) in place. ScalarE has no entry for them (lower/activations.py)."""
-    activation = node.attrs.get("activation", "")
-    prog = ctx.program
-    if activation == "HardSwish":
-        return lambda dst, x: hard_swish(prog, dst, x, constant_column(ctx, 0.5, dst.partitions))
-    if activation in ("HardSigmoid", "HardSigmoid/unclamped"):
-        alpha, beta = float(node.attrs["activation_alpha"]), float(node.attrs["activation_beta"])
-        if activation == "HardSigmoid":
-            return lambda dst, x: hard_sigmoid(prog, dst, x, alpha, constant_column(ctx, beta, dst.partitions))
-        # (its reader clamps it at 1: passes/fuse_epilogues.py _clamp_gates_where_read)
-        return lambda dst, x: act(prog, dst, x, ActFunc.relu, scale=alpha,
-                                  bias=constant_column(ctx, beta, dst.partitions))
-    return None
 
 
 def pe_has_room(prog: Program) -> bool:

@@ -37,7 +37,7 @@ from isa.functions import ActFunc, AluOp
 from isa.instructions import pe_rate
 from isa.operand import Engine, Mem
 from neuronx_cc_lite.ir import Graph, Node
-from neuronx_cc_lite.lower.activations import constant_column, hard_sigmoid, hard_swish
+from neuronx_cc_lite.lower.activations import hard_activation
 from neuronx_cc_lite.lower.context import LowerCtx
 from neuronx_cc_lite.lower.elementwise import floats_only
 from neuronx_cc_lite.lower.hbm import HbmView
@@ -428,17 +428,6 @@ EPILOGUE_FUNCS = {"": ActFunc.copy, "Relu": ActFunc.relu, "Gelu/none": ActFunc.g
                   "HardSwish": ActFunc.copy, "HardSigmoid": ActFunc.copy}  # (the hard ones: Epilogue.hard)
 
 
-def _hard(ctx: LowerCtx, node: Node) -> Callable[[TileAccess, TileAccess], None] | None:
-    """A MatMulEpilogue's HardSwish or HardSigmoid as hard(dst, x), x the evacuated result (lower/activations.py)."""
-    activation, prog = node.attrs["activation"], ctx.program
-    if activation == "HardSwish":
-        return lambda dst, x: hard_swish(prog, dst, x, constant_column(ctx, 0.5, x.partitions))
-    if activation == "HardSigmoid":
-        alpha, beta = float(node.attrs["activation_alpha"]), float(node.attrs["activation_beta"])
-        return lambda dst, x: hard_sigmoid(prog, dst, x, alpha, constant_column(ctx, beta, x.partitions))
-    return None
-
-
 @lowering("MatMulEpilogue")
 def lower_matmul_epilogue(ctx: LowerCtx, node: Node) -> None:
     """A MatMul or Gemm with what followed it (passes/fuse_epilogues.py): inputs A, B, bias row, residual, gate."""
@@ -446,7 +435,7 @@ def lower_matmul_epilogue(ctx: LowerCtx, node: Node) -> None:
     addends = [(ctx.view(residual).broadcast_to(ctx.shape(node.outputs[0])), 1.0)] if residual else []
     epilogue = Epilogue(float(node.attrs.get("alpha", 1.0)), addends, EPILOGUE_FUNCS[node.attrs["activation"]],
                         ctx.graph.tensors[bias].value if bias else None, ctx.view(gate) if gate else None,
-                        _hard(ctx, node))
+                        hard_activation(ctx, node))
     if "transA" in node.attrs:  # from a Gemm
         gemm_into(ctx, node, epilogue)
     else:

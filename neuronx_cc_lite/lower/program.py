@@ -162,7 +162,6 @@ class Program:
         self.hbm: list[HbmTensor] = []
         self.node = ""  # the ONNX node being lowered, recorded on every instruction
         self.schedule_tries = 0  # list schedules tried until one fitted memory (0: the lowering order was kept)
-        self.schedule_road: tuple[int, bool] | None = None  # the fitting one's (reach, early weight loads)
         self.hbm_size = 0  # bytes, once the HBM layout has placed every tensor
         self._filled: dict[tuple[DType, str, int, int], Tile] = {}  # the constant tiles: ones, scalars, filled
         self._diagonals: dict[tuple[int, DType], tuple[list[Tile], int]] = {}  # (taps, type) -> (ring, turns)

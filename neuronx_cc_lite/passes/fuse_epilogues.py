@@ -38,7 +38,7 @@ CONV_OP = "ConvEpilogue"
 # evacuation was measured slower: a 2-layer Llama decode step of hidden 2048 at TP 8 on trn1, 272.5 -> 332.8 us a
 # layer, Llama-3-8B's at TP 32 419.9 -> 852.9 us a layer.
 GATE_ROWS = 128
-# a product's: HardSwish after a classifier's hidden layer (MobileNetV3's), applied over the result in place
+# a product's: HardSwish after a classifier's hidden layer (MobileNetV3's), reading the evacuated result
 ACTIVATIONS = ("Relu", "Gelu", "Tanh", "Sigmoid", "HardSwish", "HardSigmoid")
 # a convolution's: MobileNetV3's HardSwish after its expansions, HardSigmoid closing its squeeze-and-excitation
 CONV_ACTIVATIONS = ("Relu", "Tanh", "Sigmoid", "HardSwish", "HardSigmoid")

@@ -26,10 +26,10 @@ def _scheduled(monkeypatch, estimate) -> tuple[list, list, list]:
     real_fit, real_within = schedule._fit, schedule.schedule_within_memory
 
     def fit(program, *given):
-        found = real_fit(program, *given)
+        fitted = real_fit(program, *given)
         made.append(_state(program))
-        roads.append(program.schedule_road)
-        return None if found is None else estimate(len(made) - 1, found)
+        roads.append(None if fitted is None else fitted[1])
+        return None if fitted is None else (estimate(len(made) - 1, fitted[0]), fitted[1])
 
     def within(program):
         fitted = real_within(program)
