@@ -227,7 +227,7 @@ def compile_rank(graph: Graph, options: Options, target: Target,
         log.debug(f"pass split-attention: {time.perf_counter() - start:.3f} s, {nodes} -> {len(graph.nodes)} nodes")
     with phase("lowering"):  # the tile program, kept on chip (which may lower again)
         program, ctx, on_chip = lower_program(graph, options, target, stages)
-        stages.run(program, "broadcast-on-pe", "dedupe-loads", "preload-act-table")
+        stages.run(program, "broadcast-on-pe", "dedupe-loads", "second-writes", "preload-act-table")
     key = shape_of(program) if done is not None else ()
     if done is not None and key in done:
         twin = done[key]

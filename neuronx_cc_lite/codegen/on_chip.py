@@ -173,7 +173,7 @@ def keep_on_chip(program: Program) -> Report:
 
 
 # Instructions whose result may be written in any float type: the engine computes in fp32 and rounds as it writes.
-_ROUNDING_WRITERS = frozenset({"activation", "tensor_scalar", "tensor_tensor", "scalar_tensor_tensor", "tensor_copy",
+ROUNDING_WRITERS = frozenset({"activation", "tensor_scalar", "tensor_tensor", "scalar_tensor_tensor", "tensor_copy",
                                "tensor_reduce"})
 
 
@@ -211,7 +211,7 @@ def _narrowed(instrs: list[PendingInstr], candidates: list[HbmTensor], touching:
         for t, (narrow, sources) in list(plan.items()):
             for tile in sources:
                 ok = tile.mem is Mem.SBUF and tile.dtype is t.dtype and all(
-                    instrs[i].op in _ROUNDING_WRITERS for i in writers.get(tile, [])) and all(
+                    instrs[i].op in ROUNDING_WRITERS for i in writers.get(tile, [])) and all(
                     _stores_into(instrs[i], tile, plan, narrow) for i in readers.get(tile, []))
                 if not ok:
                     del plan[t]

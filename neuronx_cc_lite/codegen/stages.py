@@ -34,6 +34,13 @@ def _dedupe_loads(program: Program, optimize: int) -> str:
     return ""
 
 
+def _second_writes(program: Program, optimize: int) -> str:
+    from neuronx_cc_lite.codegen.second_writes import second_writes
+
+    count = second_writes(program)
+    return f"{count} copies" if count else ""
+
+
 def _preload_act_table(program: Program, optimize: int) -> str:
     from neuronx_cc_lite.codegen.act_table import preload_act_table
 
@@ -82,6 +89,8 @@ STAGES: list[Stage] = [
     Stage("broadcast-on-pe", "a row loaded onto every partition is one row loaded, then a matmul with ones",
           _broadcast_on_pe, 2),
     Stage("dedupe-loads", "identical loads of a weight or constant are made once", _dedupe_loads, 2),
+    Stage("second-writes", "a copy that converts a result to its reader's type becomes a second write of the "
+                           "result by its producer, beside the dependent chain instead of on it", _second_writes, 2),
     Stage("preload-act-table", "ScalarE loads its first function table while it waits for the first data, not "
                                "on the critical path after it", _preload_act_table, 2),
     Stage("split-transfers", "a large transfer cut into bands of partitions moves on several DMA queues at once",
