@@ -220,10 +220,13 @@ class Program:
             pmax = self.target.partitions
             tile = self.sbuf(pmax, pmax * taps, dtype, f"diagonals/{taps}/{dtype.name}")
             zero = self.scalar(0.0, dtype)
-            # in pieces as long as a bank's evacuation: a fill of 3,200 columns held ScalarE 2.3 us at a time, and
+            # in pieces half a bank's evacuation long: a fill of 3,200 columns held ScalarE 2.3 us at a time, and
             # the list schedule, which cannot interrupt it, started one just before a stem's epilogue was ready
-            # (MobileNetV3 bf16 102.8 -> 102.2 us, fp32 188.1 -> 186.0)
-            step = min(self.target.psum_bank_fmax, self.target.gemm_moving_fmax)
+            # (MobileNetV3 bf16 102.8 -> 102.2 us, fp32 188.1 -> 186.0); a bank's width still held the stem's and
+            # the first blocks' epilogues 0.4 us each (82.8 -> 81.6 us in bf16 with half; a quarter the same, an
+            # eighth 107.7: 400 fills, each paying an instruction's fixed cost on the ScalarE the network's start
+            # waits for)
+            step = min(self.target.psum_bank_fmax, self.target.gemm_moving_fmax) // 2
             for c0 in range(0, tile.free, step):
                 n = min(step, tile.free - c0)
                 self.emit("activation", Engine.ACT, dst=tile.ap(((n, 1),), c0), src=zero.ap(((n, 0),)),
