@@ -23,6 +23,11 @@ fp32 (a matmul pass each fp32 instruction takes four of, CHIP.md):
   at least a dependent one-element instruction's cost (isa/costs.py), and the hand-offs between engines.
 PE work adds up (one engine), and the squeeze-and-excitation chains add to it: their sum is a floor under the
 latency of any schedule, which the goal (2.0x the roofline in bf16, 2.5x in fp32) is set against.
+
+Then this compiler's own lowering of the model: the longest chain of dependent instructions in its tile program
+(codegen/schedule.py dependency_chain_ns), each at its cost on the fastest engine that can run it and a hand-off
+between engines. No schedule of that program is faster, however free the engines: a goal below it needs a
+lowering with a shorter chain, not a better schedule.
 """
 
 from __future__ import annotations
@@ -96,6 +101,20 @@ def floor(path: str, target_name: str) -> dict[str, float]:
             "se_chain_us": squeezes * SE_STEPS * step_ns / 1000}
 
 
+def lowering_chain(path: str, target_name: str) -> dict[str, float]:
+    """The dependency chain of this compiler's tile program for the model, in us, in bf16 (auto-cast) and fp32."""
+    from isa.target import get_target
+    from neuronx_cc_lite.codegen.schedule import dependency_chain_ns
+    from neuronx_cc_lite.compiler import Options, compile_rank, prepare
+
+    found = {}
+    for cast, casting in (("bf16", {"auto_cast": "matmult", "auto_cast_type": "bf16"}), ("fp32", {})):
+        options = Options(target=target_name, **casting)
+        rank = compile_rank(prepare(path, options, None), options, get_target(target_name))
+        found[cast] = dependency_chain_ns(rank.program) / 1000
+    return found
+
+
 def main(argv: list[str] | None = None) -> int:
     from benchmarks.exports import EXPORTERS, FAMILIES, export
 
@@ -118,6 +137,9 @@ def main(argv: list[str] | None = None) -> int:
             low = f[f"depthwise_{cast}_us"] + passes * f["other_us"] + f["se_chain_us"]
             lowered = passes * (f["depthwise_diagonal_us"] + f["other_us"]) + f["se_chain_us"]
             print(f"  {cast}: floor {low:.1f} us; with the depthwise taps as diagonals {lowered:.1f} us")
+        chain = lowering_chain(path, args.target)
+        print(f"  this compiler's lowering: a dependency chain of {chain['bf16']:.1f} us in bf16, "
+              f"{chain['fp32']:.1f} in fp32 (no schedule of it is faster)")
     return 0
 
 

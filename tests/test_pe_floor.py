@@ -15,9 +15,7 @@ from isa.target import get_target
 from tests.conftest import make_model
 
 
-def test_the_floor_counts_a_depthwise_convolution_and_a_squeeze_as_written(tmp):
-    """A 3x3 depthwise convolution over 128 channels at 8x8 (73,728 multiply-adds, 576 a partition) then a
-    squeeze-and-excitation gate (a mean, two 1x1 convolutions, HardSigmoid, the Mul)."""
+def _squeeze_model() -> onnx.ModelProto:
     rng = np.random.default_rng(0)
     weights = {"w": rng.standard_normal((128, 1, 3, 3)).astype(np.float32),
                "w1": rng.standard_normal((32, 128, 1, 1)).astype(np.float32),
@@ -29,9 +27,15 @@ def test_the_floor_counts_a_depthwise_convolution_and_a_squeeze_as_written(tmp):
              helper.make_node("Conv", ["r", "w2"], ["e"]),
              helper.make_node("HardSigmoid", ["e"], ["g"], alpha=1 / 6, beta=0.5),
              helper.make_node("Mul", ["d", "g"], ["y"])]
+    return make_model(nodes, {"x": ([1, 128, 8, 8], TensorProto.FLOAT)}, {"y": ([1, 128, 8, 8], TensorProto.FLOAT)},
+                      weights)
+
+
+def test_the_floor_counts_a_depthwise_convolution_and_a_squeeze_as_written(tmp):
+    """A 3x3 depthwise convolution over 128 channels at 8x8 (73,728 multiply-adds, 576 a partition) then a
+    squeeze-and-excitation gate (a mean, two 1x1 convolutions, HardSigmoid, the Mul)."""
     path = os.path.join(tmp, "m.onnx")
-    onnx.save(make_model(nodes, {"x": ([1, 128, 8, 8], TensorProto.FLOAT)}, {"y": ([1, 128, 8, 8], TensorProto.FLOAT)},
-                         weights), path)
+    onnx.save(_squeeze_model(), path)
     target = get_target("trn1")
     f = floor(path, "trn1")
     assert f["depthwise_diagonal_us"] == pytest.approx(9 * 64 / target.pe_ghz / 1000)  # a tile, 9 taps, 64 columns
@@ -41,3 +45,43 @@ def test_the_floor_counts_a_depthwise_convolution_and_a_squeeze_as_written(tmp):
     assert f["other_us"] == pytest.approx((32 + 64) / target.pe_ghz / 1000)
     assert f["squeezes"] == 1 and f["se_chain_us"] == pytest.approx(SE_STEPS * f["step_ns"] / 1000)
     assert 0.1 < f["step_ns"] / 1000 < 0.5  # a dependent one-element instruction and a hand-off: ~0.2 us
+
+
+def test_the_dependency_chain_of_a_program_counted_by_hand():
+    """A load, an activation on it and a store of the result, beside an activation on nothing they touch: the
+    chain is the three in turn with their costs, the DMA latency of each transfer and two hand-offs; the
+    instruction beside it adds nothing."""
+    from isa.costs import dma_cost, duration_ns
+    from isa.dtypes import DType
+    from isa.functions import ActFunc
+    from isa.operand import Engine
+    from neuronx_cc_lite.codegen.schedule import dependency_chain_ns
+    from neuronx_cc_lite.lower.program import HbmAccess, Program
+
+    target = get_target("trn1")
+    prog = Program(target)
+    x, y = (prog.hbm_tensor(n, 128 * 256 * 4, kind, DType.fp32) for n, kind in (("x", "input"), ("y", "output")))
+    a, b, c = (prog.sbuf(128, 256, DType.fp32, n) for n in "abc")
+    row = ((256, 1),)
+    prog.emit("dma_copy", Engine.DMA, dst=a.ap(), src=HbmAccess(x, DType.fp32, 128, 256, 0, row))
+    prog.emit("activation", Engine.ACT, dst=b.ap(), src=a.ap(), func=ActFunc.relu, scale=1.0)
+    prog.emit("activation", Engine.ACT, dst=c.ap(), src=c.ap(), func=ActFunc.relu, scale=1.0)
+    prog.emit("dma_copy", Engine.DMA, dst=HbmAccess(y, DType.fp32, 128, 256, 0, row), src=b.ap())
+    load, act, _, store = (p.instruction(placed=False) for p in prog.instrs)
+    expected = sum(dma_cost(t, target).engine_ns(target) + target.dma_latency_ns for t in (load, store)) + \
+        duration_ns(act, Engine.ACT, target) + 2 * target.semaphore_handoff_ns
+    assert dependency_chain_ns(prog) == pytest.approx(expected)
+
+
+def test_no_run_beats_its_dependency_chain(tmp):
+    """A small squeeze-and-excitation block compiled and run: the simulated latency is at least the chain."""
+    from benchmarks.pe_floor import lowering_chain
+    from neuronx_cc_lite.compiler import Options, compile_model
+    from runtime.profile import timed_run
+
+    path = os.path.join(tmp, "m.onnx")
+    onnx.save(_squeeze_model(), path)
+    chain = lowering_chain(path, "trn1")
+    for cast, options in (("bf16", Options(auto_cast="matmult", auto_cast_type="bf16")), ("fp32", Options())):
+        latency = timed_run(compile_model(path, options), get_target("trn1")).last_run.elapsed_ns / 1000
+        assert 0.3 * latency < chain[cast] <= latency, (cast, chain[cast], latency)

@@ -667,3 +667,20 @@ def schedule(program: Program, lookahead: int = LOOKAHEAD, preds: list[list[int]
                 release(s)
     program.instrs = [instrs[i] for i in order]
     return [started[i] for i in order], [ended[i] for i in order]
+
+
+def dependency_chain_ns(program: Program) -> float:
+    """The longest chain of dependent instructions of the program: each at its duration on its fastest engine (a
+    transfer with its DMA latency), and a semaphore hand-off where the next runs on another engine. No schedule
+    of this program can end sooner, however free the engines: where a latency goal lies below it, only a lowering
+    with a shorter chain reaches it (benchmarks/pe_floor.py)."""
+    instrs, target = program.instrs, program.target
+    end: list[float] = []
+    for i, (p, ps) in enumerate(zip(instrs, dependencies(instrs))):
+        virtual = p.instruction(placed=False)
+        cost = dma_cost(virtual, target).engine_ns(target) + target.dma_latency_ns if p.engine is Engine.DMA else \
+            min(_duration(virtual, e, target) for e in candidate_engines(p))
+        start = max((end[j] + (target.semaphore_handoff_ns if instrs[j].engine is not p.engine else 0.0)
+                     for j in ps), default=0.0)
+        end.append(start + cost)
+    return max(end, default=0.0)
