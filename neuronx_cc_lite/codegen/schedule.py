@@ -676,7 +676,7 @@ def dependency_chain_ns(program: Program) -> float:
     with a shorter chain reaches it (benchmarks/pe_floor.py)."""
     instrs, target = program.instrs, program.target
     end: list[float] = []
-    for i, (p, ps) in enumerate(zip(instrs, dependencies(instrs))):
+    for p, ps in zip(instrs, dependencies(instrs)):
         virtual = p.instruction(placed=False)
         cost = dma_cost(virtual, target).engine_ns(target) + target.dma_latency_ns if p.engine is Engine.DMA else \
             min(_duration(virtual, e, target) for e in candidate_engines(p))

@@ -89,7 +89,7 @@ STAGES: list[Stage] = [
     Stage("broadcast-on-pe", "a row loaded onto every partition is one row loaded, then a matmul with ones",
           _broadcast_on_pe, 2),
     Stage("dedupe-loads", "identical loads of a weight or constant are made once", _dedupe_loads, 2),
-    Stage("second-writes", "a copy that converts a result to its reader's type becomes a second write of the "
+    Stage("second-writes", "a copy that narrows a result to its reader's type becomes a second write of the "
                            "result by its producer, beside the dependent chain instead of on it", _second_writes, 2),
     Stage("preload-act-table", "ScalarE loads its first function table while it waits for the first data, not "
                                "on the critical path after it", _preload_act_table, 2),
