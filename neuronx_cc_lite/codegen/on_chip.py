@@ -422,7 +422,7 @@ def _rename_parts(mapped: list[tuple[object, object] | None], home_tiles: set[Ti
         if first < 0 or offset < 0 or first + tile.partitions > home.partitions or offset + tile.free > home.free:
             continue
         region = TileAccess(home, first, tile.partitions, offset, ((tile.free, 1),))
-        if stored and any(other is not tile and _overlap(_bounds(a), _bounds(region)) for other, a in into[home]):
+        if stored and any(other is not tile and overlap(bounds(a), bounds(region)) for other, a in into[home]):
             continue
         renamed[tile] = region
 
@@ -507,8 +507,8 @@ def _written_elsewhere(instrs: list[PendingInstr], writers: dict[Tile, list[int]
                        load: int) -> bool:
     """Whether an instruction other than `load` may write inside the run of its tile (not the fills of the
     padding around it)."""
-    inside = _bounds(run)
-    return any(a.tile is run.tile and _overlap(_bounds(a), inside)
+    inside = bounds(run)
+    return any(a.tile is run.tile and overlap(bounds(a), inside)
                for k in writers.get(run.tile, []) if k != load
                for a, writes in instrs[k].accesses() if writes and isinstance(a, TileAccess))
 
@@ -540,14 +540,14 @@ def _same_elements(a: object, b: object) -> bool:
         and a.partitions == b.partitions and a.offset == b.offset and _live(a) == _live(b)
 
 
-def _bounds(a: TileAccess) -> tuple[int, int, int, int]:
+def bounds(a: TileAccess) -> tuple[int, int, int, int]:
     """The partitions [p0, p1) and elements [e0, e1) of each partition the access may touch."""
     low = sum(min(0, (n - 1) * s) for n, s in a.dims)
     high = sum(max(0, (n - 1) * s) for n, s in a.dims)
     return a.first, a.first + a.partitions, a.offset + low, a.offset + high + 1
 
 
-def _overlap(x: tuple[int, int, int, int], y: tuple[int, int, int, int]) -> bool:
+def overlap(x: tuple[int, int, int, int], y: tuple[int, int, int, int]) -> bool:
     return x[0] < y[1] and y[0] < x[1] and x[2] < y[3] and y[2] < x[3]
 
 

@@ -30,10 +30,13 @@ A twin costs about what the copy did, on its writer's engine, but beside the cha
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
+from isa.instructions import OPS
 from isa.operand import Engine, Mem
-from neuronx_cc_lite.codegen.on_chip import ROUNDING_WRITERS
+from neuronx_cc_lite.codegen.on_chip import ROUNDING_WRITERS, bounds, overlap
+from neuronx_cc_lite.codegen.regions import inside
 from neuronx_cc_lite.lower.program import PendingInstr, Program, Tile, TileAccess
 
 _COMPUTE = frozenset({Engine.ACT, Engine.DVE, Engine.POOL})
@@ -80,24 +83,6 @@ def _run(a: TileAccess) -> int | None:
     return dims[0][0] if dims else 1
 
 
-Box = tuple[int, int, int, int]  # first partition, end partition, first element, end element
-
-
-def _box(a: TileAccess) -> Box | None:
-    """The partitions and the elements of each partition an access reaches (strides forward only), or None."""
-    if a.skew or any(stride < 0 for _, stride in a.dims):
-        return None
-    return a.first, a.first + a.partitions, a.offset, a.offset + 1 + sum((n - 1) * stride for n, stride in a.dims)
-
-
-def _meet(a: Box, b: Box) -> bool:
-    return a[0] < b[1] and b[0] < a[1] and a[2] < b[3] and b[2] < a[3]
-
-
-def _inside(a: Box, b: Box) -> bool:
-    return b[0] <= a[0] and a[1] <= b[1] and b[2] <= a[2] and a[3] <= b[3]
-
-
 def _rewrite(instrs: list[PendingInstr], c: int, writers: dict[Tile, list[int]],
              readers: dict[Tile, list[int]]) -> tuple[bool, list[tuple[int, PendingInstr]]] | None:
     """For copy c: (twins, [(writer, its twin or itself writing the copy's tile)]), or None where it stays. The
@@ -109,39 +94,37 @@ def _rewrite(instrs: list[PendingInstr], c: int, writers: dict[Tile, list[int]],
             dst.tile.dtype.size >= src.tile.dtype.size:
         return None  # (a copy in one type may run on any engine; the writers may not: Llama's layer in fp32 ran 2%
         # slower with its RMSNorm's copies of the residual sum twinned on VectorE)
-    n, target = _run(src), _box(dst)
-    if n is None or _run(dst) != n or dst.first != src.first or dst.partitions != src.partitions or target is None:
+    n = _run(src)
+    if n is None or _run(dst) != n or dst.first != src.first or dst.partitions != src.partitions:
         return None
+    target = bounds(dst)
     for w in writers.get(dst.tile, []):  # the copy alone writes its run of its tile
-        out = [a for a, writes in instrs[w].accesses() if writes and isinstance(a, TileAccess) and a.tile is dst.tile]
-        if w != c and any((b := _box(a)) is None or _meet(b, target) for a in out):
+        if w != c and any(a.tile is dst.tile and (a.skew or overlap(bounds(a), target))
+                          for _, a in _written(instrs[w])):
             return None
-    run: Box = (src.first, src.first + src.partitions, src.offset, src.offset + n)
+    run = (src.first, src.first + src.partitions, src.offset, src.offset + n)
     alone = readers.get(src.tile) == [c]
     found: list[tuple[int, PendingInstr]] = []
     covered = 0
-    boxes: list[Box] = []
+    boxes: list[tuple[int, int, int, int]] = []
     for w in writers.get(src.tile, []):
         if w >= c:
             break
         p = instrs[w]
-        written = [(name, a) for name, a in p.args.items() if isinstance(a, TileAccess) and
-                   any(x is a for x, writes in p.accesses() if writes)]
+        written = _written(p)
         into = [(name, a) for name, a in written if a.tile is src.tile]
-        if len(into) != 1 or not alone and len(written) != 1:
-            return None  # (a twin writes one thing: not a reduction's second output as well)
+        if len(into) != 1 or not alone and len(written) != 1 or into[0][1].skew:
+            return None  # (a twin writes one thing: not a reduction's second output as well; nor a DMA's rows)
         name, out = into[0]
-        box = _box(out)
-        if box is None:
-            return None
-        if not _meet(box, run):
+        box = bounds(out)
+        if not overlap(box, run):
             continue  # another part of the tile
-        if not _inside(box, run) or any(_meet(b, box) for b in boxes) or p.op not in ROUNDING_WRITERS or \
+        if not inside(box, run) or any(overlap(b, box) for b in boxes) or p.op not in ROUNDING_WRITERS or \
                 p.engine not in _COMPUTE or \
                 any(isinstance(a, TileAccess) and a.tile is src.tile for a, writes in p.accesses() if not writes):
             return None
         boxes.append(box)
-        covered += out.partitions * _elements(out)
+        covered += out.partitions * math.prod(size for size, _ in out.dims)
         retarget = replace(out, tile=dst.tile, offset=out.offset - src.offset + dst.offset)
         found.append((w, PendingInstr(p.op, p.engine, p.queue, {**p.args, name: retarget}, p.node)))
     if not found or covered != src.partitions * n:
@@ -158,8 +141,7 @@ def _a_copy(instrs: list[PendingInstr], r: int, writers: dict[Tile, list[int]]) 
     return instrs[r].op == "tensor_copy" and isinstance(dst, TileAccess) and writers.get(dst.tile) == [r]
 
 
-def _elements(a: TileAccess) -> int:
-    count = 1
-    for size, _ in a.dims:
-        count *= size
-    return count
+def _written(p: PendingInstr) -> list[tuple[str, TileAccess]]:
+    """The tile operands an instruction writes, by field name (dst; an activation's reduce too)."""
+    return [(f.name, p.args[f.name]) for f in OPS[p.op].operand_fields
+            if f.writes and isinstance(p.args[f.name], TileAccess)]

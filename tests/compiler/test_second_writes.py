@@ -25,8 +25,8 @@ BF16 = Options(auto_cast="matmult", auto_cast_type="bf16")
 def _residual_block():
     """a = Conv(x) + b; the next Conv reads a (in bf16 under auto-cast), and so does an Add, in fp32, after it."""
     rng = np.random.default_rng(3)
-    weights = {"w": rng.standard_normal((24, 24, 1, 1)).astype(np.float32), "b": rng.standard_normal(24).astype(np.float32),
-               "w2": rng.standard_normal((24, 24, 1, 1)).astype(np.float32), "b2": rng.standard_normal(24).astype(np.float32)}
+    weights = {name: rng.standard_normal(shape).astype(np.float32)
+               for name, shape in (("w", (24, 24, 1, 1)), ("b", (24,)), ("w2", (24, 24, 1, 1)), ("b2", (24,)))}
     nodes = [helper.make_node("Conv", ["x", "w", "b"], ["a"]), helper.make_node("Conv", ["a", "w2", "b2"], ["c"]),
              helper.make_node("Add", ["a", "c"], ["y"])]
     return make_model(nodes, {"x": ([1, 24, 9, 10], F)}, {"y": ([1, 24, 9, 10], F)}, weights)
