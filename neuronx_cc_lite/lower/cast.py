@@ -28,7 +28,7 @@ from neuronx_cc_lite.lower.context import LowerCtx, device_dtype
 from neuronx_cc_lite.lower.elementwise import Operand, elementwise
 from neuronx_cc_lite.lower.instr import act, copy, fill, scratch, select, ts, tt
 from neuronx_cc_lite.lower.program import Program, TileAccess
-from neuronx_cc_lite.lower.registry import lowering
+from neuronx_cc_lite.lower.registry import OpKind, lowering
 from neuronx_cc_lite.lower.rounding import round_half_even
 
 _FP8 = {DType.fp8_e4m3: float(ml_dtypes.finfo(ml_dtypes.float8_e4m3fn).max),
@@ -91,7 +91,7 @@ def _wrapping_cast(prog: Program, dst: TileAccess, srcs: list[Operand]) -> None:
     ts(prog, dst, srcs[0], AluOp.bitwise_or, 0.0)  # type: ignore[arg-type]
 
 
-@lowering("Cast", check=_check_cast, elementwise=True)
+@lowering("Cast", check=_check_cast, kind=OpKind.ELEMENTWISE)
 @lowering("CastLike", check=_check_cast)
 def lower_cast(ctx: LowerCtx, node: Node) -> None:
     src_type, dst_type = _types(node, ctx.graph)

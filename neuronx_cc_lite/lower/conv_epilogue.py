@@ -30,9 +30,8 @@ from neuronx_cc_lite.lower.hbm import HbmView
 from neuronx_cc_lite.lower.instr import act
 from neuronx_cc_lite.lower.operands import bias_rows
 from neuronx_cc_lite.lower.program import Program, Tile, TileAccess
+from neuronx_cc_lite.lower.registry import fused_function
 from neuronx_cc_lite.lower.windows import Block
-
-EPILOGUE_FUNCS = {"": ActFunc.copy, "Relu": ActFunc.relu, "Tanh": ActFunc.tanh, "Sigmoid": ActFunc.sigmoid}
 
 Part = tuple[Block, int, int, int]  # (outputs, first partition, first output channel, channels)
 
@@ -53,7 +52,7 @@ class Epilogue:
         self.out = ctx.output(node.outputs[0], (1, 2))  # output channels on partitions
         self.bias = ctx.view(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else None
         self.residual = ctx.view(node.inputs[3]) if len(node.inputs) > 3 and node.inputs[3] else None
-        self.func = EPILOGUE_FUNCS.get(node.attrs.get("activation", ""), ActFunc.copy)  # a hard one: after it
+        self.func = fused_function(node.attrs.get("activation", ""))  # a hard one: after it
         self.hard = hard_activation(ctx, node)
         value = ctx.graph.tensors[node.inputs[2]].value if self.bias is not None else None
         # a hard activation after a constant bias (or none), without a residual, reads the bank itself

@@ -23,7 +23,7 @@ from neuronx_cc_lite.lower.context import LowerCtx, device_dtype
 from neuronx_cc_lite.lower import integer_limbs
 from neuronx_cc_lite.lower.instr import act, scratch, ts, tt
 from neuronx_cc_lite.lower.program import Program, TileAccess
-from neuronx_cc_lite.lower.registry import lowering
+from neuronx_cc_lite.lower.registry import FusedActivation, OpKind, lowering
 from neuronx_cc_lite.lower.hbm import HbmView
 from neuronx_cc_lite.lower.relayout import load_transposed
 from neuronx_cc_lite.lower.tiling import RowPieces, boxes, free_size, layout_boxes
@@ -220,7 +220,11 @@ def _check_unary(node: Node, g: Graph) -> str | None:
     return floats_only(node, g)
 
 
-@lowering(*UNARY, check=_check_unary, elementwise=True)
+# the unary ops a matmul's or a convolution's evacuation applies as the bank leaves PSUM (passes/fuse_epilogues.py)
+FUSED_UNARY = {op: FusedActivation(UNARY[op]) for op in ("Relu", "Sigmoid", "Tanh")}
+
+
+@lowering(*UNARY, check=_check_unary, kind=OpKind.ELEMENTWISE, fused=FUSED_UNARY)
 def lower_unary(ctx: LowerCtx, node: Node) -> None:
     if node.op == "Abs" and not is_float(ctx.graph, node.inputs[0]):
         if not in_limbs(ctx, node):
@@ -258,7 +262,7 @@ def wrapping(ctx: LowerCtx, node: Node, compute: Compute) -> Compute:
     return wrapped
 
 
-@lowering("Neg", check=small_integers_ok, elementwise=True)
+@lowering("Neg", check=small_integers_ok, kind=OpKind.ELEMENTWISE)
 def lower_neg(ctx: LowerCtx, node: Node) -> None:
     if not in_limbs(ctx, node):
         elementwise(ctx, node, wrapping(ctx, node, lambda prog, dst, s: ts(prog, dst, s[0], AluOp.multiply, -1.0)))
@@ -273,7 +277,7 @@ def truncating_divide(prog: Program, dst: TileAccess, srcs: list[Operand]) -> No
     apply(prog, dst, dst, b, AluOp.divide)
 
 
-@lowering(*ARITHMETIC, check=small_integers_ok, since=7, elementwise=True)
+@lowering(*ARITHMETIC, check=small_integers_ok, since=7, kind=OpKind.ELEMENTWISE)
 def lower_arithmetic(ctx: LowerCtx, node: Node) -> None:
     if in_limbs(ctx, node):
         return
@@ -287,7 +291,7 @@ def _check_variadic(node: Node, g: Graph) -> str | None:
     return small_integers_ok(node, g)
 
 
-@lowering(*VARIADIC, check=_check_variadic, since=8, elementwise=True)
+@lowering(*VARIADIC, check=_check_variadic, since=8, kind=OpKind.ELEMENTWISE)
 def lower_variadic(ctx: LowerCtx, node: Node) -> None:
     if not in_limbs(ctx, node):
         elementwise(ctx, node, wrapping(ctx, node, VARIADIC[node.op]))
@@ -305,7 +309,7 @@ def _pow(prog: Program, dst: TileAccess, srcs: list[Operand]) -> None:
         apply(prog, dst, base, exponent, AluOp.power, Engine.POOL)
 
 
-@lowering("Pow", check=floats_only, since=7, elementwise=True)
+@lowering("Pow", check=floats_only, since=7, kind=OpKind.ELEMENTWISE)
 def lower_pow(ctx: LowerCtx, node: Node) -> None:
     elementwise(ctx, node, _pow)
 
@@ -316,7 +320,9 @@ def _check_gelu(node: Node, g: Graph) -> str | None:
     return floats_only(node, g)
 
 
-@lowering("Gelu", check=_check_gelu, elementwise=True)
+# (the function as fused: its tanh approximation rides in the fused node's attribute, "Gelu/tanh")
+@lowering("Gelu", check=_check_gelu, kind=OpKind.ELEMENTWISE,
+          fused={"Gelu": FusedActivation(ActFunc.gelu, in_convolutions=False)})
 def lower_gelu(ctx: LowerCtx, node: Node) -> None:
     tanh = node.attrs.get("approximate", "none") == "tanh"
     elementwise(ctx, node, unary(ActFunc.gelu_apprx_tanh if tanh else ActFunc.gelu))

@@ -27,18 +27,31 @@ from __future__ import annotations
 import numpy as np
 
 from neuronx_cc_lite.ir import Graph, Node
+from neuronx_cc_lite.ops.traits import OpKind
 
-MATMULS = ("MatMul", "MatMulEpilogue", "Gemm")
 # besides the elementwise ops (the registry's trait), the ops whose output follows their input's layout
 FOLLOWERS = ("AllReduce",)
-VIEWS = ("Reshape", "Transpose", "Squeeze", "Unsqueeze", "Identity", "Slice")
+# besides the views (the registry's kind), the ops an axis can be followed through (_through_view)
+CARRIERS = ("Transpose", "Identity", "Slice")
 
 
-def _follows(op: str) -> bool:
+def _kind(op: str) -> OpKind:
     from neuronx_cc_lite.lower.registry import LOWERINGS  # (this module is imported while the registry fills)
 
     lowering = LOWERINGS.get(op)
-    return op in FOLLOWERS or (lowering is not None and lowering.elementwise)
+    return lowering.kind if lowering is not None else OpKind.OTHER
+
+
+def _follows(op: str) -> bool:
+    return op in FOLLOWERS or _kind(op) is OpKind.ELEMENTWISE
+
+
+def _carries(op: str) -> bool:
+    return op in CARRIERS or _kind(op) is OpKind.VIEW
+
+
+def is_matmul(op: str) -> bool:
+    return _kind(op) is OpKind.MATMUL
 
 
 def _through_view(node: Node, g: Graph, position: int | None) -> int | None:
@@ -51,7 +64,7 @@ def _through_view(node: Node, g: Graph, position: int | None) -> int | None:
         return list(perm).index(position) if position in perm else None
     if node.op == "Slice":  # the axis keeps its place when the slice leaves it whole (heads cut from Q, K, V)
         return position if out and out[position] == src[position] else None
-    if node.op in ("Reshape", "Squeeze", "Unsqueeze", "Identity"):
+    if _kind(node.op) is OpKind.VIEW or node.op == "Identity":
         if position != len(src) - 1 or not out:
             return None
         # the last axis survives when the output's last axis is the same or a part of it, with the axes before
@@ -93,11 +106,11 @@ class FeatureMajor:
             yield False
         for node in self.users.get(name, []):
             rank = len(self.g.tensors[node.outputs[0]].shape) if node.outputs and node.outputs[0] else 0
-            if node.op in VIEWS and node.inputs[0] == name:
+            if _carries(node.op) and node.inputs[0] == name:
                 yield from self._votes(node.outputs[0], _through_view(node, self.g, position))
-            elif node.op in MATMULS and node.inputs[0] == name and node.attrs.get("transA", 0) == 0:
+            elif is_matmul(node.op) and node.inputs[0] == name and node.attrs.get("transA", 0) == 0:
                 yield position is not None and position == len(self.g.tensors[name].shape) - 1 >= 1
-            elif node.op in MATMULS and node.inputs[1] == name and node.attrs.get("transB", 0) == 0:
+            elif is_matmul(node.op) and node.inputs[1] == name and node.attrs.get("transB", 0) == 0:
                 src_rank = len(self.g.tensors[name].shape)
                 yield position is not None and src_rank >= 2 and position == src_rank - 2
             elif node.op == "LayerNormalization" and node.inputs[0] == name:
@@ -132,9 +145,9 @@ def only_multiplied(g: Graph, users: dict[str, list[Node]], name: str) -> bool:
         return False
     readers = users.get(name, [])
     for node in readers:
-        if node.op in VIEWS and node.inputs[0] == name:
+        if _carries(node.op) and node.inputs[0] == name:
             if not only_multiplied(g, users, node.outputs[0]):
                 return False
-        elif not (node.op in MATMULS and name in node.inputs[:2]):
+        elif not (is_matmul(node.op) and name in node.inputs[:2]):
             return False
     return bool(readers)

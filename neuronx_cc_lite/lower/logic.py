@@ -16,7 +16,7 @@ from neuronx_cc_lite.lower.context import LowerCtx
 from neuronx_cc_lite.lower.elementwise import Operand, elementwise, fold, in_limbs, small_integers_ok
 from neuronx_cc_lite.lower.instr import copy, fill, select, ts, tt
 from neuronx_cc_lite.lower.program import Program, TileAccess
-from neuronx_cc_lite.lower.registry import lowering
+from neuronx_cc_lite.lower.registry import OpKind, lowering
 
 COMPARISONS = {"Equal": AluOp.equal, "Less": AluOp.less, "LessOrEqual": AluOp.less_equal,
                "Greater": AluOp.greater, "GreaterOrEqual": AluOp.greater_equal}
@@ -26,18 +26,18 @@ _NARROW_INTS = {np.dtype(t) for t in (np.int8, np.int16, np.uint8, np.uint16, np
 _BIT_INTS = _NARROW_INTS | {np.dtype(t) for t in (np.int32, np.uint32, np.int64)}
 
 
-@lowering(*COMPARISONS, check=small_integers_ok, since=7, elementwise=True)
+@lowering(*COMPARISONS, check=small_integers_ok, since=7, kind=OpKind.ELEMENTWISE)
 def lower_comparison(ctx: LowerCtx, node: Node) -> None:
     if not in_limbs(ctx, node):
         elementwise(ctx, node, fold(COMPARISONS[node.op]))
 
 
-@lowering(*LOGICAL, since=7, elementwise=True)
+@lowering(*LOGICAL, since=7, kind=OpKind.ELEMENTWISE)
 def lower_logical(ctx: LowerCtx, node: Node) -> None:
     elementwise(ctx, node, fold(LOGICAL[node.op]))
 
 
-@lowering("Not", elementwise=True)
+@lowering("Not", kind=OpKind.ELEMENTWISE)
 def lower_not(ctx: LowerCtx, node: Node) -> None:
     elementwise(ctx, node, lambda prog, dst, s: ts(prog, dst, s[0], AluOp.equal, 0.0))
 
@@ -73,13 +73,13 @@ def _check_float_input(node: Node, g: Graph) -> str | None:
     return None if np.issubdtype(dtype, np.floating) else f"{node.op} of {dtype} is not supported"
 
 
-@lowering("IsNaN", check=_check_float_input, elementwise=True)
+@lowering("IsNaN", check=_check_float_input, kind=OpKind.ELEMENTWISE)
 def lower_is_nan(ctx: LowerCtx, node: Node) -> None:
     """NaN is the one value not equal to itself."""
     elementwise(ctx, node, lambda prog, dst, s: tt(prog, dst, s[0], s[0], AluOp.not_equal))
 
 
-@lowering("IsInf", check=_check_float_input, elementwise=True)
+@lowering("IsInf", check=_check_float_input, kind=OpKind.ELEMENTWISE)
 def lower_is_inf(ctx: LowerCtx, node: Node) -> None:
     positive = node.attrs.get("detect_positive", 1)
     negative = node.attrs.get("detect_negative", 1)
@@ -95,7 +95,7 @@ def lower_is_inf(ctx: LowerCtx, node: Node) -> None:
     elementwise(ctx, node, compute)
 
 
-@lowering("Where", since=9, elementwise=True)
+@lowering("Where", since=9, kind=OpKind.ELEMENTWISE)
 def lower_where(ctx: LowerCtx, node: Node) -> None:
     """Integers are copied by their bits (a bitwise or with 0; the predicated copy moves bits too), so Where is
     exact over any integer's whole range, where a copy through the fp32 ALU would round past 2^24."""

@@ -42,9 +42,9 @@ from neuronx_cc_lite.lower.context import LowerCtx
 from neuronx_cc_lite.lower.elementwise import floats_only
 from neuronx_cc_lite.lower.hbm import HbmView
 from neuronx_cc_lite.lower.instr import act, ts, tt
-from neuronx_cc_lite.lower.layout import MATMULS
+from neuronx_cc_lite.lower.layout import is_matmul
 from neuronx_cc_lite.lower.program import Program, Tile, TileAccess
-from neuronx_cc_lite.lower.registry import lowering
+from neuronx_cc_lite.lower.registry import OpKind, fused_function, lowering
 from neuronx_cc_lite.lower.operands import (BSource, Operand, a_transposed, bias_columns, bias_rows, blocks,
                                             k_on_partitions)
 
@@ -166,7 +166,7 @@ def _read_by_a_matmul(ctx: LowerCtx, name: str) -> bool:
     """Whether a matmul reads the tensor: it contracts over its blocks of features one K tile at a time, and starts
     on the first block evacuated (an MLP's next layer: mlp_wide in models/ 7.5 us with a block evacuated at a time,
     7.9 with its five together)."""
-    return any(r.op in MATMULS for r in ctx.consumers.get(name, []))
+    return any(is_matmul(r.op) for r in ctx.consumers.get(name, []))
 
 
 def _outpaces_evacuation(prog: Program, k_tiles: int, rows: int, dtype: DType) -> bool:
@@ -391,7 +391,7 @@ def _own_index(index: tuple[int, ...], own: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(i if n > 1 else 0 for i, n in zip(own_index, own))
 
 
-@lowering("MatMul", check=_check_matmul)
+@lowering("MatMul", check=_check_matmul, kind=OpKind.MATMUL)
 def lower_matmul(ctx: LowerCtx, node: Node) -> None:
     lower_matmul_into(ctx, node, Epilogue())
 
@@ -414,7 +414,7 @@ def gemm_into(ctx: LowerCtx, node: Node, epilogue: Epilogue) -> None:
         matmul_2d(ctx, a, b, out, epilogue, keys)  # type: ignore[arg-type]
 
 
-@lowering("Gemm", since=7)
+@lowering("Gemm", since=7, kind=OpKind.MATMUL)
 def lower_gemm(ctx: LowerCtx, node: Node) -> None:
     addends = []
     if len(node.inputs) > 2 and node.inputs[2]:
@@ -423,17 +423,12 @@ def lower_gemm(ctx: LowerCtx, node: Node) -> None:
     gemm_into(ctx, node, Epilogue(float(node.attrs.get("alpha", 1.0)), addends))
 
 
-EPILOGUE_FUNCS = {"": ActFunc.copy, "Relu": ActFunc.relu, "Gelu/none": ActFunc.gelu,
-                  "Gelu/tanh": ActFunc.gelu_apprx_tanh, "Tanh": ActFunc.tanh, "Sigmoid": ActFunc.sigmoid,
-                  "HardSwish": ActFunc.copy, "HardSigmoid": ActFunc.copy}  # (the hard ones: Epilogue.hard)
-
-
-@lowering("MatMulEpilogue")
+@lowering("MatMulEpilogue", kind=OpKind.MATMUL)
 def lower_matmul_epilogue(ctx: LowerCtx, node: Node) -> None:
     """A MatMul or Gemm with what followed it (passes/fuse_epilogues.py): inputs A, B, bias row, residual, gate."""
     a_name, b_name, bias, residual, gate = (node.inputs + ["", "", ""])[:5]
     addends = [(ctx.view(residual).broadcast_to(ctx.shape(node.outputs[0])), 1.0)] if residual else []
-    epilogue = Epilogue(float(node.attrs.get("alpha", 1.0)), addends, EPILOGUE_FUNCS[node.attrs["activation"]],
+    epilogue = Epilogue(float(node.attrs.get("alpha", 1.0)), addends, fused_function(node.attrs["activation"]),
                         ctx.graph.tensors[bias].value if bias else None, ctx.view(gate) if gate else None,
                         hard_activation(ctx, node))
     if "transA" in node.attrs:  # from a Gemm

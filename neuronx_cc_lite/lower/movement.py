@@ -21,7 +21,7 @@ from neuronx_cc_lite.lower.elementwise import elementwise, tile_free_max
 from neuronx_cc_lite.lower.hbm import HbmView
 from neuronx_cc_lite.lower.instr import fill, select, ts
 from neuronx_cc_lite.lower.operands import blocks
-from neuronx_cc_lite.lower.registry import lowering
+from neuronx_cc_lite.lower.registry import OpKind, lowering
 from neuronx_cc_lite.lower.tiling import boxes, free_size
 
 
@@ -173,7 +173,7 @@ def _check_dropout(node: Node, g: Graph) -> str | None:
     return None
 
 
-@lowering("Dropout", check=_check_dropout, constant_inputs=(1, 2), elementwise=True)
+@lowering("Dropout", check=_check_dropout, constant_inputs=(1, 2), kind=OpKind.ELEMENTWISE)
 def lower_dropout(ctx: LowerCtx, node: Node) -> None:
     """Inference: the identity, and a mask of ones when asked for. Training: VectorE's dropout zeroes each element
     with probability `ratio` and the kept ones are scaled by 1 / (1 - ratio); the mask is the same draws applied

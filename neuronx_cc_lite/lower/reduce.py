@@ -24,7 +24,7 @@ from neuronx_cc_lite.lower.elementwise import tile_free_max
 from neuronx_cc_lite.lower.hbm import HbmView
 from neuronx_cc_lite.lower.instr import act, fill, select, tt
 from neuronx_cc_lite.lower.program import Program, Tile
-from neuronx_cc_lite.lower.registry import lowering
+from neuronx_cc_lite.lower.registry import OpKind, lowering
 from neuronx_cc_lite.lower.rows import free_chunks, move_to_end, normalize_axes, row_boxes
 
 
@@ -167,7 +167,7 @@ def _across_partitions(ctx: LowerCtx, node: Node, x: HbmView, axes: tuple[int, .
     return True
 
 
-@lowering(*REDUCTIONS, check=_check_reduce, constant_inputs=(1,))
+@lowering(*REDUCTIONS, check=_check_reduce, constant_inputs=(1,), kind=OpKind.REDUCTION)
 def lower_reduce(ctx: LowerCtx, node: Node) -> None:
     prog = ctx.program
     x = ctx.view(node.inputs[0])
@@ -230,7 +230,7 @@ def _extreme_of_numbers(prog: Program, row: HbmView, p: int, op: AluOp, name: st
     return acc
 
 
-@lowering("ArgMax", "ArgMin", check=_check_arg)
+@lowering("ArgMax", "ArgMin", check=_check_arg, kind=OpKind.REDUCTION)
 def lower_arg(ctx: LowerCtx, node: Node) -> None:
     """The index of the first (or, with select_last_index, the last) extreme element along an axis: find the
     row's extreme, then in each piece of the row keep the index (from iota) where an element equals it and a

@@ -2,6 +2,9 @@
 
 Each entry has the lowering itself and a `check` that says, before anything is lowered, why a node cannot be
 (an attribute value, a dtype, an opset), so that `analyze` and the compiler report every unsupported node at once.
+It also carries the op's facts that the passes reason with before anything is lowered: its kind (partitioning,
+layout and transpose sinking read it) and how a fused matmul or convolution applies it (passes/fuse_epilogues.py),
+so that no pass keeps a table of op names of its own.
 """
 
 from __future__ import annotations
@@ -10,9 +13,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from isa.functions import ActFunc
 from neuronx_cc_lite.integer_ranges import integer_ranges
 from neuronx_cc_lite.ir import Graph, Node
 from neuronx_cc_lite.lower.context import Check, Lower, device_dtype
+from neuronx_cc_lite.ops.traits import FusedActivation, OpKind
 
 
 @dataclass(frozen=True)
@@ -25,12 +30,15 @@ class Lowering:
     # every output element is a copy of an input element (a view, a transpose, a slice, a gather): such outputs of
     # graph inputs and weights could be made by DMA from HBM to HBM, without passing through SBUF (the roofline)
     moves_data: bool = False
-    # each output element is a function of the same-index elements of its inputs, broadcast (numpy's rules): such
-    # an op commutes with a transpose of all its operands (passes/sink_transposes.py)
-    elementwise: bool = False
+    kind: OpKind = OpKind.OTHER
     # the output has the first input's shape and type: said here for the ops ONNX's shape inference leaves open
     # (GroupNormalization, a function without an inference of its own)
     shaped_like_input: bool = False
+    fused: FusedActivation | None = None  # as the activation of a fused matmul or convolution
+
+    @property
+    def elementwise(self) -> bool:
+        return self.kind is OpKind.ELEMENTWISE
 
 
 LOWERINGS: dict[str, Lowering] = {}
@@ -56,16 +64,40 @@ def kept_by_pass(*ops: str):  # type: ignore[no-untyped-def]
 
 
 def lowering(*ops: str, check: Check | None = None, since: int = 1,  # type: ignore[no-untyped-def]
-             constant_inputs: tuple[int, ...] = (), moves_data: bool = False, elementwise: bool = False,
-             shaped_like_input: bool = False):
+             constant_inputs: tuple[int, ...] = (), moves_data: bool = False, kind: OpKind = OpKind.OTHER,
+             shaped_like_input: bool = False, fused: dict[str, FusedActivation] | None = None):
+    """Register `fn` as the lowering of `ops`, with their facts; `fused`: per op, how a fused matmul or
+    convolution applies it (the ops it names only)."""
     def register(fn: Lower) -> Lower:
         for op in ops:
             assert op not in LOWERINGS, f"two lowerings for {op}"
-            LOWERINGS[op] = Lowering(op, fn, check, since, constant_inputs, moves_data, elementwise,
-                                     shaped_like_input)
+            LOWERINGS[op] = Lowering(op, fn, check, since, constant_inputs, moves_data, kind, shaped_like_input,
+                                     (fused or {}).get(op))
+        assert not set(fused or ()) - set(ops), "a fused activation for an op not registered here"
         return fn
 
     return register
+
+
+def ops_of_kind(kind: OpKind) -> frozenset[str]:
+    return frozenset(op for op, entry in LOWERINGS.items() if entry.kind is kind)
+
+
+def fused_function(activation: str) -> ActFunc:
+    """ScalarE's function for a fused node's `activation` attribute ("": none; "Gelu/tanh": Gelu's tanh
+    approximation; "HardSigmoid/unclamped": its reader clamps it): a copy where there is none, or where a hard one
+    follows on the evacuated block."""
+    if activation == "Gelu/tanh":
+        return ActFunc.gelu_apprx_tanh
+    entry = LOWERINGS.get(activation.split("/")[0])
+    func = entry.fused.func if entry is not None and entry.fused is not None else None
+    return func or ActFunc.copy
+
+
+def fused_activations(convolution: bool = False) -> dict[str, FusedActivation]:
+    """The ops a fused matmul (or, with `convolution`, a fused convolution) may apply as its activation."""
+    return {op: entry.fused for op, entry in LOWERINGS.items()
+            if entry.fused is not None and (entry.fused.in_convolutions or not convolution)}
 
 
 def why_unsupported(node: Node, g: Graph) -> str | None:

@@ -20,7 +20,7 @@ from neuronx_cc_lite.lower.context import LowerCtx
 from neuronx_cc_lite.lower.elementwise import Operand, apply, elementwise, floats_only, small_integers_ok
 from neuronx_cc_lite.lower.instr import act, scratch, select, ts, tt
 from neuronx_cc_lite.lower.program import Program, TileAccess
-from neuronx_cc_lite.lower.registry import lowering
+from neuronx_cc_lite.lower.registry import OpKind, lowering
 
 
 def _round_to_integer(step: AluOp, past: AluOp):  # type: ignore[no-untyped-def]
@@ -40,12 +40,12 @@ def _round_to_integer(step: AluOp, past: AluOp):  # type: ignore[no-untyped-def]
     return compute
 
 
-@lowering("Floor", check=floats_only, since=6, elementwise=True)
+@lowering("Floor", check=floats_only, since=6, kind=OpKind.ELEMENTWISE)
 def lower_floor(ctx: LowerCtx, node: Node) -> None:
     elementwise(ctx, node, _round_to_integer(AluOp.subtract, AluOp.less))
 
 
-@lowering("Ceil", check=floats_only, since=6, elementwise=True)
+@lowering("Ceil", check=floats_only, since=6, kind=OpKind.ELEMENTWISE)
 def lower_ceil(ctx: LowerCtx, node: Node) -> None:
     elementwise(ctx, node, _round_to_integer(AluOp.add, AluOp.greater))
 
@@ -65,7 +65,7 @@ def round_half_even(prog: Program, dst: TileAccess, x: TileAccess) -> None:
     select(prog, dst, x, big)
 
 
-@lowering("Round", check=floats_only, since=11, elementwise=True)
+@lowering("Round", check=floats_only, since=11, kind=OpKind.ELEMENTWISE)
 def lower_round(ctx: LowerCtx, node: Node) -> None:
     def compute(prog: Program, dst: TileAccess, s: list[Operand]) -> None:
         assert isinstance(s[0], TileAccess)
@@ -86,7 +86,7 @@ def _divisor_signed_mod(prog: Program, dst: TileAccess, s: list[Operand]) -> Non
     select(prog, dst, shifted, wrong_sign)
 
 
-@lowering("Mod", check=small_integers_ok, since=10, elementwise=True)
+@lowering("Mod", check=small_integers_ok, since=10, kind=OpKind.ELEMENTWISE)
 def lower_mod(ctx: LowerCtx, node: Node) -> None:
     if node.attrs.get("fmod", 0):
         elementwise(ctx, node, lambda prog, dst, s: apply(prog, dst, s[0], s[1], AluOp.mod))

@@ -8,11 +8,11 @@ import numpy as np
 from neuronx_cc_lite.ir import Graph, Node
 from neuronx_cc_lite.lower.context import LowerCtx, device_dtype
 from neuronx_cc_lite.lower.hbm import HbmView
-from neuronx_cc_lite.lower.registry import lowering
+from neuronx_cc_lite.lower.registry import OpKind, lowering
 
 
-@lowering("Identity", moves_data=True, elementwise=True)
-@lowering("Reshape", "Flatten", "Squeeze", "Unsqueeze", constant_inputs=(1,), moves_data=True)
+@lowering("Identity", moves_data=True, kind=OpKind.ELEMENTWISE)
+@lowering("Reshape", "Flatten", "Squeeze", "Unsqueeze", constant_inputs=(1,), moves_data=True, kind=OpKind.VIEW)
 def lower_reshape(ctx: LowerCtx, node: Node) -> None:
     """The output has the input's elements in the same order; its shape is settled by shape inference."""
     source = ctx.view(node.inputs[0])

@@ -16,14 +16,11 @@ from typing import Callable
 
 from neuronx_cc_lite.ir import Graph, Node
 from neuronx_cc_lite.lower import LOWERINGS
+from neuronx_cc_lite.lower.registry import OpKind
 from neuronx_cc_lite.partition.placement import PARTIAL, REPLICATED, Placement, Shard, refines, valid
 
 Rule = Callable[[Node, Graph, list[Placement], int, "Shard | None"], tuple[list[Placement], list[Placement]]]
 
-VIEWS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze"})
-MATMULS = frozenset({"MatMul", "MatMulEpilogue", "Gemm"})
-REDUCTIONS = frozenset({"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
-                        "ReduceLogSumExp", "ReduceSumSquare", "ArgMax", "ArgMin"})
 _LINEAR_PAIRS = frozenset({"Add", "Sub"})  # partial + partial stays partial
 
 
@@ -304,14 +301,10 @@ def default(node: Node, g: Graph, ins: list[Placement], n: int, decision: Shard 
 
 def rule_for(op: str) -> Rule:
     lowering = LOWERINGS.get(op)
-    if lowering is not None and lowering.elementwise:  # the op registry's trait
-        return elementwise
-    if op in VIEWS:
-        return reshape
-    if op in MATMULS:
-        return matmul
-    if op in REDUCTIONS:
-        return reduction
+    by_kind = {OpKind.ELEMENTWISE: elementwise, OpKind.VIEW: reshape, OpKind.MATMUL: matmul,
+               OpKind.REDUCTION: reduction}  # the op registry's trait
+    if lowering is not None and lowering.kind in by_kind:
+        return by_kind[lowering.kind]
     return {"Transpose": transpose, "LayerNormalization": normalize, "RMSNormalization": normalize,
             "Softmax": normalize, "LogSoftmax": normalize, "Split": along_axis, "Concat": along_axis,
             "Slice": along_axis, "Gather": gather, "Expand": expand, "TensorScatter": scatter_rows}.get(op, default)
@@ -329,7 +322,8 @@ def weight_columns(node: Node, g: Graph) -> int | None:
     if node.op == "Gather" and _is_const(g, node.inputs[0]) and int(node.attrs.get("axis", 0)) == 0:
         table = g.tensors[node.inputs[0]].value
         return table.shape[0] if table.ndim == 2 and table.nbytes >= VOCABULARY_BYTES else None
-    if node.op not in MATMULS or len(node.inputs) < 2 or not _is_const(g, node.inputs[1]):
+    lowering = LOWERINGS.get(node.op)
+    if lowering is None or lowering.kind is not OpKind.MATMUL or len(node.inputs) < 2 or not _is_const(g, node.inputs[1]):
         return None
     sb = _shape(g, node.inputs[1])
     if len(sb) != 2 or len(_shape(g, node.inputs[0])) < 2:

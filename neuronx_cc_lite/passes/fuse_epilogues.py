@@ -31,6 +31,7 @@ import numpy as np
 from neuronx_cc_lite.ir import Graph, Node, Tensor
 from neuronx_cc_lite.lower.activations import hard_sigmoid_attrs
 from neuronx_cc_lite.lower.registry import INTERNAL_DOMAIN as DOMAIN
+from neuronx_cc_lite.lower.registry import fused_activations
 
 OP = "MatMulEpilogue"
 CONV_OP = "ConvEpilogue"
@@ -38,10 +39,6 @@ CONV_OP = "ConvEpilogue"
 # evacuation was measured slower: a 2-layer Llama decode step of hidden 2048 at TP 8 on trn1, 272.5 -> 332.8 us a
 # layer, Llama-3-8B's at TP 32 419.9 -> 852.9 us a layer.
 GATE_ROWS = 128
-# a product's: HardSwish after a classifier's hidden layer (MobileNetV3's), reading the evacuated result
-ACTIVATIONS = ("Relu", "Gelu", "Tanh", "Sigmoid", "HardSwish", "HardSigmoid")
-# a convolution's: MobileNetV3's HardSwish after its expansions, HardSigmoid closing its squeeze-and-excitation
-CONV_ACTIVATIONS = ("Relu", "Tanh", "Sigmoid", "HardSwish", "HardSigmoid")
 
 
 def _sole_user(g: Graph, users: dict[str, list[Node]], name: str) -> Node | None:
@@ -142,7 +139,8 @@ def _fuse(g: Graph, users: dict[str, list[Node]], head: Node) -> tuple[Node, lis
         matched.append(nxt)  # type: ignore[arg-type]
         out = nxt.outputs[0]  # type: ignore[union-attr]
         nxt = None
-    if nxt is not None and nxt.op in ACTIVATIONS and (nxt.op != "Gelu" or
+    # the registry's fused activations (lower/registry.py FusedActivation): a classifier's HardSwish (MobileNetV3's)
+    if nxt is not None and nxt.op in fused_activations() and (nxt.op != "Gelu" or
                                                          nxt.attrs.get("approximate", "none") in ("none", "tanh")):
         attrs["activation"] = nxt.op if nxt.op != "Gelu" else f"Gelu/{nxt.attrs.get('approximate', 'none')}"
         if nxt.op == "HardSigmoid":
@@ -203,7 +201,8 @@ def _fuse_conv(g: Graph, users: dict[str, list[Node]], producers: dict[str, Node
             out = nxt.outputs[0]
             nxt = _sole_user(g, users, out)
     activation, extra = "", {}
-    if nxt is not None and nxt.op in CONV_ACTIVATIONS:
+    # MobileNetV3's HardSwish after its expansions, HardSigmoid closing its squeeze-and-excitation
+    if nxt is not None and nxt.op in fused_activations(convolution=True):
         activation = nxt.op
         if nxt.op == "HardSigmoid":  # its slope and offset ride along
             extra = dict(zip(("activation_alpha", "activation_beta"), hard_sigmoid_attrs(nxt.attrs)))
