@@ -516,9 +516,13 @@ def _shared_bank(prog: Program, node: Node, plan: list[Block], co_tiles: list[tu
     (MobileNetV3's 576-channel layers at 7x7: five ScalarE and five VectorE instructions of 49 columns become one
     of each over 245). Not for a convolution of several taps (a depthwise one): there the matmuls of the next
     tile run while one tile's epilogue does, which a shared bank would make wait for the last (MobileNetV3 bf16
-    with its depthwise layers' banks shared too: 116.9 us, against 110.2)."""
+    with its depthwise layers' banks shared too: 116.9 us, against 110.2). Only for blocks of fewer columns than
+    an instruction needs to run efficiently (target.min_efficient_elements): over more, the instructions' fixed
+    costs weigh less than the columns, and a tile's own epilogue lets its reader start on it while the next
+    tile's runs (MobileNetV3's expansions at 14x14, 196 columns a tile, feeding depthwise layers tile by tile: bf16
+    81.4 -> 80.4 us with them apart)."""
     if packed > 1 or taps > 1 or len(plan) != 1 or len(co_tiles) < 2 or not epilogue.direct or \
-            len(co_tiles) * plan[0].size > out_max:
+            len(co_tiles) * plan[0].size > out_max or plan[0].size >= prog.target.min_efficient_elements:
         return None
     return prog.psum(co_tiles[0][1], len(co_tiles) * plan[0].size, f"{node.name}/acc")
 

@@ -173,32 +173,33 @@ def test_a_gate_joins_a_projection_of_a_row_block_or_more(rows, fused):
     assert ("Mul" not in ops) == fused, ops
 
 
-def test_output_tiles_of_a_small_block_share_one_epilogue(tmp):
+@pytest.mark.parametrize("channels, side, epilogues", [(300, 7, 1), (300, 14, 3), (200, 14, 2)])
+def test_output_tiles_of_a_small_block_share_one_epilogue(tmp, channels, side, epilogues):
     """A 1x1 convolution to 300 channels (three output tiles) over 7x7 pixels with a HardSwish: the tiles' banks lie
     side by side in one, and the hard activation runs once over them all (one ScalarE relu and one VectorE
-    product, where each tile took its own), exact to bf16 operands; over 14x14 pixels (three tiles would not fit a
-    bank) each tile keeps its own."""
+    product, where each tile took its own), exact to bf16 operands; over 14x14 pixels each tile keeps its own: 196
+    columns a tile are enough for an instruction to run efficiently, and apart the first tile's reader starts
+    sooner (two tiles would fit a bank; three would not)."""
     from neuronx_cc_lite.compiler import Options
     from neuronx_cc_lite.reference import onnxruntime_outputs, seeded_inputs
     from tests.compiler.one_node import streams
     from tests.conftest import assert_close, compile_to_model
 
     rng = np.random.default_rng(6)
-    weights = {"w": (rng.standard_normal((300, 24, 1, 1)) * 2).astype(np.float32),
-               "b": (rng.standard_normal(300) * 3).astype(np.float32)}
+    weights = {"w": (rng.standard_normal((channels, 24, 1, 1)) * 2).astype(np.float32),
+               "b": (rng.standard_normal(channels) * 3).astype(np.float32)}
     nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"]), helper.make_node("HardSwish", ["c"], ["y"])]
     options = Options(auto_cast="matmult", auto_cast_type="bf16")
-    for side, epilogues in ((7, 1), (14, 3)):
-        model = make_model(nodes, {"x": ([1, 24, side, side], TensorProto.FLOAT)},
-                           {"y": ([1, 300, side, side], TensorProto.FLOAT)}, weights)
-        engines = streams(model, options)
-        assert engines["ACT"].count("activation") == epilogues
-        assert engines["DVE"].count("scalar_tensor_tensor") == epilogues
-        compiled = compile_to_model(model, tmp, options)
-        inputs = seeded_inputs(compiled.inputs)
-        ours, ref = compiled.run(inputs), onnxruntime_outputs(bf16_operands(model), inputs)
-        assert (ref["y"] < 0).any() and (ref["y"] > 3).any()  # both sides of HardSwish's clamps
-        assert_close(ours, ref, rtol=1e-5)
+    model = make_model(nodes, {"x": ([1, 24, side, side], TensorProto.FLOAT)},
+                       {"y": ([1, channels, side, side], TensorProto.FLOAT)}, weights)
+    engines = streams(model, options)
+    assert engines["ACT"].count("activation") == epilogues
+    assert engines["DVE"].count("scalar_tensor_tensor") == epilogues
+    compiled = compile_to_model(model, tmp, options)
+    inputs = seeded_inputs(compiled.inputs)
+    ours, ref = compiled.run(inputs), onnxruntime_outputs(bf16_operands(model), inputs)
+    assert (ref["y"] < 0).any() and (ref["y"] > 3).any()  # both sides of HardSwish's clamps
+    assert_close(ours, ref, rtol=1e-5)
 
 
 def _hard_after_product(op: str, rows: int, k: int, n: int, hard: str, then_gemm: bool = False) -> onnx.ModelProto:
