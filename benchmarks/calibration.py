@@ -41,6 +41,7 @@ from isa.dtypes import DType  # noqa: E402
 from isa.functions import ActFunc, AluOp  # noqa: E402
 from isa.instructions import Instruction, make  # noqa: E402
 from isa.operand import Engine, Mem, Operand  # noqa: E402
+from isa.streams import StreamId  # noqa: E402
 from isa.target import TRN1, TRN2, Target  # noqa: E402
 
 TIME_BAND = (0.90, 1.25)  # the model may be up to 25% slower than a measurement, never more than 10% faster
@@ -100,9 +101,10 @@ def _stream_of_loads(target: Target, bytes_per_partition: int, per_queue: int) -
     cols = bytes_per_partition // 4
     queues = target.dma_queues
     rows = target.partitions // queues
-    streams = {f"DMA{q}": [make("dma_copy", dst=_sbuf(0, rows, cols, (k % 2) * bytes_per_partition),
-                                src=_hbm((q * per_queue + k) * rows * bytes_per_partition, rows, cols))
-                           for k in range(per_queue)] for q in range(queues)}
+    loads = [[make("dma_copy", dst=_sbuf(0, rows, cols, (k % 2) * bytes_per_partition),
+                   src=_hbm((q * per_queue + k) * rows * bytes_per_partition, rows, cols)) for k in range(per_queue)]
+             for q in range(queues)]
+    streams = {StreamId(Engine.DMA, q).name: queue for q, queue in enumerate(loads)}
     moved = queues * per_queue * rows * bytes_per_partition
     return moved, _run(target, streams, moved + MIB).elapsed_ns
 
@@ -131,8 +133,9 @@ def dma_rows() -> list[Row]:
     e = one.trace[0]
     rows.append(Row("dma", "trn2: A[4, 4096] bf16 HBM -> SBUF on one engine, engine time", overview + " (example 1)",
                     "ns", e.end - e.start, 1416, TIME_BAND))
-    split = _run(TRN2, {f"DMA{q}": [make("dma_copy", dst=_sbuf(8 * q, 8, 128, dtype=DType.bf16),
-                                         src=_hbm(q * 8 * 256, 8, 128, DType.bf16))] for q in range(16)})
+    split = _run(TRN2, {StreamId(Engine.DMA, q).name: [make("dma_copy", dst=_sbuf(8 * q, 8, 128, dtype=DType.bf16),
+                                                            src=_hbm(q * 8 * 256, 8, 128, DType.bf16))]
+                        for q in range(16)})
     rows.append(Row("dma", "trn2: A[128, 128] bf16 on 16 engines, one engine's 2 KiB", overview + " (example 2)",
                     "ns", max(e.end - e.start for e in split.trace), 97, TIME_BAND))
     rows.append(Row("dma", "trn2: A[128, 128] bf16, trigger to the first engine moving", overview + " (example 2: "

@@ -27,6 +27,7 @@ CASTS = {"bf16": {"auto_cast": "matmult", "auto_cast_type": "bf16"}, "fp32": {}}
 
 
 def measure(name: str, exporter: str, target_name: str, cast: str) -> dict[str, object]:
+    from isa.streams import StreamId
     from isa.target import get_target
     from neuronx_cc_lite.compiler import Options, compile_model
     from neuronx_cc_lite.errors import CompileError
@@ -50,7 +51,7 @@ def measure(name: str, exporter: str, target_name: str, cast: str) -> dict[str, 
     busy: collections.Counter[str] = collections.Counter()
     for e in run.last_run.trace:
         op = ops[e.core, e.stream][e.index]
-        busy[("DMA " if e.stream.startswith("DMA") else f"{e.stream} ") + op.mnemonic] += e.end - e.start
+        busy[f"{StreamId.parse(e.stream).engine.name} {op.mnemonic}"] += e.end - e.start  # DMA: every queue
     latency = run.last_run.elapsed_ns
     return {"name": name, "cast": cast, "latency_us": latency / 1000, "roofline_us": line.ns / 1000,
             "ratio": latency / line.ns, "bound": line.bound, "compile_s": compile_s,

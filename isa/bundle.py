@@ -56,6 +56,7 @@ from isa.header import FORMAT_VERSION, HEADER, HEADER_SIZE, MAGIC, Header, check
 from isa.instructions import Instruction
 from isa.limits import MAX_INSTRUCTIONS, MAX_INSTRUCTIONS_PER_STREAM, MAX_MANIFEST_BYTES
 from isa.manifest import check_manifest, check_parts_manifest, parse_json
+from isa.tensor_kind import TensorKind
 
 _ZIP_TIME = (1980, 1, 1, 0, 0, 0)
 _CHUNK = 1 << 20  # bytes hashed, checked or copied at a time: large weights never need a second copy in memory
@@ -149,16 +150,19 @@ class HbmTensorInfo:
     """Where a tensor of the compiled program lives in HBM (for the profiler: which tensor a DMA reads)."""
 
     name: str
-    kind: str  # input, output, weight, scratch (between operators) or spill
+    kind: TensorKind
     hbm_offset: int
     size: int
 
+    def __post_init__(self) -> None:  # a plain string would compare equal to its kind but fail every `is` test
+        assert isinstance(self.kind, TensorKind), f"HBM tensor {self.name}: kind {self.kind!r} is not a TensorKind"
+
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "kind": self.kind, "hbm_offset": self.hbm_offset, "size": self.size}
+        return {"name": self.name, "kind": self.kind.value, "hbm_offset": self.hbm_offset, "size": self.size}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> HbmTensorInfo:
-        return cls(str(d["name"]), str(d["kind"]), int(d["hbm_offset"]), int(d["size"]))
+        return cls(str(d["name"]), TensorKind.parse(d["kind"]), int(d["hbm_offset"]), int(d["size"]))
 
 
 @dataclass

@@ -14,6 +14,7 @@ import numpy as np
 from isa.dtypes import DType
 from isa.errors import BundleError
 from isa.limits import MAX_JSON_DEPTH, MAX_RANKS, MAX_TENSOR_DIMS, MAX_TENSOR_ELEMENTS
+from isa.tensor_kind import TensorKind
 
 
 def parse_json(data: bytes, what: str) -> Any:
@@ -139,7 +140,10 @@ def check_manifest(m: Any) -> None:
     for k, t in enumerate(_list(m.get("hbm_tensors", []), "hbm_tensors")):
         t = _object(t, f"hbm_tensors[{k}]", ("name", "kind", "hbm_offset", "size"))
         _str(t["name"], f"hbm_tensors[{k}].name")
-        _str(t["kind"], f"hbm_tensors[{k}].kind")
+        try:
+            TensorKind.parse(_str(t["kind"], f"hbm_tensors[{k}].kind"))
+        except ValueError as e:
+            raise BundleError(f"manifest hbm_tensors[{k}].kind: {e}") from None
         _int(t["hbm_offset"], f"hbm_tensors[{k}].hbm_offset")
         _int(t["size"], f"hbm_tensors[{k}].size")
 

@@ -26,7 +26,8 @@ class Mem(enum.IntEnum):
 
 
 class Engine(enum.IntEnum):
-    """The engines of a NeuronCore. DMA stands for the DMA queues, each of which runs its own stream."""
+    """The engines of a NeuronCore. DMA stands for the DMA queues, each of which runs its own stream
+    (isa/streams.py names them)."""
 
     PE = 0
     ACT = 1
@@ -51,22 +52,6 @@ READABLE: dict[Engine, frozenset[Mem]] = {
     Engine.CC: frozenset({Mem.HBM, Mem.SBUF}),  # collectives move HBM or SBUF buffers between ranks
 }
 WRITABLE: dict[Engine, frozenset[Mem]] = {**READABLE, Engine.PE: frozenset({Mem.PSUM})}
-
-
-def stream_names(dma_queues: int) -> tuple[str, ...]:
-    """The instruction streams of one core: one per engine, and one per DMA queue (CC last: only a rank that
-    takes part in collectives has it)."""
-    fixed = tuple(e.name for e in Engine if e not in (Engine.DMA, Engine.CC))
-    return fixed + tuple(f"DMA{q}" for q in range(dma_queues)) + (Engine.CC.name,)
-
-
-def stream_engine(stream: str) -> Engine:
-    if stream.startswith("DMA") and stream[3:].isdigit():
-        return Engine.DMA
-    try:
-        return Engine[stream]
-    except KeyError:
-        raise ValueError(f"unknown stream {stream!r}") from None
 
 
 @dataclass(frozen=True, init=False)

@@ -650,17 +650,19 @@ def _profile_parts(args: argparse.Namespace, model: Any) -> int:
 def cmd_disasm(args: argparse.Namespace) -> int:
     from isa import bundle as bundle_format
     from isa.assembly import disassemble
-    from isa.operand import stream_names
+    from isa.operand import Engine
+    from isa.streams import StreamId, stream_names
 
     b = bundle_format.read(args.bundle)
     streams = {name.upper() for name in args.engine} if args.engine else None
     queues = _target_of(b.target).dma_queues
+    dma = [StreamId(Engine.DMA, q).name for q in range(queues)]
     unknown = sorted((streams or set()) - {*stream_names(queues), "DMA"})
     if unknown:
         raise UsageError(f"unknown engine {', '.join(unknown)} for --engine: a {b.target} core has "
-                         f"{', '.join(stream_names(0))} and DMA0..DMA{queues - 1} (DMA: every queue)")
+                         f"{', '.join(stream_names(0))} and {dma[0]}..{dma[-1]} (DMA: every queue)")
     if streams and "DMA" in streams:
-        streams |= {name for chip in b.chip_parts for core in chip.cores for name in core if name.startswith("DMA")}
+        streams |= set(dma)
     cores = set(args.core) if args.core else None
     ranks = max(len(chip.cores) for chip in b.chip_parts)
     if cores and not cores <= set(range(ranks)):
@@ -682,7 +684,7 @@ def cmd_asm(args: argparse.Namespace) -> int:
     from isa.files import read_regular
     from isa.limits import MAX_LISTING_BYTES
     from isa.validate import ValidationError, problems
-    from isa.operand import stream_engine
+    from isa.streams import StreamId
 
     try:
         text = read_regular(args.listing, MAX_LISTING_BYTES).decode("utf-8")
@@ -694,7 +696,7 @@ def cmd_asm(args: argparse.Namespace) -> int:
     for c, core in enumerate(b.cores):
         for name, s in core.items():
             for i, instr in enumerate(s.instructions):
-                found = problems(instr, stream_engine(name), target, b.hbm_size)
+                found = problems(instr, StreamId.parse(name).engine, target, b.hbm_size)
                 if found:
                     raise ValidationError(f"core {c} {name} #{i} {instr.op}: {'; '.join(found)}")
     bundle_format.write(b, args.output)

@@ -21,8 +21,9 @@ import onnx
 
 from isa.bundle import Bundle, HbmTensorInfo, Part, Placement, Segment, Stream, TensorInfo
 from isa.dtypes import DType
-from isa.operand import stream_engine
+from isa.streams import StreamId
 from isa.target import Target, get_target
+from isa.tensor_kind import TensorKind
 from neuronx_cc_lite import __version__
 from neuronx_cc_lite.codegen.emit import emit
 from neuronx_cc_lite.codegen.on_chip import HOME_FRACTION, Report, keep_on_chip
@@ -276,7 +277,7 @@ def instruction_counts(streams: dict[str, Stream]) -> str:
     """"PE 18, ACT 7, DMA 17": a core's instructions per engine, its DMA queues together."""
     counts: dict[str, int] = {}
     for name, s in streams.items():
-        engine = stream_engine(name).name
+        engine = StreamId.parse(name).engine.name
         counts[engine] = counts.get(engine, 0) + len(s.instructions)
     return ", ".join(f"{k} {v}" for k, v in counts.items())
 
@@ -366,7 +367,7 @@ def _bundle(compiled: list[CompiledRank], inputs: list[TensorInfo], outputs: lis
     if len(compiled) > 1:
         stats["rank_flops"] = [model_flops(c.graph) for c in compiled]
     weights = [Segment(h.offset, h.data, rank) for rank, c in enumerate(compiled)
-               for h in c.program.hbm if h.kind == "weight"]
+               for h in c.program.hbm if h.kind is TensorKind.WEIGHT]
     present = [s for s in weights if not isinstance(s.data, Absent)]
     flags = options.flags()
     if len(present) < len(weights):  # declared weights: the bytes are left out, the bundle can be timed, not run

@@ -19,7 +19,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from isa.operand import stream_engine
+from isa.streams import StreamId
 from runtime.simulator import TraceEvent
 
 # Ends and starts are sums of float costs: an end this close after a start still came first.
@@ -69,7 +69,7 @@ def critical_path(trace: list[TraceEvent], ops: dict[tuple[int, str], list[Any]]
     busy: Counter[str] = Counter()
     per_node: Counter[str] = Counter()
     for e in chain:
-        busy[stream_engine(e.stream).name] += e.end - e.start
+        busy[StreamId.parse(e.stream).engine.name] += e.end - e.start
         per_node[ops[e.core, e.stream][e.index].node or "(none)"] += e.end - e.start
     return CriticalPath(last.end, dict(busy.most_common()), last.end - sum(busy.values()), chain,
                         per_node.most_common())

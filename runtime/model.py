@@ -31,7 +31,8 @@ from isa.costs import dma_cost, ports, stream_durations
 from isa.dtypes import DType, not_held, numpy_type
 from isa.errors import IsaError
 from isa.instructions import Instruction
-from isa.operand import Engine, Mem, Operand, stream_engine
+from isa.operand import Engine, Mem, Operand
+from isa.streams import StreamId
 from isa.target import TARGETS, Target
 from isa.validate import problems
 from runtime.collectives import COLLECTIVE_HANDLERS, CollectiveArgs, CollectiveOp, Combine, size_problem
@@ -450,12 +451,12 @@ def _target(b: bundle_format.Bundle) -> Target:
 
 def _engine(name: str, target: Target) -> Engine:
     try:
-        engine = stream_engine(name)
+        stream = StreamId.parse(name)
     except ValueError as e:
         raise LoadError(str(e)) from None
-    if name.startswith("DMA") and int(name[3:]) >= target.dma_queues:
+    if stream.queue is not None and stream.queue >= target.dma_queues:
         raise LoadError(f"stream {name}: a {target.name} core has {target.dma_queues} DMA queues")
-    return engine
+    return stream.engine
 
 
 def load(source: str | os.PathLike[str] | bundle_format.Bundle, collective_algorithm: str = "auto",

@@ -34,8 +34,10 @@ from isa.costs import DmaCost, dma_cost, dma_elements, ports, small_pieces, stre
 from isa.dtypes import DType
 from isa.instructions import Instruction
 from isa.listing import format_operand
-from isa.operand import Mem, stream_engine, stream_names
+from isa.operand import Engine, Mem
+from isa.streams import StreamId, stream_names
 from isa.target import Target
+from isa.tensor_kind import TensorKind
 from runtime.critical_path import critical_path
 from runtime.layout import check_ranks
 from runtime.model import Model, collective_op
@@ -214,7 +216,7 @@ def timed_run(bundle: Bundle, target: Target, collective_algorithm: str = "auto"
     for c, core in enumerate(bundle.cores):
         for name, s in core.items():
             try:
-                engine = stream_engine(name)
+                engine = StreamId.parse(name).engine
             except ValueError as e:
                 raise LoadError(str(e)) from None
             # The costs as runtime.model loads them: isa/costs.py and isa/collectives.py are the cost models.
@@ -341,10 +343,11 @@ def roofline(bundle: Bundle, target: Target) -> Roofline:
     for t in transfers(bundle, target):
         if t.src is not None:
             read[t.src.name] = read.get(t.src.name, 0) + t.read_bytes
-    written = sum(t.size for t in bundle.hbm_tensors if t.kind == "output")
+    written = sum(t.size for t in bundle.hbm_tensors if t.kind is TensorKind.OUTPUT)
     model_bytes = bundle.stats.get("needed_bytes", {})  # weights laid out with zeros: their data alone
     needed = sum(min(t.size, read.get(t.name, 0), model_bytes.get(t.name, t.size))
-                 for t in bundle.hbm_tensors if t.kind in ("input", "weight", "state"))  # device state too
+                 for t in bundle.hbm_tensors
+                 if t.kind in (TensorKind.INPUT, TensorKind.WEIGHT, TensorKind.STATE))  # device state too
     copies = min(written, int(bundle.stats.get("copy_bytes", written)))  # unrecorded (a hand-written listing): all
     passes = max(needed, written, needed + written - copies)
     memory_ns = max(passes / target.core_dma_gbps, (needed + written) / target.hbm_gbps)
@@ -453,15 +456,15 @@ def summarize(model: Any, top: int = 8) -> Summary:
     by_node: dict[str, float] = {}
     queues = set()
     for e in stats.trace:
-        kind = "DMA" if e.stream.startswith("DMA") else e.stream
-        busy[kind] = busy.get(kind, 0.0) + e.end - e.start
+        engine = StreamId.parse(e.stream).engine
+        busy[engine.name] = busy.get(engine.name, 0.0) + e.end - e.start
         node = ops[e.core, e.stream][e.index].node or "(none)"
         by_node[node] = by_node.get(node, 0.0) + e.end - e.start
-        if kind == "DMA":
+        if engine is Engine.DMA:
             queues.add((e.core, e.stream))
-    engines = {k: v / elapsed / (target.dma_queues * len(bundle.cores) if k == "DMA" else len(bundle.cores))
+    engines = {k: v / elapsed / (target.dma_queues * len(bundle.cores) if k == Engine.DMA.name else len(bundle.cores))
                for k, v in sorted(busy.items())}
-    moved, hbm_moved, hbm_passes, scratch, spill = 0, 0, 0, 0, 0
+    moved, hbm_moved, hbm_passes, scratch = 0, 0, 0, 0
     loaded: dict[str, int] = {}
     found = transfers(bundle, target)
     for t in found:
@@ -469,8 +472,7 @@ def summarize(model: Any, top: int = 8) -> Summary:
         hbm_moved += t.cost.hbm_bytes
         hbm_passes += t.cost.bytes if t.cost.hbm_bytes else 0
         if t.dst is not None:
-            scratch += t.written_bytes if t.dst.kind == "scratch" else 0
-            spill += t.written_bytes if t.dst.kind == "spill" else 0
+            scratch += t.written_bytes if t.dst.kind is TensorKind.SCRATCH else 0
         elif t.src is not None:  # into SBUF
             loaded[t.src.name] = loaded.get(t.src.name, 0) + t.read_bytes
     sizes = {t.name: t.size for t in bundle.hbm_tensors}
@@ -495,7 +497,7 @@ def summarize(model: Any, top: int = 8) -> Summary:
         dma_bytes=moved, dma_average_bytes=moved / len(found) if found else 0.0, dma_hbm_bytes=hbm_moved,
         dma_hbm_pass_bytes=hbm_passes, dma_small_pieces=sum(small.values()),
         small_piece_nodes=sorted(small.items(), key=lambda r: -r[1])[:top],
-        hbm_peak_gbps=hbm_peak_gbps(model), spill_bytes=int(bundle.stats.get("spill_bytes", spill)),
+        hbm_peak_gbps=hbm_peak_gbps(model), spill_bytes=int(bundle.stats.get("spill_bytes", 0)),
         scratch_bytes=scratch, reloads=reloads, top_nodes=top_nodes,
         critical_instructions=path.instructions, critical_busy_us={k: v / 1000 for k, v in path.busy_ns.items()},
         critical_waiting_us=path.waiting_ns / 1000, critical_nodes=[(n, ns / 1000) for n, ns in path.nodes[:top]])

@@ -29,7 +29,8 @@ import numpy as np
 
 from isa.bundle import Bundle
 from isa.instructions import Instruction
-from isa.operand import Engine, Mem, stream_engine, stream_names
+from isa.operand import Engine, Mem
+from isa.streams import StreamId, stream_names
 from isa.target import Target, get_target
 from runtime.profile import Summary, summary_text
 from runtime.simulator import RunStats, TraceEvent
@@ -79,7 +80,7 @@ class _Program:
             for name in sorted(names, key=order.__getitem__):
                 first[core, name] = len(row)
                 s = streams.get(name)
-                transfers = stream_engine(name) in (Engine.DMA, Engine.CC)
+                transfers = StreamId.parse(name).engine in (Engine.DMA, Engine.CC)
                 for instr, source in zip(s.instructions, s.nodes) if s else ():
                     row.append(len(keys))
                     node.append(nodes.setdefault(source or "(none)", len(nodes)))

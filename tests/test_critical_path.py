@@ -9,7 +9,7 @@ from onnx import TensorProto, helper
 
 from neuronx_cc_lite.cli import main
 from neuronx_cc_lite.reference import seeded_inputs
-from isa.operand import stream_engine
+from isa.streams import StreamId
 from runtime.critical_path import critical_path
 from tests.conftest import compile_to_model, make_model
 
@@ -60,7 +60,7 @@ def test_a_chain_of_products_is_on_the_path_whole(tmp):
     order, between the load of the input and the store of the output."""
     stats, ops = _traced(_matmul_chain(6), tmp)
     path = critical_path(stats.trace, ops)
-    steps = [(stream_engine(e.stream).name, op.mnemonic, op.node)
+    steps = [(StreamId.parse(e.stream).engine.name, op.mnemonic, op.node)
              for e, op in ((e, ops[e.core, e.stream][e.index]) for e in path.events)]
     assert steps[0][:2] == ("DMA", "dma_copy") and steps[-1][:2] == ("DMA", "dma_copy")
     products = [node for _, mnemonic, node in steps if mnemonic == "nc_matmul"]
@@ -106,5 +106,5 @@ def test_over_ranks_the_path_runs_through_the_collectives(tmp):
     assert len({e.core for e in path.events}) == 1
     collectives = [e for e in path.events if ops[e.core, e.stream][e.index].collective is not None]
     assert collectives and all("AllReduce" in ops[e.core, e.stream][e.index].node for e in collectives)
-    assert path.busy_ns[stream_engine(collectives[0].stream).name] >= sum(e.end - e.start for e in collectives)
+    assert path.busy_ns[StreamId.parse(collectives[0].stream).engine.name] >= sum(e.end - e.start for e in collectives)
     assert abs(sum(path.busy_ns.values()) + path.waiting_ns - path.latency_ns) < 1e-6

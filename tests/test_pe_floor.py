@@ -55,12 +55,14 @@ def test_the_dependency_chain_of_a_program_counted_by_hand():
     from isa.dtypes import DType
     from isa.functions import ActFunc
     from isa.operand import Engine
+    from isa.tensor_kind import TensorKind
     from neuronx_cc_lite.codegen.schedule import dependency_chain_ns
     from neuronx_cc_lite.lower.program import HbmAccess, Program
 
     target = get_target("trn1")
     prog = Program(target)
-    x, y = (prog.hbm_tensor(n, 128 * 256 * 4, kind, DType.fp32) for n, kind in (("x", "input"), ("y", "output")))
+    x, y = (prog.hbm_tensor(n, 128 * 256 * 4, kind, DType.fp32)
+            for n, kind in (("x", TensorKind.INPUT), ("y", TensorKind.OUTPUT)))
     a, b, c = (prog.sbuf(128, 256, DType.fp32, n) for n in "abc")
     row = ((256, 1),)
     prog.emit("dma_copy", Engine.DMA, dst=a.ap(), src=HbmAccess(x, DType.fp32, 128, 256, 0, row))

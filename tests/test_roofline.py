@@ -17,6 +17,7 @@ from benchmarks.cases import CASES, Case
 from isa.bundle import Bundle, HbmTensorInfo, Stream, TensorInfo
 from isa.instructions import make
 from isa.target import get_target
+from isa.tensor_kind import TensorKind
 import runtime
 from runtime.profile import roofline
 from neuronx_cc_lite.compiler import Options
@@ -104,7 +105,8 @@ def _listings(draw: st.DrawFn) -> Bundle:
     return Bundle("trn1", 2 * size + 4096, [TensorInfo.whole("x", (rows, cols), "float32", "fp32", x_at)],
                   [TensorInfo.whole("y", (rows, cols), "float32", "fp32", y_at)],
                   [{name: Stream(instrs, [""] * len(instrs)) for name, instrs in program.items()}],
-                  hbm_tensors=[HbmTensorInfo("x", "input", x_at, size), HbmTensorInfo("y", "output", y_at, size)])
+                  hbm_tensors=[HbmTensorInfo("x", TensorKind.INPUT, x_at, size),
+                               HbmTensorInfo("y", TensorKind.OUTPUT, y_at, size)])
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -131,7 +133,8 @@ def test_a_copy_from_hbm_to_hbm_counts_each_byte_once_through_the_engines():
     b = Bundle("trn1", 2 * size, [TensorInfo.whole("x", (rows, cols), "float32", "fp32", 0)],
                [TensorInfo.whole("y", (rows, cols), "float32", "fp32", size)],
                [{name: Stream(instrs, [""]) for name, instrs in program.items()}],
-               hbm_tensors=[HbmTensorInfo("x", "input", 0, size), HbmTensorInfo("y", "output", size, size)])
+               hbm_tensors=[HbmTensorInfo("x", TensorKind.INPUT, 0, size),
+                            HbmTensorInfo("y", TensorKind.OUTPUT, size, size)])
     target = get_target("trn1")
     line = roofline(b, target)
     assert line.memory_ns == pytest.approx(size / target.core_dma_gbps)

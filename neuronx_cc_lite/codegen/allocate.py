@@ -26,6 +26,7 @@ import bisect
 from dataclasses import dataclass
 
 from isa.operand import Mem
+from isa.tensor_kind import TensorKind
 from neuronx_cc_lite.errors import CompileError
 from neuronx_cc_lite.lower.program import Program, Tile, TileAccess
 
@@ -348,7 +349,8 @@ def allocate(program: Program) -> None:
 def layout_hbm(program: Program) -> int:
     """Give every HBM tensor its offset: inputs, device state, outputs, weights, then scratch. Returns the bytes
     used."""
-    order = {"input": 0, "state": 1, "output": 2, "weight": 3, "scratch": 4}
+    order = {TensorKind.INPUT: 0, TensorKind.STATE: 1, TensorKind.OUTPUT: 2, TensorKind.WEIGHT: 3,
+             TensorKind.SCRATCH: 4}
     at = 0
     for tensor in sorted(program.hbm, key=lambda h: order[h.kind]):
         tensor.offset = at

@@ -12,10 +12,11 @@ weights) order nothing and are not tracked.
 
 from __future__ import annotations
 
+from isa.tensor_kind import TensorKind
 from neuronx_cc_lite.codegen.regions import Conflicts, Record, box_of
 from neuronx_cc_lite.lower.program import HbmAccess, PendingInstr
 
-_READ_ONLY = ("input", "weight")
+_READ_ONLY = (TensorKind.INPUT, TensorKind.WEIGHT)
 
 
 def footprints(p: PendingInstr, position: int) -> list[tuple[object, Record]]:

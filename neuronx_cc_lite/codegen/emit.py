@@ -5,7 +5,8 @@ from __future__ import annotations
 from isa.bundle import Stream
 from isa.costs import PORT_ENGINES, ports
 from isa.instructions import Instruction
-from isa.operand import Engine, stream_names
+from isa.operand import Engine
+from isa.streams import StreamId, stream_names
 from isa.validate import problems
 from neuronx_cc_lite.codegen.sync import synchronize
 from neuronx_cc_lite.errors import CompileError
@@ -26,8 +27,7 @@ def emit(program: Program, hbm_size: int) -> dict[str, Stream]:
         if found:
             raise CompileError("NCC_INTERNAL", f"the compiler emitted an invalid {p.op}: {'; '.join(found)}",
                                p.node)
-        stream = f"DMA{p.queue}" if p.engine is Engine.DMA else p.engine.name
-        items.append((index_of[stream], instr))
+        items.append((index_of[StreamId.of(p.engine, p.queue).name], instr))
     synchronize(items, len(names), _port_anchors(program, items, index_of))
     streams: dict[str, Stream] = {}
     for (s, instr), p in zip(items, program.instrs):

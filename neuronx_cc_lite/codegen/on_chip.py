@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 
 from isa.dtypes import DType
 from isa.operand import Engine, Mem
+from isa.tensor_kind import TensorKind
 from neuronx_cc_lite.lower.hbm import HbmTensor
 from neuronx_cc_lite.lower.program import ALIGN, HbmAccess, PendingInstr, Program, Tile, TileAccess
 
@@ -142,11 +143,11 @@ def keep_on_chip(program: Program) -> Report:
     read_outputs: set[HbmTensor] = set()  # graph outputs the program also reads: a home saves the round trip
     for i, p in enumerate(instrs):
         for access, writes in p.accesses():
-            if isinstance(access, HbmAccess) and access.tensor.kind in ("scratch", "output"):
+            if isinstance(access, HbmAccess) and access.tensor.kind in (TensorKind.SCRATCH, TensorKind.OUTPUT):
                 touching.setdefault(access.tensor, []).append(i)
-                if access.tensor.kind == "output" and not writes:
+                if access.tensor.kind is TensorKind.OUTPUT and not writes:
                     read_outputs.add(access.tensor)
-    touching = {t: where for t, where in touching.items() if t.kind == "scratch" or t in read_outputs}
+    touching = {t: where for t, where in touching.items() if t.kind is TensorKind.SCRATCH or t in read_outputs}
     layouts: dict[HbmTensor, Layout] = {}
     for tensor, where in touching.items():
         layout = _layout_for(tensor, instrs, where)
@@ -166,7 +167,7 @@ def keep_on_chip(program: Program) -> Report:
                              f"{t.name}@home") for t in admitted}
     homed = set(admitted)  # membership tests against the list were quadratic in the node count
     report.stranded += [t.name for t in layouts if t not in homed and t.layout is not None and t.layout[2] == 1]
-    program.hbm = [t for t in program.hbm if not (t in homed and t.kind == "scratch")]
+    program.hbm = [t for t in program.hbm if not (t in homed and t.kind is TensorKind.SCRATCH)]
     report.kept += [t.name for t in admitted]
     _rewrite(program, homes, layouts, written_late, writers)
     return report
@@ -186,7 +187,7 @@ def _narrowed(instrs: list[PendingInstr], candidates: list[HbmTensor], touching:
     fp32 result, at the producer instead of at each load."""
     plan: dict[HbmTensor, tuple[DType, set[Tile]]] = {}
     for t in candidates:
-        if t.kind != "scratch" or not t.dtype.is_float:
+        if t.kind is not TensorKind.SCRATCH or not t.dtype.is_float:
             continue
         loads: set[DType] = set()
         sources: set[Tile] = set()
@@ -315,7 +316,7 @@ def _pair_collectives(instrs: list[PendingInstr], admitted: list[HbmTensor], rep
         changed = False
         for src, dst in pairs:
             homed = [t for t in (src, dst) if t in admitted]
-            if len(homed) == 1 or homed and dst.kind == "output":
+            if len(homed) == 1 or homed and dst.kind is TensorKind.OUTPUT:
                 admitted.remove(homed[0])
                 report.through_hbm.append(homed[0].name)
                 changed = True
@@ -361,7 +362,7 @@ def _rewrite(program: Program, homes: dict[HbmTensor, Tile], layouts: dict[HbmTe
         if i in skipped:
             continue
         dst, src = pair
-        if isinstance(p.args["dst"], HbmAccess) and p.args["dst"].tensor.kind == "output":
+        if isinstance(p.args["dst"], HbmAccess) and p.args["dst"].tensor.kind is TensorKind.OUTPUT:
             # a graph output is stored all the same: from its tile, or from the home it becomes; a copy into it
             # from a tensor now homed (a Reshape of a result) reads the home
             kept.append(p if src is p.args["src"] else

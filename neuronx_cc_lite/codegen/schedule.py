@@ -51,6 +51,7 @@ from isa.costs import Port, dma_cost, duration_ns, ports, table_of
 from isa.instructions import OPS, Instruction
 from isa.operand import READABLE, WRITABLE, Engine, Mem
 from isa.target import Target
+from isa.tensor_kind import TensorKind
 from neuronx_cc_lite import progress
 from neuronx_cc_lite.codegen.allocate import (LiveBytes, OnChipMemory, footprint, free_positions, large_tile_reserve,
                                               plan, tile_uses)
@@ -472,7 +473,7 @@ def schedule(program: Program, lookahead: int = LOOKAHEAD, preds: list[list[int]
     far_bytes: dict[int, int] = {}  # those released early, not yet placed: their SBUF bytes per partition
     far_pending = 0  # the sum of far_bytes
     is_weight_load = [p.engine is Engine.DMA and not preds[i] and isinstance(src := p.args.get("src"), HbmAccess)
-                      and src.tensor.kind == "weight" for i, p in enumerate(instrs)]
+                      and src.tensor.kind is TensorKind.WEIGHT for i, p in enumerate(instrs)]
     held_back: list[tuple[int, int]] = []  # ready, held until the frontier passes a position: (position, i), a heap
     opener: dict[Tile, int] = {}  # the instruction that placed each live tile
     # places known as they go (OnChipMemory): when each place frees, and what each instruction's tiles wait for

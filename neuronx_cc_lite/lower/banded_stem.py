@@ -33,6 +33,7 @@ import numpy as np
 from isa.dtypes import DType
 from isa.operand import Engine
 from isa.target import Target
+from isa.tensor_kind import TensorKind
 from neuronx_cc_lite.ir import Node
 from neuronx_cc_lite.lower.context import LowerCtx
 from neuronx_cc_lite.lower.conv_epilogue import Epilogue
@@ -86,7 +87,7 @@ def _banded_weights(ctx: LowerCtx, node: Node, geo: ConvGeometry, packed: int, b
     prog = ctx.program
     dtype = prog.operand_dtype(DType.fp32)  # auto-cast: stored in the type the matmul reads
     data = block.astype(dtype.np)
-    tensor = prog.hbm_tensor(f"{node.name}/banded_weights", data.nbytes, "weight", dtype, data.tobytes())
+    tensor = prog.hbm_tensor(f"{node.name}/banded_weights", data.nbytes, TensorKind.WEIGHT, dtype, data.tobytes())
     tensor.needed = min(data.nbytes, w.size * dtype.size)  # the blocks off the diagonal are zeros
     tile = prog.sbuf(bands * k, len(groups) * bands * m, dtype, f"{node.name}/w")
     prog.dma(tile.ap(), HbmView(tensor, dtype, (bands * k, len(groups) * bands * m), (len(groups) * bands * m, 1)))

@@ -24,6 +24,7 @@ import math
 from isa.dtypes import DType
 from isa.functions import AluOp
 from isa.operand import Engine
+from isa.tensor_kind import TensorKind
 from neuronx_cc_lite.ir import Graph, Node
 from neuronx_cc_lite.lower.context import LowerCtx
 from neuronx_cc_lite.lower.hbm import HbmView
@@ -61,7 +62,7 @@ def _contiguous(ctx: LowerCtx, view: HbmView, dtype: DType, name: str) -> HbmVie
     """The view as a dense buffer of type `dtype`: itself when it is one, else a copy."""
     if view.is_contiguous and view.dtype is dtype:
         return view
-    tensor = ctx.program.hbm_tensor(name, view.size * dtype.size, "scratch", dtype)
+    tensor = ctx.program.hbm_tensor(name, view.size * dtype.size, TensorKind.SCRATCH, dtype)
     copy = HbmView.whole(tensor, dtype, view.shape)
     ctx.program.dma(copy, view)
     return copy
@@ -77,7 +78,7 @@ def lower_collective(ctx: LowerCtx, node: Node) -> None:
     axes = ctx.partition_axes(node.inputs[0]) if op == "all_reduce" and src is src_view else None
     out = ctx.output(node.outputs[0], partition_axes=axes)
     dst = out if out.dtype is dtype else HbmView.whole(
-        ctx.program.hbm_tensor(f"{node.name}/dst", out.size * dtype.size, "scratch", dtype), dtype, out.shape)
+        ctx.program.hbm_tensor(f"{node.name}/dst", out.size * dtype.size, TensorKind.SCRATCH, dtype), dtype, out.shape)
     # src and dst have the same shape: one layout serves both, or neither
     layout = src.tensor.layout if axes is not None and dst is out else None
     in_layout = layout is not None and _in_layout(src, layout, pmax) is not None

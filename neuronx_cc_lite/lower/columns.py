@@ -13,6 +13,7 @@ import numpy as np
 
 from isa.dtypes import DType
 from isa.operand import Engine
+from isa.tensor_kind import TensorKind
 from neuronx_cc_lite.lower.program import HbmAccess, PendingInstr, Program, Tile, TileAccess
 from neuronx_cc_lite.declared import contiguous
 
@@ -54,7 +55,7 @@ class ColumnPool:
         count = len(self.columns)
         self.tile.free = count
         data = np.stack(self.columns, axis=1)  # [pmax, count]: partition p holds element p of every column
-        tensor = prog.hbm_tensor("columns", data.nbytes, "weight", DType.fp32, data.tobytes())
+        tensor = prog.hbm_tensor("columns", data.nbytes, TensorKind.WEIGHT, DType.fp32, data.tobytes())
         loads = []
         for c0 in range(0, count, COLUMNS_PER_LOAD):
             cn = min(COLUMNS_PER_LOAD, count - c0)

@@ -16,6 +16,7 @@ import ml_dtypes
 import numpy as np
 
 from isa.dtypes import DType, not_held
+from isa.tensor_kind import TensorKind
 from neuronx_cc_lite.errors import CompileError
 from neuronx_cc_lite.ir import Graph, Node, Tensor
 from neuronx_cc_lite.lower.hbm import HbmTensor, HbmView
@@ -93,7 +94,7 @@ class LowerCtx:
         for name in graph.inputs:
             t = graph.tensors[name]
             dtype = self.dtype(name)
-            kind = "state" if name in graph.state else "input"
+            kind = TensorKind.STATE if name in graph.state else TensorKind.INPUT
             tensor = program.hbm_tensor(name, t.size * dtype.size, kind, dtype)
             self.views[name] = HbmView.whole(tensor, dtype, t.shape)
         self.inputs = dict(self.views)  # where the inputs are written (an input that is an output gets a copy)
@@ -125,7 +126,7 @@ class LowerCtx:
             if not is_declared(t.value):  # a declared weight has no values to check
                 self._check_held(name, t.value, dtype)
             data = contiguous(self.narrowed(t.value, dtype)).tobytes()
-            tensor = self.program.hbm_tensor(name, len(data), "weight", dtype, data)
+            tensor = self.program.hbm_tensor(name, len(data), TensorKind.WEIGHT, dtype, data)
             self.views[name] = HbmView.whole(tensor, dtype, t.shape)
         return self.views[name]
 
@@ -179,9 +180,9 @@ class LowerCtx:
         elementwise consumers tile alike)."""
         t = self.graph.tensors[name]
         dtype = self.dtype(name)
-        kind = "output" if name in self.graph.outputs and name not in self.next_state else "scratch"
+        kind = TensorKind.OUTPUT if name in self.graph.outputs and name not in self.next_state else TensorKind.SCRATCH
         tensor = self.program.hbm_tensor(name, t.size * dtype.size, kind, dtype)
-        perm = self._sole_transpose(name) if follow_transpose and kind == "scratch" else None
+        perm = self._sole_transpose(name) if follow_transpose and kind is TensorKind.SCRATCH else None
         order = perm or tuple(range(len(t.shape)))
         stored = tuple(t.shape[p] for p in order)
         if partition_axes is not None:
@@ -190,7 +191,7 @@ class LowerCtx:
                 first, last = (placed[0], placed[-1] + 1) if placed else (0, 0)
                 tensor.layout = (math.prod(stored[:first]), math.prod(stored[first:last]),
                                  math.prod(stored[last:]))
-        if kind == "output":
+        if kind is TensorKind.OUTPUT:
             self.output_owner[id(tensor)] = name
         view = HbmView.whole(tensor, dtype, stored).transpose(tuple(order.index(a) for a in range(len(order))))
         self.views[name] = view

@@ -29,6 +29,7 @@ from isa.instructions import pe_rate
 from isa.functions import AluOp
 from isa.operand import Engine
 from isa.target import TARGETS, Target
+from isa.tensor_kind import TensorKind
 from neuronx_cc_lite.errors import CompileError
 from neuronx_cc_lite.ir import Graph, Node
 from neuronx_cc_lite.lower.context import LowerCtx
@@ -235,7 +236,7 @@ def _constant_weights(ctx: LowerCtx, node: Node, geo: ConvGeometry,
         where[(c0, co0)] = at
         at += block.size
     data = np.concatenate(parts).astype(dtype.np)
-    tensor = ctx.program.hbm_tensor(f"{node.name}/weights", data.nbytes, "weight", dtype, data.tobytes())
+    tensor = ctx.program.hbm_tensor(f"{node.name}/weights", data.nbytes, TensorKind.WEIGHT, dtype, data.tobytes())
     tensor.needed = min(data.nbytes, w.size * dtype.size)  # grouped: the blocks off the diagonals are zeros
 
     def load(c0: int, ct: int, co0: int, mt: int, into: TileAccess | None = None) -> Tile:
@@ -400,7 +401,7 @@ def _packed_weights(ctx: LowerCtx, node: Node, geo: ConvGeometry, packed: int, p
                 block[r0:r0 + c, q] = w[(slice(None), slice(None), *taps, w0 + j)].T
     dtype = ctx.program.operand_dtype(DType.fp32)
     data = block.astype(dtype.np)
-    tensor = ctx.program.hbm_tensor(f"{node.name}/packed_weights{co0}", data.nbytes, "weight", dtype,
+    tensor = ctx.program.hbm_tensor(f"{node.name}/packed_weights{co0}", data.nbytes, TensorKind.WEIGHT, dtype,
                                     data.tobytes())
     tile = ctx.program.sbuf(rows, len(groups) * mt, dtype, f"{node.name}/w")
     ctx.program.dma(tile.ap(), HbmView(tensor, dtype, (rows, len(groups) * mt), (len(groups) * mt, 1)))

@@ -37,6 +37,7 @@ import numpy as np
 from isa.dtypes import DType
 from isa.functions import ActFunc, AluOp
 from isa.operand import Engine, Mem
+from isa.tensor_kind import TensorKind
 from neuronx_cc_lite.ir import Node
 from neuronx_cc_lite.lower.context import LowerCtx
 from neuronx_cc_lite.lower.conv_epilogue import Epilogue
@@ -92,7 +93,7 @@ class DiagonalWeights:
         self.columns = w.shape[1]
         self.dtype = prog.operand_dtype(DType.fp32)  # auto-cast: stored in the type the matmul reads
         data = np.tile(w, (bands, 1)).astype(self.dtype.np)
-        self.tensor = prog.hbm_tensor(f"{node.name}/taps", data.nbytes, "weight", self.dtype, data.tobytes())
+        self.tensor = prog.hbm_tensor(f"{node.name}/taps", data.nbytes, TensorKind.WEIGHT, self.dtype, data.tobytes())
         # the roofline counts the model's weights: not the ones, nor the bands' repeats
         self.tensor.needed = geo.channels * geo.taps * self.dtype.size
         self.name = node.name
@@ -299,7 +300,7 @@ def _band_means(ctx: LowerCtx, node: Node, plan: BandWindows, sums: Tile) -> Til
         for b, block in enumerate(plan.blocks(n, r0)):
             if block.starts[0] < rows.out:
                 ones[b * c:(b + 1) * c, g * c:(g + 1) * c] = np.eye(c, dtype=np.float32)
-    tensor = prog.hbm_tensor(f"{node.name}/band_sums", ones.nbytes, "weight", DType.fp32, ones.tobytes())
+    tensor = prog.hbm_tensor(f"{node.name}/band_sums", ones.nbytes, TensorKind.WEIGHT, DType.fp32, ones.tobytes())
     tensor.needed = 0  # (not the model's data: the roofline leaves it out)
     matrix = prog.sbuf(sums.partitions, ones.shape[1], DType.fp32, f"{node.name}/band_sums")
     prog.dma(matrix.ap(), HbmView(tensor, DType.fp32, ones.shape, (ones.shape[1], 1)))

@@ -22,6 +22,7 @@ from isa.functions import AluOp
 from isa.instructions import (GPSIMD_CORE_PARTITIONS, LOCAL_GATHER_MAX_INDICES, LOCAL_GATHER_RUNS, QUADRANT,
                               SHUFFLE_KEEP)
 from isa.operand import Engine
+from isa.tensor_kind import TensorKind
 from neuronx_cc_lite.errors import CompileError
 from neuronx_cc_lite.ir import Graph, Node, Tensor
 from neuronx_cc_lite.lower.context import LowerCtx
@@ -286,7 +287,8 @@ def lower_gather_nd(ctx: LowerCtx, node: Node) -> None:
     batch = np.indices(idx_shape[:-1], dtype=np.int64)[:b]
     base = sum((c * s for c, s in zip(batch, strides)), np.zeros(idx_shape[:-1], dtype=np.int64))
     bases = ctx.view(ctx.constant(f"{node.name}/base", base.reshape(n, 1).astype(np.int32))) if b else None
-    found = HbmView.whole(prog.hbm_tensor(f"{node.name}/rows", n * 4, "scratch", DType.int32), DType.int32, (n, 1))
+    found = HbmView.whole(prog.hbm_tensor(f"{node.name}/rows", n * 4, TensorKind.SCRATCH, DType.int32),
+                          DType.int32, (n, 1))
     for p0 in range(0, n, pmax):
         p = min(pmax, n - p0)
         index = prog.sbuf(p, k, DType.int32, "index")

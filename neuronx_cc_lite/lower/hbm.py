@@ -11,13 +11,14 @@ import math
 from dataclasses import dataclass
 
 from isa.dtypes import DType
+from isa.tensor_kind import TensorKind
 
 
 @dataclass(eq=False)
 class HbmTensor:
     name: str
     nbytes: int
-    kind: str  # "input", "output", "weight" or "scratch"
+    kind: TensorKind
     dtype: DType
     data: bytes | memoryview | None = None  # weights (a memoryview: the bytes of the array laid out, not a copy)
     offset: int | None = None  # bytes, set by the HBM layout
@@ -26,6 +27,9 @@ class HbmTensor:
     # a weight laid out with zeros (a depthwise convolution's diagonal blocks): the bytes of the model's own data
     # it holds, which is all a program needs to read (the roofline counts these)
     needed: int | None = None
+
+    def __post_init__(self) -> None:  # a plain string would compare equal to its kind but fail every `is` test
+        assert isinstance(self.kind, TensorKind), f"HBM tensor {self.name}: kind {self.kind!r} is not a TensorKind"
 
 
 def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:

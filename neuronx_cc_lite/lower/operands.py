@@ -21,6 +21,7 @@ import ml_dtypes
 import numpy as np
 
 from isa.dtypes import DType
+from isa.tensor_kind import TensorKind
 from neuronx_cc_lite.lower.context import LowerCtx
 from neuronx_cc_lite.lower.hbm import HbmTensor, HbmView
 from neuronx_cc_lite.lower.program import Tile, TileAccess
@@ -102,7 +103,7 @@ def laid_out(ctx: LowerCtx, key: str, parts: list[np.ndarray | KTiles], dtype: D
                     part.write(j, dst, lambda v: ctx.narrowed(v, dtype))
                 release_mapped_weights()
             data = memoryview(out.view(np.uint8)).toreadonly()  # compares as bytes do (hash bytes(data))
-        cache[key] = (ctx.program.hbm_tensor(key, len(data), "weight", dtype, data), offsets)
+        cache[key] = (ctx.program.hbm_tensor(key, len(data), TensorKind.WEIGHT, dtype, data), offsets)
     return cache[key]
 
 
@@ -206,7 +207,7 @@ def a_transposed(ctx: LowerCtx, a: Operand, dtype: DType, m0: int, mt: int, k_ti
             tiles.append(t.ap())
         return tiles
     if not k_on_partitions(a, 1) and (a.strides[1] == 1 or a.shape[1] == 1):  # rows along K: turn them on PE
-        if a.tensor.kind == "state":  # device state may be written in place between two reads: turned each time
+        if a.tensor.kind is TensorKind.STATE:  # device state may be written in place between two reads: turned each time
             return _turned_rows(ctx, a, dtype, m0, mt, k_tiles, name)
         turned = (id(a.tensor), a.offset, a.shape, a.strides, dtype, m0, mt, tuple(k_tiles))
         if turned not in ctx.turned:  # (any other tensor is written once, before any reader: the same rows)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from isa.tensor_kind import TensorKind
 from neuronx_cc_lite.errors import CompileError
 from neuronx_cc_lite.ir import Graph, Node
 from neuronx_cc_lite.lower.context import LowerCtx
@@ -81,7 +82,7 @@ def _value(ctx: LowerCtx, node: Node) -> HbmView:
         return HbmView(view.tensor, view.dtype, (), (), view.offset)
     out_dtype = ctx.dtype(node.outputs[0])
     data = np.asarray(node.attrs.get("value", 0.0)).astype(out_dtype.np).tobytes()
-    tensor = ctx.program.hbm_tensor(f"{node.name}/value", len(data), "weight", out_dtype, data)
+    tensor = ctx.program.hbm_tensor(f"{node.name}/value", len(data), TensorKind.WEIGHT, out_dtype, data)
     return HbmView(tensor, out_dtype, (), ())
 
 

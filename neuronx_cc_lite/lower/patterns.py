@@ -15,6 +15,7 @@ from typing import Sequence
 
 
 from isa.operand import MAX_FREE_DIMS, Engine
+from isa.tensor_kind import TensorKind
 from neuronx_cc_lite.lower.hbm import HbmView, coalesce, contiguous_strides
 from neuronx_cc_lite.lower.program import HbmAccess, Program, Tile, TileAccess
 
@@ -49,7 +50,7 @@ def contiguous(prog: Program, view: HbmView, name: str) -> HbmView:
     can be reshaped)."""
     if view.is_contiguous:
         return view
-    tensor = prog.hbm_tensor(f"{name}/contiguous", view.size * view.dtype.size, "scratch", view.dtype)
+    tensor = prog.hbm_tensor(f"{name}/contiguous", view.size * view.dtype.size, TensorKind.SCRATCH, view.dtype)
     copy = HbmView.whole(tensor, view.dtype, view.shape)
     prog.dma(copy, view)
     return copy

@@ -20,6 +20,7 @@ from isa.functions import ActFunc
 from isa.instructions import OPS, Instruction
 from isa.operand import MAX_FREE_DIMS, Engine, Mem, Operand
 from isa.target import Target
+from isa.tensor_kind import TensorKind
 from neuronx_cc_lite.lower.hbm import HbmTensor, HbmView, coalesce
 
 ALIGN = 64  # bytes: where tiles and HBM tensors start
@@ -235,7 +236,8 @@ class Program:
         self._diagonals[taps, dtype] = (ring, turns + 1)
         return ring[turns % DIAGONAL_RING]
 
-    def hbm_tensor(self, name: str, nbytes: int, kind: str, dtype: DType, data: bytes | None = None) -> HbmTensor:
+    def hbm_tensor(self, name: str, nbytes: int, kind: TensorKind, dtype: DType,
+                   data: bytes | None = None) -> HbmTensor:
         t = HbmTensor(name, nbytes, kind, dtype, data)
         self.hbm.append(t)
         return t

@@ -17,6 +17,7 @@ import math
 
 from isa.dtypes import DType
 from isa.operand import MAX_FREE_DIMS, Engine
+from isa.tensor_kind import TensorKind
 from neuronx_cc_lite.lower.hbm import HbmView, coalesce
 from neuronx_cc_lite.lower.program import HbmAccess, Program, TileAccess
 from neuronx_cc_lite.lower.transpose import Piece, transpose_pieces
@@ -155,7 +156,7 @@ def load_transposed(prog: Program, view: HbmView, name: str) -> TileAccess | Non
     if len(free) != 1 or view.dtype not in PE_TYPES or view.strides[0] != 1 or free[0][1] in (0, 1):
         return None
     layout = view.tensor.layout
-    if view.tensor.kind not in ("input", "weight") and (layout is None or layout[2] == 1):
+    if view.tensor.kind not in (TensorKind.INPUT, TensorKind.WEIGHT) and (layout is None or layout[2] == 1):
         return None
     (p, f), stride = (view.shape[0], free[0][0]), free[0][1]
     if min(p, f) < MIN_AXIS or p > prog.target.partitions:

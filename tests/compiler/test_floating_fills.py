@@ -10,6 +10,7 @@ from isa.dtypes import DType
 from isa.functions import ActFunc
 from isa.operand import Engine
 from isa.target import get_target
+from isa.tensor_kind import TensorKind
 from neuronx_cc_lite.codegen.allocate import OnChipMemory
 from neuronx_cc_lite.codegen.schedule import schedule
 from neuronx_cc_lite.lower.hbm import HbmView
@@ -21,8 +22,8 @@ TARGET = get_target("trn1")
 def test_a_long_fill_waits_for_the_chain_that_is_about_to_be_ready():
     prog = Program(TARGET)
     prog.node = "chain"
-    x = prog.hbm_tensor("x", 128 * 16 * 4, "input", DType.fp32)
-    y = prog.hbm_tensor("y", 128 * 16 * 4, "output", DType.fp32)
+    x = prog.hbm_tensor("x", 128 * 16 * 4, TensorKind.INPUT, DType.fp32)
+    y = prog.hbm_tensor("y", 128 * 16 * 4, TensorKind.OUTPUT, DType.fp32)
     a, b = prog.sbuf(128, 16, DType.fp32, "a"), prog.sbuf(128, 16, DType.fp32, "b")
     prog.dma(a.ap(), HbmView(x, DType.fp32, (128, 16), (16, 1)))
     for _ in range(4):  # the critical chain: ScalarE once the load lands, then more after it

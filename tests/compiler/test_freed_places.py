@@ -8,6 +8,7 @@ from __future__ import annotations
 from isa.dtypes import DType
 from isa.operand import Engine
 from isa.target import get_target
+from isa.tensor_kind import TensorKind
 from neuronx_cc_lite.codegen.allocate import OnChipMemory
 from neuronx_cc_lite.codegen.schedule import schedule
 from neuronx_cc_lite.lower.program import HbmAccess, PendingInstr, Program
@@ -28,7 +29,7 @@ def test_a_load_into_a_freed_place_starts_after_its_last_reader():
     n_b, n_w = b.free, w.free
     prog.emit("memset", Engine.POOL, dst=a.ap(), value=1.0)
     prog.emit("tensor_copy", Engine.ACT, dst=b.ap(), src=a.region(0, n_b))  # the last reader of a: long
-    weight = prog.hbm_tensor("w", pmax * n_w * 4, "weight", DType.fp32)
+    weight = prog.hbm_tensor("w", pmax * n_w * 4, TensorKind.WEIGHT, DType.fp32)
     half = pmax // 2
     for first in (0, half):  # two loads of w: the second opens no tile, and waits all the same
         prog.instrs.append(PendingInstr("dma_copy", Engine.DMA, 0, {
@@ -51,7 +52,7 @@ def test_a_load_into_untouched_memory_starts_at_once():
     w = prog.sbuf(pmax, _elements(0.3), DType.fp32, "w")
     prog.emit("memset", Engine.POOL, dst=a.ap(), value=1.0)
     prog.emit("tensor_copy", Engine.ACT, dst=a.ap(), src=a.ap())
-    weight = prog.hbm_tensor("w", pmax * w.free * 4, "weight", DType.fp32)
+    weight = prog.hbm_tensor("w", pmax * w.free * 4, TensorKind.WEIGHT, DType.fp32)
     prog.instrs.append(PendingInstr("dma_copy", Engine.DMA, 0, {
         "dst": w.ap(), "src": HbmAccess(weight, DType.fp32, pmax, w.free, 0, ((w.free, 1),))}, "load"))
     load = prog.instrs[2]

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from isa.dtypes import DType
+from isa.tensor_kind import TensorKind
 from neuronx_cc_lite.lower import hbm as hbm_module
 from neuronx_cc_lite.lower.hbm import HbmTensor, HbmView, reshaped_strides
 
@@ -53,7 +54,7 @@ def test_reshape_of_a_strided_view_reads_what_numpy_reads(case):  # type: ignore
     item = a.itemsize
     strides = tuple(s // item for s in view.strides)
     offset = (view.__array_interface__["data"][0] - a.__array_interface__["data"][0]) // item
-    hbm = HbmView(HbmTensor("t", a.nbytes, "input", DType.int32), DType.int32, view.shape, strides, offset)
+    hbm = HbmView(HbmTensor("t", a.nbytes, TensorKind.INPUT, DType.int32), DType.int32, view.shape, strides, offset)
     with mock.patch.object(hbm_module, "MIN_VIEW_RUN_BYTES", 0):  # these views' rows are a few bytes long
         got = hbm.reshape(shape)
     expected = numpy_view_reshape(view, shape)
@@ -75,7 +76,7 @@ def test_a_key_value_head_broadcast_to_its_query_heads_reshapes_in_place():
 def test_a_view_of_short_rows_is_copied_once_instead():
     """A strided view whose contiguous runs are under 512 bytes is not reshaped in place: every reader would read
     it a few bytes a DMA piece (a GRU's gates sliced across time steps)."""
-    t = HbmTensor("t", 4 * 64 * 256, "scratch", DType.fp32)
+    t = HbmTensor("t", 4 * 64 * 256, TensorKind.SCRATCH, DType.fp32)
     short = HbmView(t, DType.fp32, (64, 16), (48, 1))  # 64-byte rows
     assert short.reshape((4, 16, 16)) is None
     long = HbmView(t, DType.fp32, (64, 128), (256, 1))  # 512-byte rows

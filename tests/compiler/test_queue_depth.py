@@ -9,6 +9,7 @@ from __future__ import annotations
 from isa.dtypes import DType
 from isa.operand import Engine
 from isa.target import get_target
+from isa.tensor_kind import TensorKind
 from neuronx_cc_lite.codegen.allocate import OnChipMemory
 from neuronx_cc_lite.codegen.schedule import schedule
 from neuronx_cc_lite.lower.program import HbmAccess, PendingInstr, Program
@@ -20,7 +21,7 @@ def test_short_loads_on_a_queue_pay_a_latency_every_depth_of_them():
     prog = Program(TARGET)
     per_queue = 6
     count = TARGET.dma_queues * per_queue
-    weight = prog.hbm_tensor("w", count * 16, "weight", DType.fp32)
+    weight = prog.hbm_tensor("w", count * 16, TensorKind.WEIGHT, DType.fp32)
     for k in range(count):  # independent loads of 4 elements: each costs almost nothing but its latency
         tile = prog.sbuf(1, 4, DType.fp32, f"t{k}")
         prog.instrs.append(PendingInstr("dma_copy", Engine.DMA, 0, {

@@ -88,6 +88,8 @@ def test_an_old_format_is_refused_with_a_hint(good):
     (lambda m: m["outputs"][0].update(placements=[]), "no placement"),
     (lambda m: m.update(groups=[[0, 0]]), "distinct ranks"),
     (lambda m: m.update(flags=[]), "flags: expected an object"),
+    (lambda m: m["hbm_tensors"][0].update(kind="spill"), r"hbm_tensors\[0\].kind: unknown HBM tensor kind 'spill'"),
+    (lambda m: m["hbm_tensors"][0].update(kind=3), r"hbm_tensors\[0\].kind: expected a string"),
     (lambda m: m.pop("cores"), "missing cores"),
     (lambda m: m["weights"].append({"rank": 0, "hbm_offset": 0, "size": 10**12}), "weights.bin"),
 ])
