@@ -17,10 +17,14 @@ fp32 (a matmul pass each fp32 instruction takes four of, CHIP.md):
   a classifier) at least min(64 x output blocks, outputs) cycles per 128 input features (a matmul costs
   max(min(64, M), N) cycles);
 - a squeeze-and-excitation block (a global mean, a 1x1 convolution, its activation, another, HardSigmoid, the
-  gate's Mul): after the last depthwise output PE has nothing to do until the gated projection, so at least its
-  dependent instructions run one after another on ScalarE and VectorE: the mean, the first activation, the
-  HardSigmoid (a relu and a clamp: ScalarE has no such function), the scaling of the projection's weights, each
-  at least a dependent one-element instruction's cost (isa/costs.py), and the hand-offs between engines.
+  gate's Mul): every later instruction needs its gate and the gate needs every depthwise output, so from the
+  last depthwise tap to the next block's first, dependent instructions run one after another on ScalarE and
+  VectorE while PE has nothing else to do: the depthwise output's activation (a HardSwish takes two: ScalarE
+  has no function for it and VectorE's one-instruction forms hold one scalar operation beside the product), the
+  mean (trn1's VectorE reduces only beside a scalar operation), the first activation and the HardSigmoid (each
+  PE result leaves PSUM before a matmul reads it; the clamp rides with the scaling), the gate's scaling (of the
+  projection's weights), the projection's evacuation, and the next expansion's activation (two for a HardSwish)
+  (`se_steps`), each at least a dependent one-element instruction's cost (isa/costs.py) and a hand-off.
 PE work adds up (one engine), and the squeeze-and-excitation chains add to it: their sum is a floor under the
 latency of any schedule, which the goal (2.0x the roofline in bf16, 2.5x in fp32) is set against.
 
@@ -41,7 +45,55 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-SE_STEPS = 4  # mean, first activation, HardSigmoid's relu and clamp (the scaling of the weights can take the clamp)
+# a squeeze-and-excitation block's dependent steps whatever its neighbours: the mean, the first activation, the
+# HardSigmoid, the gate's scaling (the activations around it add theirs: _se_steps)
+SE_STEPS = 4
+
+
+def _activation_steps(op: str) -> int:
+    """Dependent ScalarE/VectorE instructions a conv's output takes to leave PSUM through `op` (its reader): a
+    HardSwish two, any other activation (or none, a plain evacuation) one."""
+    return 2 if op == "HardSwish" else 1
+
+
+def _se_steps(model) -> list[int]:  # type: ignore[no-untyped-def]
+    """Per squeeze-and-excitation block (a HardSigmoid gate), its dependent steps (module docstring): SE_STEPS, the
+    activation of what the mean reads, and where the gate scales a projection, its evacuation and the activation
+    of the next convolution (the expansion) after it, through a residual Add."""
+    nodes = list(model.graph.node)
+    producer = {o: n for n in nodes for o in n.output}
+    readers: dict[str, list] = {}
+    for n in nodes:
+        for i in n.input:
+            readers.setdefault(i, []).append(n)
+
+    def only_reader(name: str, *ops: str):  # type: ignore[no-untyped-def]
+        found = readers.get(name, [])
+        return found[0] if len(found) == 1 and found[0].op_type in ops else None
+
+    counts = []
+    for gate in (n for n in nodes if n.op_type == "HardSigmoid"):
+        steps = SE_STEPS
+        mul = only_reader(gate.output[0], "Mul")
+        if mul is None:
+            counts.append(steps)
+            continue
+        gated = next(i for i in mul.input if i != gate.output[0])  # what the mean and the gate read
+        source = producer.get(gated)
+        steps += _activation_steps(source.op_type if source is not None else "")
+        projection = only_reader(mul.output[0], "Conv")
+        if projection is not None:
+            steps += 1
+            out = projection.output[0]
+            add = only_reader(out, "Add")
+            # (a residual sum is read by the next expansion and by the next residual Add)
+            convs = [r for r in readers.get(add.output[0] if add is not None else out, []) if r.op_type == "Conv"]
+            expansion = convs[0] if len(convs) == 1 else None
+            if expansion is not None:
+                after = readers.get(expansion.output[0], [])
+                steps += _activation_steps(after[0].op_type if len(after) == 1 else "")
+        counts.append(steps)
+    return counts
 
 
 def _shapes(model) -> dict[str, list[int]]:  # type: ignore[no-untyped-def]
@@ -90,15 +142,15 @@ def floor(path: str, target_name: str) -> dict[str, float]:
     one = Operand(Mem.SBUF, DType.fp32, 0, pmax, 0, ((1, 1),))
     step_ns = duration_ns(make("activation", dst=one, src=one, func=ActFunc.relu, scale=1.0), Engine.ACT, target,
                           dependent=True) + target.semaphore_handoff_ns
-    squeezes = sum(1 for n in model.graph.node if n.op_type == "HardSigmoid")
+    se_steps = _se_steps(model)
     # per ns: PE a column of each partition a cycle (a quarter of that in fp32), VectorE an element a lane (half
     # in fp32: scalar_tensor_tensor takes 2N unless all-bf16)
     rates = {"bf16": ghz + target.dve_ghz * target.dve_lanes_16bit,
              "fp32": ghz / 4 + target.dve_ghz * target.dve_lanes / 2}
     return {**{f"depthwise_{cast}_us": work / rate / 1000 for cast, rate in rates.items()},
             "depthwise_diagonal_us": diagonal / ghz / 1000,
-            "other_us": other / ghz / 1000, "squeezes": squeezes, "step_ns": step_ns,
-            "se_chain_us": squeezes * SE_STEPS * step_ns / 1000}
+            "other_us": other / ghz / 1000, "squeezes": len(se_steps), "se_steps": sum(se_steps),
+            "step_ns": step_ns, "se_chain_us": sum(se_steps) * step_ns / 1000}
 
 
 def lowering_chain(path: str, target_name: str) -> dict[str, float]:
@@ -131,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
               f"(PE and VectorE sharing the taps); on PE as diagonals (lower/depthwise.py) "
               f"{f['depthwise_diagonal_us']:.1f} / {4 * f['depthwise_diagonal_us']:.1f}")
         print(f"  other matmuls: at least {f['other_us']:.1f} us in bf16, {4 * f['other_us']:.1f} in fp32")
-        print(f"  squeeze-and-excitation: {f['squeezes']} blocks x {SE_STEPS} dependent instructions x "
+        print(f"  squeeze-and-excitation: {f['squeezes']} blocks, {f['se_steps']} dependent instructions x "
               f"{f['step_ns']:.0f} ns = {f['se_chain_us']:.1f} us")
         for cast, passes in (("bf16", 1), ("fp32", 4)):
             low = f[f"depthwise_{cast}_us"] + passes * f["other_us"] + f["se_chain_us"]

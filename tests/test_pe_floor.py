@@ -43,8 +43,31 @@ def test_the_floor_counts_a_depthwise_convolution_and_a_squeeze_as_written(tmp):
                                                    / 1000)
     # the squeeze (128 -> 32) and the excitation (32 -> 128) of one row: min(64 x output blocks, outputs) cycles
     assert f["other_us"] == pytest.approx((32 + 64) / target.pe_ghz / 1000)
-    assert f["squeezes"] == 1 and f["se_chain_us"] == pytest.approx(SE_STEPS * f["step_ns"] / 1000)
+    # the depthwise output's evacuation, then the mean, Relu, HardSigmoid and the gate's Mul
+    assert f["squeezes"] == 1 and f["se_steps"] == SE_STEPS + 1
+    assert f["se_chain_us"] == pytest.approx((SE_STEPS + 1) * f["step_ns"] / 1000)
     assert 0.1 < f["step_ns"] / 1000 < 0.5  # a dependent one-element instruction and a hand-off: ~0.2 us
+
+
+def test_a_squeezes_steps_count_the_activations_around_it():
+    """As MobileNetV3's blocks: the depthwise output through HardSwish (two steps), the gated projection (its
+    evacuation), a residual Add, the next expansion through HardSwish (two): 4 + 2 + 1 + 2."""
+    from benchmarks.pe_floor import _se_steps
+
+    model = _squeeze_model()
+    graph = model.graph
+    rng = np.random.default_rng(1)
+    graph.node[0].output[0] = "c"
+    graph.node.insert(1, helper.make_node("HardSwish", ["c"], ["d"]))
+    graph.node[-1].output[0] = "m"
+    for name, shape in (("wp", (128, 128, 1, 1)), ("we", (256, 128, 1, 1))):
+        graph.initializer.append(onnx.numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32), name))
+    graph.node.extend([helper.make_node("Conv", ["m", "wp"], ["q"]), helper.make_node("Add", ["q", "x"], ["a"]),
+                       helper.make_node("Conv", ["a", "we"], ["z"]), helper.make_node("HardSwish", ["z"], ["h"]),
+                       helper.make_node("Add", ["a", "a"], ["y"])])  # (the residual sum read twice, as a block's)
+    assert _se_steps(model) == [SE_STEPS + 2 + 1 + 2]
+    graph.node[-2].op_type = "Relu"
+    assert _se_steps(model) == [SE_STEPS + 2 + 1 + 1]
 
 
 def test_the_dependency_chain_of_a_program_counted_by_hand():
