@@ -8,10 +8,11 @@ NAME is a family of benchmarks/exports.py (mobilenet_v3 by default) or an ONNX f
 fp32 (a matmul pass each fp32 instruction takes four of, CHIP.md):
 - depthwise convolutions: on PE an output pixel's column through the array does at most one useful multiply-add
   per partition (each partition holds one input value of that pixel's window; PE sums across partitions, and a
-  depthwise output reads one channel), so PE needs at least MACs / 128 columns; VectorE can take taps too (one
-  scalar_tensor_tensor per tap: one element a cycle per partition at 1.12 GHz, two cycles in fp32), so the bound
-  is that work at PE's and VectorE's rates together (GpSimdE shares VectorE's SBUF port; ScalarE cannot
-  accumulate). With a diagonal stationary per tap and 128 channels, as lower/depthwise.py lays them out (bands of
+  depthwise output reads one channel), so PE needs at least MACs / 128 columns; VectorE can take taps too, one
+  scalar_tensor_tensor per tap and 128 channels (its scalar, the tap's weight, is one per partition), each at its
+  cost by the cost model, fixed costs included (isa/costs.py; the accumulator in PSUM, one input a cycle); a layer
+  shared between the two takes at least PE's time and VectorE's for all of it combined as two servers of one
+  divisible job (1 / (1/PE + 1/VectorE)). GpSimdE shares VectorE's SBUF port; ScalarE cannot accumulate. With a diagonal stationary per tap and 128 channels, as lower/depthwise.py lays them out (bands of
   rows for 64 channels or fewer), PE takes taps x channel tiles x max(64, columns) cycles (`diagonal`);
 - every other convolution and Gemm: its multiply-adds over the full 128 x 128 array, or for one row (a squeeze,
   a classifier) at least min(64 x output blocks, outputs) cycles per 128 input features (a matmul costs
@@ -112,7 +113,7 @@ def floor(path: str, target_name: str) -> dict[str, float]:
     from isa.dtypes import DType
     from isa.costs import duration_ns
     from isa.instructions import make
-    from isa.functions import ActFunc
+    from isa.functions import ActFunc, AluOp
     from isa.operand import Engine, Mem, Operand
     from isa.target import get_target
 
@@ -120,6 +121,15 @@ def floor(path: str, target_name: str) -> dict[str, float]:
     pmax, ghz = target.partitions, target.pe_ghz
     model = onnx.load(path)
     shapes = _shapes(model)
+    def vector_tap_ns(columns: int, dtype: DType) -> float:
+        """One tap over 128 channels on VectorE: x * w + acc, the accumulator in PSUM."""
+        x = Operand(Mem.SBUF, dtype, 0, pmax, 0, ((columns, 1),))
+        acc = Operand(Mem.PSUM, DType.fp32, 0, pmax, 0, ((columns, 1),))
+        weight = Operand(Mem.SBUF, DType.fp32, 0, pmax, 0, ((1, 1),))
+        tap = make("scalar_tensor_tensor", dst=acc, src=x, op0=AluOp.multiply, scalar=weight, op1=AluOp.add, b=acc)
+        return duration_ns(tap, Engine.DVE, target)
+
+    shared = {"bf16": 0.0, "fp32": 0.0}  # depthwise layers on PE and VectorE together, ns
     work = diagonal = other = 0.0  # depthwise multiply-adds per partition; PE cycles at the bf16 rate
     for n in model.graph.node:
         if n.op_type == "Conv":
@@ -130,6 +140,10 @@ def floor(path: str, target_name: str) -> dict[str, float]:
                 work += w[0] * taps * columns / pmax
                 bands = pmax // w[0] if w[0] <= pmax // 2 else 1
                 diagonal += -(-w[0] // pmax) * taps * max(64, -(-columns // bands))
+                for cast, dtype, passes in (("bf16", DType.bf16, 1), ("fp32", DType.fp32, 4)):
+                    pe = passes * w[0] * taps * columns / pmax / ghz
+                    vector = taps * -(-w[0] * bands // pmax) * vector_tap_ns(-(-columns // bands), dtype)
+                    shared[cast] += 1 / (1 / pe + 1 / vector)
             elif columns == 1:
                 other += -(-w[1] * group * taps // pmax) * min(64 * -(-w[0] // pmax), w[0])
             else:
@@ -143,11 +157,7 @@ def floor(path: str, target_name: str) -> dict[str, float]:
     step_ns = duration_ns(make("activation", dst=one, src=one, func=ActFunc.relu, scale=1.0), Engine.ACT, target,
                           dependent=True) + target.semaphore_handoff_ns
     se_steps = _se_steps(model)
-    # per ns: PE a column of each partition a cycle (a quarter of that in fp32), VectorE an element a lane (half
-    # in fp32: scalar_tensor_tensor takes 2N unless all-bf16)
-    rates = {"bf16": ghz + target.dve_ghz * target.dve_lanes_16bit,
-             "fp32": ghz / 4 + target.dve_ghz * target.dve_lanes / 2}
-    return {**{f"depthwise_{cast}_us": work / rate / 1000 for cast, rate in rates.items()},
+    return {**{f"depthwise_{cast}_us": ns / 1000 for cast, ns in shared.items()},
             "depthwise_diagonal_us": diagonal / ghz / 1000,
             "other_us": other / ghz / 1000, "squeezes": len(se_steps), "se_steps": sum(se_steps),
             "step_ns": step_ns, "se_chain_us": sum(se_steps) * step_ns / 1000}
