@@ -48,8 +48,7 @@ from neuronx_cc_lite.compiler import prepare as prepare_graph
 from neuronx_cc_lite.errors import CompileError, UnsupportedError
 from neuronx_cc_lite.frontend import load_model
 from neuronx_cc_lite.ir import upstream
-from neuronx_cc_lite.lower import unsupported_nodes
-from neuronx_cc_lite.lower.registry import compile_time_values
+from neuronx_cc_lite.ops.registry import compile_time_values, unsupported_nodes
 from neuronx_cc_lite.passes.verify import verify
 
 # Error codes that say the compiler is broken rather than that the model is unsupported: never a skip.

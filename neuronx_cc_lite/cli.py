@@ -923,12 +923,12 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 
 
 def cmd_list_operators(args: argparse.Namespace) -> int:
-    from neuronx_cc_lite.lower import LOWERINGS
-    from neuronx_cc_lite.lower.registry import INTERNAL_OPS
+    from neuronx_cc_lite.ops.registry import INTERNAL_OPS, lowerings
 
-    onnx_ops = sorted(op for op in LOWERINGS if op not in INTERNAL_OPS)  # the compiler's own ops are not ONNX's
+    registered = lowerings()
+    onnx_ops = sorted(op for op in registered if op not in INTERNAL_OPS)  # the compiler's own ops are not ONNX's
     for op in onnx_ops:
-        print(f"{op:<28} since opset {LOWERINGS[op].since}")
+        print(f"{op:<28} since opset {registered[op].since}")
     print(f"{len(onnx_ops)} operators. Operators that ONNX defines as a function of others (Attention, the "
           "losses, Swish, ...) are expanded into their definition first and accepted when it uses these.")
     return 0

@@ -38,7 +38,6 @@ from neuronx_cc_lite.integer_ranges import integer_ranges
 from neuronx_cc_lite.ir import Graph, Node, model_node_of
 from neuronx_cc_lite.lower import lower_graph
 from neuronx_cc_lite.lower.context import LowerCtx
-from neuronx_cc_lite.lower.program import HbmAccess, Program, TileAccess
 from neuronx_cc_lite.partition import RankGraph, partition
 from neuronx_cc_lite.partition.host import HOST, chip_graph, host_model, host_nodes, refusal, refusals, split
 from neuronx_cc_lite.options import Options  # noqa: F401 - where callers have always found it
@@ -46,6 +45,7 @@ from neuronx_cc_lite.passes import run_pipeline, split_attention
 from neuronx_cc_lite.passes.verify import verify
 from neuronx_cc_lite.progress import phase
 from neuronx_cc_lite.sizes import check_fits_hbm, check_operator_sizes
+from neuronx_cc_lite.tile.program import HbmAccess, Program, TileAccess
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ import math
 import numpy as np
 
 from neuronx_cc_lite.ir import Graph, Node
-from neuronx_cc_lite.lower.registry import LOWERINGS
+from neuronx_cc_lite.ops.registry import lowerings
 
 
 def node_flops(node: Node, g: Graph) -> int:
@@ -51,7 +51,7 @@ def copy_bytes(g: Graph) -> int:
     def copied(name: str) -> bool:
         if name not in copies:
             node = producers.get(name)
-            entry = LOWERINGS.get(node.op) if node is not None else None
+            entry = lowerings().get(node.op) if node is not None else None
             copies[name] = node is None or (entry is not None and entry.moves_data and
                                            all(copied(i) for i in data_inputs(node)))
         return copies[name]

@@ -17,7 +17,7 @@ from neuronx_cc_lite.ir import Graph
 # of models/ 0.7 MB. neuronx-cc refuses programs of more than 5,000,000 instructions likewise ([XTP003], "Operators
 # are too large").
 MAX_OPERATOR_BYTES = 1 << 32
-# Ops that only change how a tensor is viewed (lower/movement.py, lower/hbm.py): their readers move the data
+# Ops that only change how a tensor is viewed (lower/movement.py, tile/hbm.py): their readers move the data
 VIEWS = frozenset({"Reshape", "Expand", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Identity", "Slice"})
 # Ops that read only the rows their indices name from their first input (a vocabulary table): their output counts
 GATHERS = frozenset({"Gather", "GatherElements", "GatherND"})

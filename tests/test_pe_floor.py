@@ -84,7 +84,7 @@ def test_the_dependency_chain_of_a_program_counted_by_hand():
     from isa.operand import Engine
     from isa.tensor_kind import TensorKind
     from neuronx_cc_lite.codegen.schedule import dependency_chain_ns
-    from neuronx_cc_lite.lower.program import HbmAccess, Program
+    from neuronx_cc_lite.tile.program import HbmAccess, Program
 
     target = get_target("trn1")
     prog = Program(target)

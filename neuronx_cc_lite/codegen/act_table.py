@@ -13,7 +13,7 @@ from __future__ import annotations
 from isa.costs import TABLELESS
 from isa.dtypes import DType
 from isa.operand import Engine
-from neuronx_cc_lite.lower.program import PendingInstr, Program
+from neuronx_cc_lite.tile.program import PendingInstr, Program
 
 
 def preload_act_table(program: Program) -> bool:

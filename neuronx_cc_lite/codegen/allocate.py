@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from isa.operand import Mem
 from isa.tensor_kind import TensorKind
 from neuronx_cc_lite.errors import CompileError
-from neuronx_cc_lite.lower.program import Program, Tile, TileAccess
+from neuronx_cc_lite.tile.program import Program, Tile, TileAccess
 
 SBUF_GRANULE = 64  # bytes: where an SBUF tile may start
 

@@ -17,7 +17,7 @@ from dataclasses import replace
 
 from isa.dtypes import DType
 from isa.operand import Engine
-from neuronx_cc_lite.lower.program import HbmAccess, PendingInstr, Program, Tile, TileAccess
+from neuronx_cc_lite.tile.program import HbmAccess, PendingInstr, Program, Tile, TileAccess
 
 _MATMUL_TYPES = (DType.fp32, DType.bf16, DType.fp16)
 

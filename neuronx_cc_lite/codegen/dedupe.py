@@ -20,7 +20,7 @@ from dataclasses import replace
 import numpy as np
 
 from neuronx_cc_lite.codegen.allocate import footprint, lifetimes, tile_uses
-from neuronx_cc_lite.lower.program import HbmAccess, Mem, PendingInstr, Program, Tile, TileAccess
+from neuronx_cc_lite.tile.program import HbmAccess, Mem, PendingInstr, Program, Tile, TileAccess
 
 _LOADS = ("tensor_copy", "dma_copy")
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from isa.tensor_kind import TensorKind
 from neuronx_cc_lite.codegen.regions import Conflicts, Record, box_of
-from neuronx_cc_lite.lower.program import HbmAccess, PendingInstr
+from neuronx_cc_lite.tile.program import HbmAccess, PendingInstr
 
 _READ_ONLY = (TensorKind.INPUT, TensorKind.WEIGHT)
 

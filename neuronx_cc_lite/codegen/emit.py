@@ -10,7 +10,7 @@ from isa.streams import StreamId, stream_names
 from isa.validate import problems
 from neuronx_cc_lite.codegen.sync import synchronize
 from neuronx_cc_lite.errors import CompileError
-from neuronx_cc_lite.lower.program import Program
+from neuronx_cc_lite.tile.program import Program
 
 
 def emit(program: Program, hbm_size: int) -> dict[str, Stream]:

@@ -40,8 +40,8 @@ from dataclasses import dataclass, field
 from isa.dtypes import DType
 from isa.operand import Engine, Mem
 from isa.tensor_kind import TensorKind
-from neuronx_cc_lite.lower.hbm import HbmTensor
-from neuronx_cc_lite.lower.program import ALIGN, HbmAccess, PendingInstr, Program, Tile, TileAccess
+from neuronx_cc_lite.tile.hbm import HbmTensor
+from neuronx_cc_lite.tile.program import ALIGN, HbmAccess, PendingInstr, Program, Tile, TileAccess
 
 # Bytes per partition the homes together may take; the rest of SBUF is the operators' working space.
 HOME_FRACTION = 0.5

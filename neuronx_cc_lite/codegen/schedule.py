@@ -56,9 +56,9 @@ from neuronx_cc_lite import progress
 from neuronx_cc_lite.codegen.allocate import (LiveBytes, OnChipMemory, footprint, free_positions, large_tile_reserve,
                                               plan, tile_uses)
 from neuronx_cc_lite.codegen.deps import dependencies
-from neuronx_cc_lite.codegen.verify import verify_order
 from neuronx_cc_lite.errors import CompileError
-from neuronx_cc_lite.lower.program import HbmAccess, PendingInstr, Program, Tile, TileAccess
+from neuronx_cc_lite.tile.program import HbmAccess, PendingInstr, Program, Tile, TileAccess
+from neuronx_cc_lite.tile.verify import verify_order
 
 log = logging.getLogger(__name__)
 

@@ -37,7 +37,7 @@ from isa.instructions import OPS
 from isa.operand import Engine, Mem
 from neuronx_cc_lite.codegen.on_chip import ROUNDING_WRITERS, bounds, overlap
 from neuronx_cc_lite.codegen.regions import inside
-from neuronx_cc_lite.lower.program import PendingInstr, Program, Tile, TileAccess
+from neuronx_cc_lite.tile.program import PendingInstr, Program, Tile, TileAccess
 
 _COMPUTE = frozenset({Engine.ACT, Engine.DVE, Engine.POOL})
 

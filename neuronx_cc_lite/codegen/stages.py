@@ -1,7 +1,7 @@
-"""The stages after lowering, in order: each takes the tile program (lower/program.py) to the next and is followed
-by the tile-program verifier (codegen/verify.py), which names the stage when it finds a fault. They are listed as
+"""The stages after lowering, in order: each takes the tile program (tile/program.py) to the next and is followed
+by the tile-program verifier (tile/verify.py), which names the stage when it finds a fault. They are listed as
 the graph passes are (passes/__init__.py): `--dump-ir-after NAME` prints the tile program after one
-(lower/printer.py) and `--stop-after NAME` stops there. `emit` then turns the placed program into engine streams.
+(tile/printer.py) and `--stop-after NAME` stops there. `emit` then turns the placed program into engine streams.
 
 "lowering" and "keep-on-chip" run together (compiler.lower_program): a tensor keep-on-chip leaves stranded
 between two layouts is lowered again by rows, and the two are listed for their dumps and their verifier.
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
 if TYPE_CHECKING:  # the list is data the command line reads; the stages load when they run
-    from neuronx_cc_lite.lower.program import Program
+    from neuronx_cc_lite.tile.program import Program
 
 log = logging.getLogger(__name__)
 
@@ -120,8 +120,8 @@ class Stages:
 
     def done(self, name: str, program: Program, start: float, detail: str = "") -> float:
         """After stage `name`: verify, log, dump, stop. Returns when the next stage starts."""
-        from neuronx_cc_lite.codegen.verify import verify_program
-        from neuronx_cc_lite.lower.printer import print_program
+        from neuronx_cc_lite.tile.verify import verify_program
+        from neuronx_cc_lite.tile.printer import print_program
 
         verify_program(program, name)
         if log.isEnabledFor(logging.DEBUG):

@@ -17,7 +17,7 @@ from dataclasses import replace
 
 from isa.operand import Engine
 from neuronx_cc_lite.codegen.schedule import split_queues
-from neuronx_cc_lite.lower.program import HbmAccess, PendingInstr, Program, TileAccess
+from neuronx_cc_lite.tile.program import HbmAccess, PendingInstr, Program, TileAccess
 
 PIECE_BYTES = 32 * 1024
 EXCHANGE_PIECE_BYTES = 16 * 1024

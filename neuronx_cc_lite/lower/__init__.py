@@ -1,4 +1,5 @@
-"""Lowering: graph IR -> tile program. Importing this package registers every op lowering."""
+"""Lowering: graph IR -> tile program (neuronx_cc_lite/tile/). Importing this package registers every op lowering in
+the op registry (neuronx_cc_lite/ops/registry.py)."""
 
 from __future__ import annotations
 
@@ -12,10 +13,11 @@ from neuronx_cc_lite.lower import (  # noqa: F401  (each module registers its lo
     group_norm, logic, lrn, matmul, movement, normalize, onehot, pad, patches, pool, quantization, recurrent, reduce,
     resize, rounding, scatter, topk, views)
 from neuronx_cc_lite.lower.context import LowerCtx
-from neuronx_cc_lite.lower.program import Program
-from neuronx_cc_lite.lower.registry import LOWERINGS, unsupported_nodes, why_unsupported
+from neuronx_cc_lite.lower.relayout import copy_hbm
+from neuronx_cc_lite.ops.registry import LOWERINGS
+from neuronx_cc_lite.tile.program import Program
 
-__all__ = ["lower_graph", "LOWERINGS", "unsupported_nodes", "why_unsupported"]
+__all__ = ["lower_graph"]
 
 
 def lower_graph(g: Graph, target: Target, matmul_dtype: DType | None = None,
@@ -24,7 +26,7 @@ def lower_graph(g: Graph, target: Target, matmul_dtype: DType | None = None,
     """Lower every node in order. `matmul_dtype`: the type matmul operands are cast to as they load (auto-cast);
     `internal_dtype`: the type fp32 tensors inside the model are held in (auto-cast all); `by_rows`: tensors
     not to lay out feature-major (None: none at all, for programs whose tensors stay in HBM)."""
-    program = Program(target, matmul_dtype)
+    program = Program(target, matmul_dtype, copy_hbm)
     ctx = LowerCtx(g, program, internal_dtype, by_rows)
     for k, node in enumerate(g.nodes):
         progress.step("lowering", k, len(g.nodes), node.name)

@@ -16,8 +16,10 @@ from neuronx_cc_lite.ir import Graph, Node
 from neuronx_cc_lite.lower.context import LowerCtx
 from neuronx_cc_lite.lower.elementwise import Operand, elementwise, floats_only
 from neuronx_cc_lite.lower.instr import act, fill, scratch, select, ts, tt
-from neuronx_cc_lite.lower.program import Program, TileAccess
-from neuronx_cc_lite.lower.registry import FusedActivation, OpKind, lowering
+from neuronx_cc_lite.ops.attributes import hard_sigmoid_attrs
+from neuronx_cc_lite.ops.registry import lowering
+from neuronx_cc_lite.ops.traits import FusedActivation, OpKind
+from neuronx_cc_lite.tile.program import Program, TileAccess
 
 
 def _negative_part_scaled(prog: Program, dst: TileAccess, x: TileAccess, slope: Operand) -> None:
@@ -49,11 +51,6 @@ def lower_leaky_relu(ctx: LowerCtx, node: Node) -> None:
 @lowering("PRelu", check=floats_only, since=7, kind=OpKind.ELEMENTWISE)
 def lower_prelu(ctx: LowerCtx, node: Node) -> None:
     elementwise(ctx, node, lambda prog, dst, s: _negative_part_scaled(prog, dst, s[0], s[1]))
-
-
-def hard_sigmoid_attrs(attrs: dict[str, object]) -> tuple[float, float]:
-    """(alpha, beta) of a HardSigmoid, ONNX's defaults where absent."""
-    return float(attrs.get("alpha", 0.2)), float(attrs.get("beta", 0.5))  # type: ignore[arg-type]
 
 
 def hard_sigmoid(prog: Program, dst: TileAccess, x: TileAccess, alpha: float, beta: TileAccess) -> None:

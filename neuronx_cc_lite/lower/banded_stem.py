@@ -38,10 +38,10 @@ from neuronx_cc_lite.ir import Node
 from neuronx_cc_lite.lower.context import LowerCtx
 from neuronx_cc_lite.lower.conv_epilogue import Epilogue
 from neuronx_cc_lite.lower.depthwise import BandWindows, band_plan, band_windows
-from neuronx_cc_lite.lower.hbm import HbmView
-from neuronx_cc_lite.lower.program import Program, Tile
 from neuronx_cc_lite.lower.patterns import dma_tile
 from neuronx_cc_lite.lower.windows import Axis, Block, short_rows, window_ap, window_strides
+from neuronx_cc_lite.tile.hbm import HbmView
+from neuronx_cc_lite.tile.program import Program, Tile
 
 if TYPE_CHECKING:
     from neuronx_cc_lite.lower.conv import ConvGeometry

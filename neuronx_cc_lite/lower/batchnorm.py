@@ -20,28 +20,11 @@ from isa.operand import Engine
 from isa.target import Target
 from neuronx_cc_lite.ir import Graph, Node
 from neuronx_cc_lite.lower.context import LowerCtx
-from neuronx_cc_lite.lower.hbm import HbmView
 from neuronx_cc_lite.lower.patterns import contiguous
-from neuronx_cc_lite.lower.program import Program, TileAccess
-from neuronx_cc_lite.lower.registry import lowering
-
-
-def inference_only(node: Node) -> str | None:
-    """Why a BatchNormalization node is not a plain inference normalisation, or None."""
-    if node.attrs.get("training_mode", 0):
-        return "training_mode=1 (batch statistics and running-mean outputs) is not supported"
-    if any(node.outputs[1:]):
-        return "the running mean / variance outputs (training) are not supported"
-    if not node.attrs.get("spatial", 1):
-        return "spatial=0 (per-element statistics) is not supported"
-    return None
-
-
-def scale_shift(values: list[np.ndarray], epsilon: float) -> tuple[np.ndarray, np.ndarray]:
-    """Per-channel (scale, shift) from constant gamma, beta, mean and var, in float64."""
-    gamma, beta, mean, var = (v.astype(np.float64) for v in values)
-    scale = gamma / np.sqrt(var + epsilon)
-    return scale, beta - mean * scale
+from neuronx_cc_lite.ops.attributes import inference_only, scale_shift
+from neuronx_cc_lite.ops.registry import lowering
+from neuronx_cc_lite.tile.hbm import HbmView
+from neuronx_cc_lite.tile.program import Program, TileAccess
 
 
 def _check(node: Node, g: Graph) -> str | None:

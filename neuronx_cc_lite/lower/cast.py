@@ -24,12 +24,14 @@ from onnx import helper
 from isa.dtypes import DType
 from isa.functions import ActFunc, AluOp
 from neuronx_cc_lite.ir import Graph, Node
-from neuronx_cc_lite.lower.context import LowerCtx, device_dtype
+from neuronx_cc_lite.lower.context import LowerCtx
 from neuronx_cc_lite.lower.elementwise import Operand, elementwise
 from neuronx_cc_lite.lower.instr import act, copy, fill, scratch, select, ts, tt
-from neuronx_cc_lite.lower.program import Program, TileAccess
-from neuronx_cc_lite.lower.registry import OpKind, lowering
 from neuronx_cc_lite.lower.rounding import round_half_even
+from neuronx_cc_lite.ops.dtypes import device_dtype
+from neuronx_cc_lite.ops.registry import lowering
+from neuronx_cc_lite.ops.traits import OpKind
+from neuronx_cc_lite.tile.program import Program, TileAccess
 
 _FP8 = {DType.fp8_e4m3: float(ml_dtypes.finfo(ml_dtypes.float8_e4m3fn).max),
         DType.fp8_e5m2: float(ml_dtypes.finfo(ml_dtypes.float8_e5m2).max)}
@@ -46,7 +48,7 @@ def _kind(t: np.dtype) -> str:
     return "float" if held is not None and held.is_float else "int"
 
 
-# The floats no engine writes (held in fp16, context.py): a cast to one rounds to its grid on the engines
+# The floats no engine writes (held in fp16, ops/dtypes.py): a cast to one rounds to its grid on the engines
 _GRIDS = tuple(np.dtype(t) for t in (ml_dtypes.float8_e4m3fnuz, ml_dtypes.float8_e5m2fnuz, ml_dtypes.float4_e2m1fn))
 # The integers held in a byte: a cast from a float truncates, and a value outside the type becomes 0 (as ONNX's
 # reference, through ml_dtypes, casts)

@@ -27,9 +27,9 @@ from isa.operand import Engine
 from isa.tensor_kind import TensorKind
 from neuronx_cc_lite.ir import Graph, Node
 from neuronx_cc_lite.lower.context import LowerCtx
-from neuronx_cc_lite.lower.hbm import HbmView
-from neuronx_cc_lite.lower.program import HbmAccess
-from neuronx_cc_lite.lower.registry import lowering
+from neuronx_cc_lite.ops.registry import lowering
+from neuronx_cc_lite.tile.hbm import HbmView
+from neuronx_cc_lite.tile.program import HbmAccess
 
 MNEMONICS = {"AllReduce": "all_reduce", "AllGather": "all_gather", "ReduceScatter": "reduce_scatter"}
 

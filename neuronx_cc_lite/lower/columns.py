@@ -14,8 +14,8 @@ import numpy as np
 from isa.dtypes import DType
 from isa.operand import Engine
 from isa.tensor_kind import TensorKind
-from neuronx_cc_lite.lower.program import HbmAccess, PendingInstr, Program, Tile, TileAccess
 from neuronx_cc_lite.declared import contiguous
+from neuronx_cc_lite.tile.program import HbmAccess, PendingInstr, Program, Tile, TileAccess
 
 COLUMNS_PER_LOAD = 64  # 256 bytes per partition per transfer: a few transfers for a whole transformer
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from neuronx_cc_lite.ir import Graph, Node
 from neuronx_cc_lite.lower.context import LowerCtx
-from neuronx_cc_lite.lower.registry import lowering
+from neuronx_cc_lite.ops.registry import lowering
 
 
 def _axis(node: Node, g: Graph, default: int | None) -> int | str:

@@ -37,11 +37,11 @@ from neuronx_cc_lite.lower.banded_stem import depthwise_reader, lower_banded_ste
 from neuronx_cc_lite.lower.conv_epilogue import Epilogue
 from neuronx_cc_lite.lower.depthwise import (DiagonalWeights, band_plan, diagonal_products, lower_banded_depthwise,
                                              vector_taps)
-from neuronx_cc_lite.lower.hbm import HbmView
 from neuronx_cc_lite.lower.instr import ts
 from neuronx_cc_lite.lower.patterns import dma_tile
-from neuronx_cc_lite.lower.program import Columns, Program, Tile, TileAccess
-from neuronx_cc_lite.lower.registry import lowering
+from neuronx_cc_lite.ops.registry import lowering
+from neuronx_cc_lite.tile.hbm import HbmView
+from neuronx_cc_lite.tile.program import Columns, Program, Tile, TileAccess
 from neuronx_cc_lite.lower.windows import (Axis, Block, blocks, flat_window, load_moved_windows, load_tight,
                                            load_windows, short_rows, tight_taps, tight_window, window_ap,
                                            window_axes, window_taps)

@@ -26,12 +26,12 @@ from neuronx_cc_lite.declared import is_declared
 from neuronx_cc_lite.ir import Node
 from neuronx_cc_lite.lower.activations import hard_activation
 from neuronx_cc_lite.lower.context import LowerCtx
-from neuronx_cc_lite.lower.hbm import HbmView
 from neuronx_cc_lite.lower.instr import act
 from neuronx_cc_lite.lower.operands import bias_rows
-from neuronx_cc_lite.lower.program import Program, Tile, TileAccess
-from neuronx_cc_lite.lower.registry import fused_function
 from neuronx_cc_lite.lower.windows import Block
+from neuronx_cc_lite.ops.registry import fused_function
+from neuronx_cc_lite.tile.hbm import HbmView
+from neuronx_cc_lite.tile.program import Program, Tile, TileAccess
 
 Part = tuple[Block, int, int, int]  # (outputs, first partition, first output channel, channels)
 

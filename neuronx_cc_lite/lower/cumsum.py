@@ -27,9 +27,9 @@ from neuronx_cc_lite.lower.context import LowerCtx
 from neuronx_cc_lite.lower.cumsum_pe import cumsum_on_pe
 from neuronx_cc_lite.lower.elementwise import small_integers_ok, tile_free_max
 from neuronx_cc_lite.lower.instr import fill, ts, tt
-from neuronx_cc_lite.lower.program import TileAccess
-from neuronx_cc_lite.lower.registry import lowering
 from neuronx_cc_lite.lower.rows import move_to_end, row_boxes
+from neuronx_cc_lite.ops.registry import lowering
+from neuronx_cc_lite.tile.program import TileAccess
 
 
 def _doubling_scan(ctx: LowerCtx, t: TileAccess, width: int, op: AluOp) -> None:

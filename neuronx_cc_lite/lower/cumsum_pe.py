@@ -26,8 +26,8 @@ from isa.functions import AluOp
 from isa.operand import Engine
 from neuronx_cc_lite.ir import Node
 from neuronx_cc_lite.lower.context import LowerCtx
-from neuronx_cc_lite.lower.hbm import HbmView
 from neuronx_cc_lite.lower.instr import copy, tt
+from neuronx_cc_lite.tile.hbm import HbmView
 
 # Types PE multiplies by one exactly (a bf16 input under auto-cast stays bf16: its sums still add in fp32).
 FLOATS = frozenset({DType.fp32, DType.bf16, DType.fp16})

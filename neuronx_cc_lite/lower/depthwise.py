@@ -41,10 +41,11 @@ from isa.tensor_kind import TensorKind
 from neuronx_cc_lite.ir import Node
 from neuronx_cc_lite.lower.context import LowerCtx
 from neuronx_cc_lite.lower.conv_epilogue import Epilogue
-from neuronx_cc_lite.lower.hbm import HbmView
 from neuronx_cc_lite.lower.instr import act
-from neuronx_cc_lite.lower.program import HbmAccess, Program, Tile, TileAccess
 from neuronx_cc_lite.lower.windows import Block, fill_window, flat_window, needs_fill, window_strides, window_taps
+from neuronx_cc_lite.ops.attributes import reduced_axes
+from neuronx_cc_lite.tile.hbm import HbmView
+from neuronx_cc_lite.tile.program import HbmAccess, Program, Tile, TileAccess
 
 if TYPE_CHECKING:
     from neuronx_cc_lite.lower.conv import ConvGeometry
@@ -277,8 +278,6 @@ def _mean_reader(ctx: LowerCtx, node: Node, plan: BandWindows, epilogue: Epilogu
     of a group is whole or wholly past the last output row (a band's sum is then all its own or none of it counts):
     the sums become the mean (_band_means), where the pooling read the output back, after a transfer of each
     band's rows to the channels' partitions, on C partitions."""
-    from neuronx_cc_lite.lower.reduce import reduced_axes  # (reduce.py's lowering reads ctx.means)
-
     rows = plan.geo.axes[0]
     if images != 1 or not epilogue.can_sum() or rows.out % plan.per_band:
         return None

@@ -19,14 +19,16 @@ from isa.functions import ActFunc, AluOp
 from isa.operand import MAX_FREE_DIMS, Engine
 from neuronx_cc_lite.integer_ranges import integer_ranges, type_range
 from neuronx_cc_lite.ir import Graph, Node
-from neuronx_cc_lite.lower.context import LowerCtx, device_dtype
+from neuronx_cc_lite.lower.context import LowerCtx
 from neuronx_cc_lite.lower import integer_limbs
 from neuronx_cc_lite.lower.instr import act, scratch, ts, tt
-from neuronx_cc_lite.lower.program import Program, TileAccess
-from neuronx_cc_lite.lower.registry import FusedActivation, OpKind, lowering
-from neuronx_cc_lite.lower.hbm import HbmView
 from neuronx_cc_lite.lower.relayout import load_transposed
 from neuronx_cc_lite.lower.tiling import RowPieces, boxes, free_size, layout_boxes
+from neuronx_cc_lite.ops.dtypes import device_dtype
+from neuronx_cc_lite.ops.registry import lowering
+from neuronx_cc_lite.ops.traits import FusedActivation, OpKind
+from neuronx_cc_lite.tile.hbm import HbmView
+from neuronx_cc_lite.tile.program import Program, TileAccess
 
 Operand = TileAccess | float
 Compute = Callable[[Program, TileAccess, list[Operand]], None]

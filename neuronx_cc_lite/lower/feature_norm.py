@@ -31,12 +31,12 @@ from isa.functions import ActFunc, AluOp
 from isa.operand import Engine
 from neuronx_cc_lite.ir import Node
 from neuronx_cc_lite.lower.context import LowerCtx
-from neuronx_cc_lite.lower.hbm import HbmView
 from neuronx_cc_lite.lower.instr import act
-from neuronx_cc_lite.lower.normalize import normalize_rows
+from neuronx_cc_lite.lower.moments import normalize_rows
 from neuronx_cc_lite.lower.operands import bias_columns, blocks
-from neuronx_cc_lite.lower.program import Program, Tile, TileAccess
 from neuronx_cc_lite.lower.transpose import Piece, transpose_pieces
+from neuronx_cc_lite.tile.hbm import HbmView
+from neuronx_cc_lite.tile.program import Program, Tile, TileAccess
 
 
 def applies(ctx: LowerCtx, node: Node) -> bool:

@@ -27,13 +27,13 @@ from neuronx_cc_lite.errors import CompileError
 from neuronx_cc_lite.ir import Graph, Node, Tensor
 from neuronx_cc_lite.lower.context import LowerCtx
 from neuronx_cc_lite.lower.elementwise import Operand, elementwise, tile_free_max
-from neuronx_cc_lite.lower.hbm import HbmView
 from neuronx_cc_lite.lower.index_rows import MAX_TABLE_ROWS, row_access, table_rows
 from neuronx_cc_lite.lower.instr import scratch, ts, tt
 from neuronx_cc_lite.lower.patterns import contiguous
-from neuronx_cc_lite.lower.program import Program, TileAccess
-from neuronx_cc_lite.lower.registry import lowering
 from neuronx_cc_lite.lower.rows import free_chunks, row_boxes
+from neuronx_cc_lite.ops.registry import lowering
+from neuronx_cc_lite.tile.hbm import HbmView
+from neuronx_cc_lite.tile.program import Program, TileAccess
 
 
 def _indices(node: Node, g: Graph) -> np.ndarray | None:

@@ -33,12 +33,12 @@ from isa.operand import Engine
 from neuronx_cc_lite.ir import Graph, Node
 from neuronx_cc_lite.lower.context import LowerCtx
 from neuronx_cc_lite.lower.elementwise import floats_only, tile_free_max
-from neuronx_cc_lite.lower.hbm import HbmView
 from neuronx_cc_lite.lower.instr import act, ts, tt
 from neuronx_cc_lite.lower.operands import blocks
 from neuronx_cc_lite.lower.patterns import contiguous
-from neuronx_cc_lite.lower.program import Program, Tile, TileAccess
-from neuronx_cc_lite.lower.registry import lowering
+from neuronx_cc_lite.ops.registry import lowering
+from neuronx_cc_lite.tile.hbm import HbmView
+from neuronx_cc_lite.tile.program import Program, Tile, TileAccess
 
 # Elements per partition of one load (and one store): the moments of the first load are taken while the next
 # arrive, and the first results leave while the last are scaled.

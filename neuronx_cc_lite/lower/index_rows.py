@@ -15,9 +15,9 @@ from isa.dtypes import DType
 from isa.functions import AluOp
 from isa.operand import MAX_FREE_DIMS, Engine
 from neuronx_cc_lite.errors import CompileError
-from neuronx_cc_lite.lower.hbm import HbmView, coalesce
 from neuronx_cc_lite.lower.instr import ts, tt
-from neuronx_cc_lite.lower.program import HbmAccess, Program, TileAccess
+from neuronx_cc_lite.tile.hbm import HbmView, coalesce
+from neuronx_cc_lite.tile.program import HbmAccess, Program, TileAccess
 
 MAX_TABLE_ROWS = 1 << 23
 

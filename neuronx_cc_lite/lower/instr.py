@@ -5,7 +5,7 @@ from __future__ import annotations
 from isa.dtypes import DType
 from isa.functions import ActFunc, AluOp
 from isa.operand import Engine
-from neuronx_cc_lite.lower.program import Program, TileAccess
+from neuronx_cc_lite.tile.program import Program, TileAccess
 
 Scalar = TileAccess | float  # an immediate, or a [P, 1] tile access
 

@@ -36,7 +36,7 @@ from isa.dtypes import DType
 from isa.functions import AluOp
 from isa.operand import Engine
 from neuronx_cc_lite.lower.instr import scratch, select, ts, tt
-from neuronx_cc_lite.lower.program import Program, TileAccess
+from neuronx_cc_lite.tile.program import Program, TileAccess
 
 LIMB = 1 << 16
 BYTE = 1 << 8

@@ -27,6 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from neuronx_cc_lite.ir import Graph, Node
+from neuronx_cc_lite.ops.registry import LOWERINGS
 from neuronx_cc_lite.ops.traits import OpKind
 
 # besides the elementwise ops (the registry's trait), the ops whose output follows their input's layout
@@ -36,8 +37,6 @@ CARRIERS = ("Transpose", "Identity", "Slice")
 
 
 def _kind(op: str) -> OpKind:
-    from neuronx_cc_lite.lower.registry import LOWERINGS  # (this module is imported while the registry fills)
-
     lowering = LOWERINGS.get(op)
     return lowering.kind if lowering is not None else OpKind.OTHER
 

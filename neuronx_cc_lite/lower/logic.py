@@ -15,8 +15,9 @@ from neuronx_cc_lite.ir import Graph, Node
 from neuronx_cc_lite.lower.context import LowerCtx
 from neuronx_cc_lite.lower.elementwise import Operand, elementwise, fold, in_limbs, small_integers_ok
 from neuronx_cc_lite.lower.instr import copy, fill, select, ts, tt
-from neuronx_cc_lite.lower.program import Program, TileAccess
-from neuronx_cc_lite.lower.registry import OpKind, lowering
+from neuronx_cc_lite.ops.registry import lowering
+from neuronx_cc_lite.ops.traits import OpKind
+from neuronx_cc_lite.tile.program import Program, TileAccess
 
 COMPARISONS = {"Equal": AluOp.equal, "Less": AluOp.less, "LessOrEqual": AluOp.less_equal,
                "Greater": AluOp.greater, "GreaterOrEqual": AluOp.greater_equal}

@@ -21,7 +21,7 @@ from neuronx_cc_lite.lower.context import LowerCtx
 from neuronx_cc_lite.lower.elementwise import floats_only
 from neuronx_cc_lite.lower.instr import act, ts, tt
 from neuronx_cc_lite.lower.patterns import contiguous
-from neuronx_cc_lite.lower.registry import lowering
+from neuronx_cc_lite.ops.registry import lowering
 
 
 def _check(node: Node, g: Graph) -> str | None:

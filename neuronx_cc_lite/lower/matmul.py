@@ -40,11 +40,12 @@ from neuronx_cc_lite.ir import Graph, Node
 from neuronx_cc_lite.lower.activations import hard_activation
 from neuronx_cc_lite.lower.context import LowerCtx
 from neuronx_cc_lite.lower.elementwise import floats_only
-from neuronx_cc_lite.lower.hbm import HbmView
 from neuronx_cc_lite.lower.instr import act, ts, tt
 from neuronx_cc_lite.lower.layout import is_matmul
-from neuronx_cc_lite.lower.program import Program, Tile, TileAccess
-from neuronx_cc_lite.lower.registry import OpKind, fused_function, lowering
+from neuronx_cc_lite.ops.registry import fused_function, lowering
+from neuronx_cc_lite.ops.traits import OpKind
+from neuronx_cc_lite.tile.hbm import HbmView
+from neuronx_cc_lite.tile.program import Program, Tile, TileAccess
 from neuronx_cc_lite.lower.operands import (BSource, Operand, a_transposed, bias_columns, bias_rows, blocks,
                                             k_on_partitions)
 

@@ -18,11 +18,12 @@ from isa.operand import Engine
 from neuronx_cc_lite.ir import Graph, Node
 from neuronx_cc_lite.lower.context import LowerCtx
 from neuronx_cc_lite.lower.elementwise import elementwise, tile_free_max
-from neuronx_cc_lite.lower.hbm import HbmView
 from neuronx_cc_lite.lower.instr import fill, select, ts
 from neuronx_cc_lite.lower.operands import blocks
-from neuronx_cc_lite.lower.registry import OpKind, lowering
 from neuronx_cc_lite.lower.tiling import boxes, free_size
+from neuronx_cc_lite.ops.registry import lowering
+from neuronx_cc_lite.ops.traits import OpKind
+from neuronx_cc_lite.tile.hbm import HbmView
 
 
 # Trilu on affine_select for matrices of at least this many rows (measured on inf2, against the mask: 8 matrices of

@@ -19,12 +19,15 @@ from neuronx_cc_lite.errors import CompileError
 from neuronx_cc_lite.ir import Graph, Node
 from neuronx_cc_lite.lower.context import LowerCtx
 from neuronx_cc_lite.lower.elementwise import floats_only, tile_free_max
-from neuronx_cc_lite.lower.hbm import HbmView
+from neuronx_cc_lite.lower import feature_norm
 from neuronx_cc_lite.lower.instr import act, copy, ts, tt
-from neuronx_cc_lite.lower.program import Program, Tile, TileAccess
-from neuronx_cc_lite.lower.registry import lowering
+from neuronx_cc_lite.lower.moments import normalize_rows
 from neuronx_cc_lite.lower.reduce import Reduction, reduce_rows
-from neuronx_cc_lite.lower.rows import free_chunks, move_to_end, normalize_axes, row_boxes
+from neuronx_cc_lite.lower.rows import free_chunks, move_to_end, row_boxes
+from neuronx_cc_lite.ops.attributes import normalize_axes
+from neuronx_cc_lite.ops.registry import lowering
+from neuronx_cc_lite.tile.hbm import HbmView
+from neuronx_cc_lite.tile.program import Program, TileAccess
 
 # body(prog, rows, row length, x tile, y tile, the extra views cut to these rows)
 Body = Callable[[Program, int, int, TileAccess, TileAccess, list[HbmView]], None]
@@ -186,49 +189,6 @@ def lower_hardmax(ctx: LowerCtx, node: Node) -> None:
     per_row(ctx, node, _normalized_axes(node, ctx.graph), [], body)
 
 
-def row_moments(prog: Program, p: int, n: int, x: TileAccess) -> Tile:
-    """(mean, variance) of each partition's row x (dense, n elements): bn_stats over pieces of at most
-    bn_stats_fmax, one bn_aggr over their statistics; one pass over the row instead of a sum, a subtraction
-    and a sum of squares."""
-    step = prog.target.bn_stats_fmax
-    starts = range(0, n, step)
-    stats = prog.sbuf(p, 6 * len(starts), DType.fp32, "stats")
-    for k, c0 in enumerate(starts):
-        piece = TileAccess(x.tile, x.first, p, x.offset + c0, ((min(step, n - c0), 1),))
-        prog.emit("bn_stats", Engine.DVE, dst=stats.region(6 * k, 6), src=piece)
-    moments = prog.sbuf(p, 2, DType.fp32, "moments")
-    prog.emit("bn_aggr", Engine.DVE, dst=moments.ap(), src=stats.ap())
-    return moments
-
-
-def normalize_rows(prog: Program, p: int, n: int, x: TileAccess, y: TileAccess, eps: float,
-                   subtract_mean: bool = True) -> tuple[TileAccess, TileAccess]:
-    """y = (x - mean) / sqrt(var + eps) per row (without the mean for RMS norm, where the variance is the mean
-    square). Returns the -mean and 1/sqrt(var + eps) columns."""
-    neg_mean, rstd = _column(prog, p, "-mean"), _column(prog, p, "rstd")
-    if subtract_mean and x.dims == ((n, 1),):  # one dense row per partition: VectorE's statistics
-        moments = row_moments(prog, p, n, x)
-        mean, var = moments.region(0, 1), moments.region(1, 1)
-        ts(prog, rstd, var, AluOp.add, eps)
-        act(prog, rstd, rstd, ActFunc.rsqrt)
-        ts(prog, y, x, AluOp.subtract, mean, AluOp.multiply, rstd)
-        ts(prog, neg_mean, mean, AluOp.multiply, -1.0)
-        return neg_mean, rstd
-    centered = _row_tile(prog, p, n, "centered")
-    if subtract_mean:
-        _reduce(prog, neg_mean, x, AluOp.add)
-        ts(prog, neg_mean, neg_mean, AluOp.multiply, -1.0 / n)
-        ts(prog, centered, x, AluOp.add, neg_mean)
-    else:
-        copy(prog, centered, x)
-    squares = _row_tile(prog, p, n, "squares")
-    act(prog, squares, centered, ActFunc.square, reduce=rstd)  # the squares' row sums land in rstd
-    ts(prog, rstd, rstd, AluOp.multiply, 1.0 / n, AluOp.add, eps)
-    act(prog, rstd, rstd, ActFunc.rsqrt)
-    ts(prog, y, centered, AluOp.multiply, rstd)
-    return neg_mean, rstd
-
-
 def normalize_streamed(prog: Program, p: int, n: int, row: HbmView, dst: HbmView, affine: list[HbmView],
                        budget: int, eps: float, subtract_mean: bool, name: str) -> tuple[TileAccess, TileAccess]:
     """normalize_rows for rows longer than a tile, piece by piece: the mean, then the sum of squared deviations,
@@ -273,8 +233,6 @@ def _check_layer_norm(node: Node, g: Graph) -> str | None:
 
 @lowering("LayerNormalization", "RMSNormalization", check=_check_layer_norm)
 def lower_layer_norm(ctx: LowerCtx, node: Node) -> None:
-    from neuronx_cc_lite.lower import feature_norm  # it builds on normalize_rows below
-
     if node.op == "LayerNormalization" and feature_norm.applies(ctx, node):
         feature_norm.lower_layer_norm_feature_major(ctx, node)
         return

@@ -13,8 +13,8 @@ from neuronx_cc_lite.ir import Graph, Node
 from neuronx_cc_lite.lower.context import LowerCtx
 from neuronx_cc_lite.lower.elementwise import Operand, elementwise
 from neuronx_cc_lite.lower.instr import fill, scratch, select, ts, tt
-from neuronx_cc_lite.lower.program import Program, TileAccess
-from neuronx_cc_lite.lower.registry import lowering
+from neuronx_cc_lite.ops.registry import lowering
+from neuronx_cc_lite.tile.program import Program, TileAccess
 
 
 def _params(node: Node, g: Graph) -> tuple[int, int, float, float]:

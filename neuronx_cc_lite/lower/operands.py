@@ -23,11 +23,11 @@ import numpy as np
 from isa.dtypes import DType
 from isa.tensor_kind import TensorKind
 from neuronx_cc_lite.lower.context import LowerCtx
-from neuronx_cc_lite.lower.hbm import HbmTensor, HbmView
-from neuronx_cc_lite.lower.program import Tile, TileAccess
 from neuronx_cc_lite.lower.transpose import Piece, transpose_pieces
 from neuronx_cc_lite.declared import Absent, declared, is_declared
 from neuronx_cc_lite.frontend import release_mapped_weights
+from neuronx_cc_lite.tile.hbm import HbmTensor, HbmView
+from neuronx_cc_lite.tile.program import Tile, TileAccess
 
 # Bytes per partition the operands kept for a whole matmul may take (B's column groups); beyond it they are
 # streamed. The memory planner sees them as ordinary tiles.

@@ -18,10 +18,10 @@ from isa.tensor_kind import TensorKind
 from neuronx_cc_lite.errors import CompileError
 from neuronx_cc_lite.ir import Graph, Node
 from neuronx_cc_lite.lower.context import LowerCtx
-from neuronx_cc_lite.lower.hbm import HbmView
 from neuronx_cc_lite.lower.elementwise import tile_free_max
 from neuronx_cc_lite.lower.patterns import copy_pieces, copy_pieces_on_chip, pieces
-from neuronx_cc_lite.lower.registry import lowering
+from neuronx_cc_lite.ops.registry import lowering
+from neuronx_cc_lite.tile.hbm import HbmView
 
 MODES = ("constant", "reflect", "edge", "wrap")
 

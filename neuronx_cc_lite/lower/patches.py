@@ -29,12 +29,12 @@ from isa.target import Target
 from neuronx_cc_lite.ir import Graph, Node
 from neuronx_cc_lite.lower.context import LowerCtx
 from neuronx_cc_lite.lower.elementwise import floats_only
-from neuronx_cc_lite.lower.hbm import HbmView
 from neuronx_cc_lite.lower.instr import act
 from neuronx_cc_lite.lower.operands import bias_rows, blocks, laid_out
 from neuronx_cc_lite.lower.patterns import dma_tile
-from neuronx_cc_lite.lower.program import Program, Tile
-from neuronx_cc_lite.lower.registry import lowering
+from neuronx_cc_lite.ops.registry import lowering
+from neuronx_cc_lite.tile.hbm import HbmView
+from neuronx_cc_lite.tile.program import Program, Tile
 
 
 def window_budget(target: Target) -> int:

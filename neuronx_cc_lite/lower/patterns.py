@@ -16,8 +16,8 @@ from typing import Sequence
 
 from isa.operand import MAX_FREE_DIMS, Engine
 from isa.tensor_kind import TensorKind
-from neuronx_cc_lite.lower.hbm import HbmView, coalesce, contiguous_strides
-from neuronx_cc_lite.lower.program import HbmAccess, Program, Tile, TileAccess
+from neuronx_cc_lite.tile.hbm import HbmView, coalesce, contiguous_strides
+from neuronx_cc_lite.tile.program import HbmAccess, Program, Tile, TileAccess
 
 
 def _split_outer(shape: tuple[int, ...]) -> tuple[int, list[tuple[int, ...]]]:

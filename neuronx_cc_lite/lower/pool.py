@@ -26,11 +26,11 @@ from isa.target import Target
 from neuronx_cc_lite.errors import CompileError
 from neuronx_cc_lite.ir import Graph, Node
 from neuronx_cc_lite.lower.context import LowerCtx
-from neuronx_cc_lite.lower.hbm import HbmView
 from neuronx_cc_lite.lower.patterns import contiguous
-from neuronx_cc_lite.lower.program import Program, Tile
 from neuronx_cc_lite.lower.reduce import Reduction, reduce_rows
-from neuronx_cc_lite.lower.registry import lowering
+from neuronx_cc_lite.ops.registry import lowering
+from neuronx_cc_lite.tile.hbm import HbmView
+from neuronx_cc_lite.tile.program import Program, Tile
 from neuronx_cc_lite.lower.windows import (Axis, Block, blocks, fill_edges, fill_window, load_windows, needs_fill,
                                            short_rows, window_axes, window_strides)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from neuronx_cc_lite.errors import CompileError
 from neuronx_cc_lite.ir import Graph, Node
 from neuronx_cc_lite.lower.context import LowerCtx
-from neuronx_cc_lite.lower.registry import lowering
+from neuronx_cc_lite.ops.registry import lowering
 from neuronx_cc_lite.passes.expand_recurrent import RECURRENT, SINCE, why_not_expanded
 
 

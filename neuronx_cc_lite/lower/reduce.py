@@ -21,11 +21,13 @@ from neuronx_cc_lite.integer_ranges import integer_ranges
 from neuronx_cc_lite.ir import Graph, Node
 from neuronx_cc_lite.lower.context import LowerCtx
 from neuronx_cc_lite.lower.elementwise import tile_free_max
-from neuronx_cc_lite.lower.hbm import HbmView
 from neuronx_cc_lite.lower.instr import act, fill, select, tt
-from neuronx_cc_lite.lower.program import Program, Tile
-from neuronx_cc_lite.lower.registry import OpKind, lowering
-from neuronx_cc_lite.lower.rows import free_chunks, move_to_end, normalize_axes, row_boxes
+from neuronx_cc_lite.lower.rows import free_chunks, move_to_end, row_boxes
+from neuronx_cc_lite.ops.attributes import normalize_axes, reduced_axes
+from neuronx_cc_lite.ops.registry import lowering
+from neuronx_cc_lite.ops.traits import OpKind
+from neuronx_cc_lite.tile.hbm import HbmView
+from neuronx_cc_lite.tile.program import Program, Tile
 
 
 MEAN_PIECE = 512  # a piece of a long plain mean over few partitions (reduce_rows): a bank's length
@@ -53,19 +55,6 @@ REDUCTIONS = {
     "ReduceLogSum": Reduction(AluOp.add, after=ActFunc.log),
     "ReduceLogSumExp": Reduction(AluOp.add, shift_by_max=True, after=ActFunc.log),
 }
-def reduced_axes(node: Node, g: Graph) -> tuple[int, ...] | None:
-    """The axes a Reduce* node reduces, None when they are not known at compile time; () means "all"."""
-    rank = len(g.tensors[node.inputs[0]].shape)
-    if len(node.inputs) > 1 and node.inputs[1]:
-        t = g.tensors[node.inputs[1]]
-        if not t.is_constant:
-            return None
-        axes = tuple(int(a) for a in t.value.reshape(-1))
-    else:
-        axes = tuple(node.attrs.get("axes", ()))
-    return normalize_axes(axes, rank)
-
-
 def _check_reduce(node: Node, g: Graph) -> str | None:
     x = g.tensors[node.inputs[0]]
     if not REDUCTIONS[node.op].integers and not np.issubdtype(x.dtype, np.floating):

@@ -18,9 +18,9 @@ import math
 from isa.dtypes import DType
 from isa.operand import MAX_FREE_DIMS, Engine
 from isa.tensor_kind import TensorKind
-from neuronx_cc_lite.lower.hbm import HbmView, coalesce
-from neuronx_cc_lite.lower.program import HbmAccess, Program, TileAccess
 from neuronx_cc_lite.lower.transpose import Piece, transpose_pieces
+from neuronx_cc_lite.tile.hbm import HbmView, coalesce
+from neuronx_cc_lite.tile.program import HbmAccess, Program, TileAccess
 
 # Elements of one load's run along the source's contiguous axis (2 KiB of fp32): four PE blocks per load.
 RUN_ELEMENTS = 512

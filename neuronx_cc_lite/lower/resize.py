@@ -35,11 +35,11 @@ from isa.operand import Engine
 from neuronx_cc_lite.errors import CompileError
 from neuronx_cc_lite.ir import Graph, Node
 from neuronx_cc_lite.lower.context import LowerCtx
-from neuronx_cc_lite.lower.hbm import HbmView
 from neuronx_cc_lite.lower.elementwise import tile_free_max
 from neuronx_cc_lite.lower.patterns import contiguous, copy_pieces, copy_pieces_on_chip, pieces
-from neuronx_cc_lite.lower.program import Program, Tile
-from neuronx_cc_lite.lower.registry import lowering
+from neuronx_cc_lite.ops.registry import lowering
+from neuronx_cc_lite.tile.hbm import HbmView
+from neuronx_cc_lite.tile.program import Program, Tile
 
 COORDINATE_MODES = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners", "asymmetric",
                     "tf_crop_and_resize")

@@ -19,8 +19,9 @@ from neuronx_cc_lite.ir import Node
 from neuronx_cc_lite.lower.context import LowerCtx
 from neuronx_cc_lite.lower.elementwise import Operand, apply, elementwise, floats_only, small_integers_ok
 from neuronx_cc_lite.lower.instr import act, scratch, select, ts, tt
-from neuronx_cc_lite.lower.program import Program, TileAccess
-from neuronx_cc_lite.lower.registry import OpKind, lowering
+from neuronx_cc_lite.ops.registry import lowering
+from neuronx_cc_lite.ops.traits import OpKind
+from neuronx_cc_lite.tile.program import Program, TileAccess
 
 
 def _round_to_integer(step: AluOp, past: AluOp):  # type: ignore[no-untyped-def]

@@ -11,17 +11,13 @@ import itertools
 import math
 from typing import Iterator
 
-from neuronx_cc_lite.lower.hbm import HbmView, coalesce
 from neuronx_cc_lite.lower.tiling import chunk_sizes, merged_axes as _merged
+from neuronx_cc_lite.tile.hbm import HbmView, coalesce
 
 
 def move_to_end(view: HbmView, axes: tuple[int, ...]) -> HbmView:
     keep = [a for a in range(len(view.shape)) if a not in axes]
     return view.transpose((*keep, *axes))
-
-
-def normalize_axes(axes: tuple[int, ...] | list[int], rank: int) -> tuple[int, ...]:
-    return tuple(sorted({a + rank if a < 0 else a for a in axes}))
 
 
 def row_boxes(views: list[HbmView], row_rank: int, pmax: int, first: int | None = None

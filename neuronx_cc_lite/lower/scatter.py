@@ -42,13 +42,13 @@ from isa.operand import Engine
 from neuronx_cc_lite.ir import Graph, Node
 from neuronx_cc_lite.lower.context import LowerCtx
 from neuronx_cc_lite.lower.elementwise import tile_free_max
-from neuronx_cc_lite.lower.hbm import HbmView
 from neuronx_cc_lite.lower.index_rows import MAX_TABLE_ROWS, row_access, table_rows
 from neuronx_cc_lite.lower.instr import ts, tt
 from neuronx_cc_lite.lower.patterns import contiguous
-from neuronx_cc_lite.lower.program import TileAccess
-from neuronx_cc_lite.lower.registry import lowering
 from neuronx_cc_lite.lower.rows import free_chunks
+from neuronx_cc_lite.ops.registry import lowering
+from neuronx_cc_lite.tile.hbm import HbmView
+from neuronx_cc_lite.tile.program import TileAccess
 
 MAX_INDEX_ROWS = 1 << 16  # index rows (tuples or elements) per node: at most 512 blocks of 128
 MAX_REDUCED_ROWS = 1 << 10  # index rows of a reduction: four DMA or VectorE instructions each, in sequence

@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass
 from typing import Iterator
 
-from neuronx_cc_lite.lower.hbm import HbmView, coalesce
+from neuronx_cc_lite.tile.hbm import HbmView, coalesce
 
 ROW_ELEMENTS = 512
 

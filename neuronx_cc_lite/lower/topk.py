@@ -23,8 +23,8 @@ from neuronx_cc_lite.ir import Graph, Node
 from neuronx_cc_lite.lower.context import LowerCtx
 from neuronx_cc_lite.lower.elementwise import small_integers_ok, tile_free_max
 from neuronx_cc_lite.lower.instr import copy, fill, ts
-from neuronx_cc_lite.lower.registry import lowering
 from neuronx_cc_lite.lower.rows import move_to_end, row_boxes
+from neuronx_cc_lite.ops.registry import lowering
 
 # Each round of 8 costs about six instructions per row group: beyond this many the node is refused rather than
 # unrolled into a program of thousands of instructions.

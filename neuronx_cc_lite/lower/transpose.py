@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from isa.operand import Engine
 from neuronx_cc_lite.lower.instr import copy
-from neuronx_cc_lite.lower.program import Program, Tile, TileAccess
+from neuronx_cc_lite.tile.program import Program, Tile, TileAccess
 
 
 @dataclass(frozen=True)

@@ -6,9 +6,11 @@ from __future__ import annotations
 import numpy as np
 
 from neuronx_cc_lite.ir import Graph, Node
-from neuronx_cc_lite.lower.context import LowerCtx, device_dtype
-from neuronx_cc_lite.lower.hbm import HbmView
-from neuronx_cc_lite.lower.registry import OpKind, lowering
+from neuronx_cc_lite.lower.context import LowerCtx
+from neuronx_cc_lite.ops.dtypes import device_dtype
+from neuronx_cc_lite.ops.registry import lowering
+from neuronx_cc_lite.ops.traits import OpKind
+from neuronx_cc_lite.tile.hbm import HbmView
 
 
 @lowering("Identity", moves_data=True, kind=OpKind.ELEMENTWISE)

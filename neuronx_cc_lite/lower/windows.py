@@ -29,9 +29,9 @@ from isa.costs import EFFICIENT_PIECE_BYTES
 from isa.dtypes import DType
 from isa.functions import AluOp
 from isa.operand import Engine
-from neuronx_cc_lite.lower.hbm import HbmView
 from neuronx_cc_lite.lower.patterns import dma_tile
-from neuronx_cc_lite.lower.program import Columns, Program, Tile, TileAccess
+from neuronx_cc_lite.tile.hbm import HbmView
+from neuronx_cc_lite.tile.program import Columns, Program, Tile, TileAccess
 
 AUTO_PADS = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
 

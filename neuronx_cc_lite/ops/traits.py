@@ -1,5 +1,5 @@
 """Facts about ONNX ops that the passes reason with before anything is lowered, kept with each op's lowering in
-the registry (lower/registry.py): partitioning, layout, transpose sinking and epilogue fusion read them there
+the registry (ops/registry.py): partitioning, layout, transpose sinking and epilogue fusion read them there
 rather than keep tables of op names of their own. This module imports only the ISA, so that every layer may."""
 
 from __future__ import annotations

@@ -45,8 +45,7 @@ class Part:
 def refusals(g: Graph) -> list[tuple[Node, str]]:
     """Every node the chip cannot run, and why. A shape that is not static comes first (the lowerings' checks read
     static shapes), except for the ops a pass keeps, which say why they stayed, and those of other domains."""
-    from neuronx_cc_lite.lower import why_unsupported
-    from neuronx_cc_lite.lower.registry import KEPT_BY_PASSES
+    from neuronx_cc_lite.ops.registry import KEPT_BY_PASSES, why_unsupported
     from neuronx_cc_lite.passes.verify import not_static
 
     found = []

@@ -21,10 +21,10 @@ import numpy as np
 from onnx import helper
 
 from neuronx_cc_lite.ir import Graph, Node, Tensor
-from neuronx_cc_lite.lower.registry import INTERNAL_DOMAIN
 from neuronx_cc_lite.partition.placement import REPLICATED, Placement, digits, is_block_order, refines
 from neuronx_cc_lite.partition.plan import Plan
 from neuronx_cc_lite.declared import contiguous
+from neuronx_cc_lite.ops.registry import INTERNAL_DOMAIN
 
 COLLECTIVES = ("AllReduce", "AllGather", "ReduceScatter")
 

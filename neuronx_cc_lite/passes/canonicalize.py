@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from neuronx_cc_lite.ir import Graph, Node, Tensor
-from neuronx_cc_lite.lower.registry import INTERNAL_DOMAIN
+from neuronx_cc_lite.ops.registry import INTERNAL_DOMAIN
 
 # Single-input activations a GroupNormalization takes on (besides SiLU, written as x * Sigmoid(x))
 GROUP_NORM_ACTIVATIONS = ("Relu", "Sigmoid", "Tanh")

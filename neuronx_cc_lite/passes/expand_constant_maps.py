@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from neuronx_cc_lite.ir import Graph, Node, Tensor
-from neuronx_cc_lite.lower.registry import kept_by_pass
+from neuronx_cc_lite.ops.registry import kept_by_pass
 from neuronx_cc_lite.passes.writer import Writer
 
 OPSET = 13  # Gather, Reshape, Transpose and MatMul as they are since

@@ -21,7 +21,7 @@ from onnx import helper
 
 from neuronx_cc_lite.frontend import attr_value
 from neuronx_cc_lite.ir import Graph, Node, Tensor
-from neuronx_cc_lite.lower.registry import LOWERINGS
+from neuronx_cc_lite.ops.registry import lowerings
 from neuronx_cc_lite.passes.fold_constants import fold_nodes, to_onnx_node
 
 MAX_ROUNDS = 8  # function bodies nest a few levels at most; the bound stops a body that expands into itself
@@ -105,7 +105,7 @@ def run(g: Graph) -> Graph:
         changed = False
         nodes: list[Node] = []
         for node in g.nodes:
-            found = None if node.op in LOWERINGS else _body(node, g)
+            found = None if node.op in lowerings() else _body(node, g)
             if found is None:
                 nodes.append(node)
                 continue

@@ -32,8 +32,8 @@ import numpy as np
 from onnx import helper
 
 from neuronx_cc_lite.ir import Graph, Node, Tensor
-from neuronx_cc_lite.lower.context import device_dtype
-from neuronx_cc_lite.lower.registry import INTERNAL_DOMAIN
+from neuronx_cc_lite.ops.dtypes import device_dtype
+from neuronx_cc_lite.ops.registry import INTERNAL_DOMAIN
 
 F32 = np.dtype(np.float32)
 # The opset the expansions are written in: Cast with `saturate` (fp8), Clip with bound inputs, Round, ReduceMin

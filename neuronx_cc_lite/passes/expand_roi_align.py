@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from neuronx_cc_lite.ir import Graph, Node
-from neuronx_cc_lite.lower.registry import kept_by_pass
+from neuronx_cc_lite.ops.registry import kept_by_pass
 from neuronx_cc_lite.passes.writer import Writer
 
 OPSET = 17  # ReduceSum with axes as an input

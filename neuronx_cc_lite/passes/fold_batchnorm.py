@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from neuronx_cc_lite.ir import Graph, Node, add_constant, drop_unused_constants
-from neuronx_cc_lite.lower.batchnorm import inference_only, scale_shift
+from neuronx_cc_lite.ops.attributes import inference_only, scale_shift
 
 
 def _constant(g: Graph, node: Node, index: int) -> np.ndarray | None:

@@ -23,7 +23,7 @@ from onnx.reference import ReferenceEvaluator
 from neuronx_cc_lite.declared import declared, is_declared
 from neuronx_cc_lite.errors import CompileError
 from neuronx_cc_lite.ir import Graph, Node, Tensor, drop_unused_constants, subgraphs
-from neuronx_cc_lite.lower.registry import LOWERINGS, kept_by_pass
+from neuronx_cc_lite.ops.registry import kept_by_pass, lowerings
 from neuronx_cc_lite.reference import onnxruntime_session
 
 # Folding a node whose result is larger than this would grow the bundle for nothing: it runs on the device.
@@ -140,7 +140,7 @@ def infer_node(node: Node, g: Graph) -> None:
             t.shape = tuple(int(d.dim_value) for d in tt.shape.dim)
         if tt.elem_type:
             t.dtype = np.dtype(helper.tensor_dtype_to_np_dtype(tt.elem_type))
-    entry = LOWERINGS.get(node.op)
+    entry = lowerings().get(node.op)
     out = g.tensors[node.outputs[0]] if node.outputs and node.outputs[0] else None
     if entry is not None and entry.shaped_like_input and out is not None and out.shape is None:
         x = g.tensors[node.inputs[0]]

@@ -29,9 +29,9 @@ import math
 import numpy as np
 
 from neuronx_cc_lite.ir import Graph, Node, Tensor
-from neuronx_cc_lite.lower.activations import hard_sigmoid_attrs
-from neuronx_cc_lite.lower.registry import INTERNAL_DOMAIN as DOMAIN
-from neuronx_cc_lite.lower.registry import fused_activations
+from neuronx_cc_lite.ops.attributes import hard_sigmoid_attrs
+from neuronx_cc_lite.ops.registry import fused_activations
+from neuronx_cc_lite.ops.registry import INTERNAL_DOMAIN as DOMAIN
 
 OP = "MatMulEpilogue"
 CONV_OP = "ConvEpilogue"
@@ -139,7 +139,7 @@ def _fuse(g: Graph, users: dict[str, list[Node]], head: Node) -> tuple[Node, lis
         matched.append(nxt)  # type: ignore[arg-type]
         out = nxt.outputs[0]  # type: ignore[union-attr]
         nxt = None
-    # the registry's fused activations (lower/registry.py FusedActivation): a classifier's HardSwish (MobileNetV3's)
+    # the registry's fused activations (ops/traits.py FusedActivation): a classifier's HardSwish (MobileNetV3's)
     if nxt is not None and nxt.op in fused_activations() and (nxt.op != "Gelu" or
                                                          nxt.attrs.get("approximate", "none") in ("none", "tanh")):
         attrs["activation"] = nxt.op if nxt.op != "Gelu" else f"Gelu/{nxt.attrs.get('approximate', 'none')}"

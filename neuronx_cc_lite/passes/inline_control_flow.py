@@ -40,7 +40,7 @@ from onnx import numpy_helper
 from neuronx_cc_lite.errors import CompileError
 from neuronx_cc_lite.frontend import _constant_value, attr_value
 from neuronx_cc_lite.ir import Graph, Node, Tensor, upstream
-from neuronx_cc_lite.lower.registry import kept_by_pass
+from neuronx_cc_lite.ops.registry import kept_by_pass
 from neuronx_cc_lite.passes import fold_constants
 
 MAX_ROUNDS = 8  # nesting depth of If/Loop/Scan inside one another that the pass takes apart

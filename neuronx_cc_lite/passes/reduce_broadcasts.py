@@ -20,7 +20,7 @@ import math
 import numpy as np
 
 from neuronx_cc_lite.ir import Graph, Node
-from neuronx_cc_lite.lower.reduce import reduced_axes
+from neuronx_cc_lite.ops.attributes import reduced_axes
 from neuronx_cc_lite.passes.writer import Writer
 
 OPSET = 18  # every Reduce* takes its axes as an input

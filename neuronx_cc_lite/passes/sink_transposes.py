@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from neuronx_cc_lite.ir import Graph, Node, Tensor
-from neuronx_cc_lite.lower.registry import LOWERINGS
+from neuronx_cc_lite.ops.registry import lowerings
 
 
 def run(g: Graph) -> Graph:
@@ -88,7 +88,7 @@ def _commuted(g: Graph, node: Node, perm: list[int], producers: dict[str, Node])
         if composed == list(range(rank)):
             return [Node("Identity", node.name, [x], node.outputs)]
         return [Node("Transpose", node.name, [x], node.outputs, {"perm": composed})]
-    lowering = LOWERINGS.get(node.op)
+    lowering = lowerings().get(node.op)
     attrs = dict(node.attrs)
     if lowering is not None and lowering.elementwise:
         inputs = [untransposed(name) if name else "" for name in node.inputs]

@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from neuronx_cc_lite.ir import Graph, Node, Tensor
-from neuronx_cc_lite.lower.registry import INTERNAL_DOMAIN
+from neuronx_cc_lite.ops.registry import INTERNAL_DOMAIN
 
 _FIRST = ("MatMul", "MatMulEpilogue")
 _ELEMENTWISE = ("Add", "Sub", "Mul", "Div")

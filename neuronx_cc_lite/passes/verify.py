@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from neuronx_cc_lite.errors import CompileError
 from neuronx_cc_lite.ir import Graph, Node, subgraphs
-from neuronx_cc_lite.lower.registry import KEPT_BY_PASSES
+from neuronx_cc_lite.ops.registry import KEPT_BY_PASSES
 
 
 def verify(g: Graph, after: str, require_static: bool = False) -> None:

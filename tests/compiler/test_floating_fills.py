@@ -13,8 +13,8 @@ from isa.target import get_target
 from isa.tensor_kind import TensorKind
 from neuronx_cc_lite.codegen.allocate import OnChipMemory
 from neuronx_cc_lite.codegen.schedule import schedule
-from neuronx_cc_lite.lower.hbm import HbmView
-from neuronx_cc_lite.lower.program import Program
+from neuronx_cc_lite.tile.hbm import HbmView
+from neuronx_cc_lite.tile.program import Program
 
 TARGET = get_target("trn1")
 

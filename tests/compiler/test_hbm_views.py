@@ -1,4 +1,4 @@
-"""HbmView.reshape of a strided view (lower/hbm.py `reshaped_strides`): a view where numpy's reshape would give
+"""HbmView.reshape of a strided view (tile/hbm.py `reshaped_strides`): a view where numpy's reshape would give
 one, reading the same elements in the same order; None where numpy must copy."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 from isa.dtypes import DType
 from isa.tensor_kind import TensorKind
-from neuronx_cc_lite.lower import hbm as hbm_module
-from neuronx_cc_lite.lower.hbm import HbmTensor, HbmView, reshaped_strides
+from neuronx_cc_lite.tile import hbm as hbm_module
+from neuronx_cc_lite.tile.hbm import HbmTensor, HbmView, reshaped_strides
 
 
 def numpy_view_reshape(view: np.ndarray, shape: tuple[int, ...]) -> np.ndarray | None:

@@ -12,7 +12,7 @@ from isa.operand import Mem
 from isa.target import get_target
 from neuronx_cc_lite.codegen.allocate import OnChipMemory, footprint, free_positions, lifetimes, plan
 from neuronx_cc_lite.errors import CompileError
-from neuronx_cc_lite.lower.program import PendingInstr, Program, Tile
+from neuronx_cc_lite.tile.program import PendingInstr, Program, Tile
 
 TARGET = get_target("trn1")
 KIB = 1024

@@ -9,8 +9,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from isa.functions import ActFunc
-from neuronx_cc_lite.lower import LOWERINGS
-from neuronx_cc_lite.lower.registry import fused_activations, fused_function, ops_of_kind
+from neuronx_cc_lite.ops.registry import fused_activations, fused_function, lowerings, ops_of_kind
 from neuronx_cc_lite.ops.traits import OpKind
 from neuronx_cc_lite.partition import rules
 from tests.conftest import make_model
@@ -22,14 +21,14 @@ def test_the_kinds_name_the_ops_they_should():
     assert {"ReduceSum", "ReduceLogSum", "ArgMax", "ArgMin"} <= ops_of_kind(OpKind.REDUCTION)
     assert {"Add", "Relu", "Where", "Identity", "HardSwish"} <= ops_of_kind(OpKind.ELEMENTWISE)
     assert {"Conv", "Transpose", "Softmax"} <= ops_of_kind(OpKind.OTHER)
-    assert all(entry.elementwise == (entry.kind is OpKind.ELEMENTWISE) for entry in LOWERINGS.values())
+    assert all(entry.elementwise == (entry.kind is OpKind.ELEMENTWISE) for entry in lowerings().values())
 
 
 def test_each_kind_gets_its_partition_rule():
     """Every registered op of a kind flows through the kind's placement rule; the others through their own."""
     by_kind = {OpKind.ELEMENTWISE: rules.elementwise, OpKind.VIEW: rules.reshape, OpKind.MATMUL: rules.matmul,
                OpKind.REDUCTION: rules.reduction}
-    for op, entry in LOWERINGS.items():
+    for op, entry in lowerings().items():
         assert (rules.rule_for(op) is by_kind[entry.kind]) if entry.kind in by_kind else \
             rules.rule_for(op) not in by_kind.values(), op
     assert rules.rule_for("Transpose") is rules.transpose and rules.rule_for("NoSuchOp") is rules.default

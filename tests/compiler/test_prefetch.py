@@ -9,7 +9,7 @@ from onnx import TensorProto, helper
 
 import neuronx_cc_lite.codegen.schedule as schedule
 from neuronx_cc_lite.compiler import compile_model
-from neuronx_cc_lite.lower.program import HbmAccess
+from neuronx_cc_lite.tile.program import HbmAccess
 from tests.conftest import assert_close, make_model, run_both
 
 

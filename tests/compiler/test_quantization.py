@@ -23,7 +23,7 @@ from onnx import TensorProto, helper, numpy_helper
 from onnx.utils import Extractor
 
 from neuronx_cc_lite.compiler import Options, prepare
-from neuronx_cc_lite.lower import unsupported_nodes
+from neuronx_cc_lite.ops.registry import unsupported_nodes
 from neuronx_cc_lite.reference import onnxruntime_outputs
 from tests.conftest import MODELS_DIR, compile_to_model, make_model
 

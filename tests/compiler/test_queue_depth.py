@@ -12,7 +12,7 @@ from isa.target import get_target
 from isa.tensor_kind import TensorKind
 from neuronx_cc_lite.codegen.allocate import OnChipMemory
 from neuronx_cc_lite.codegen.schedule import schedule
-from neuronx_cc_lite.lower.program import HbmAccess, PendingInstr, Program
+from neuronx_cc_lite.tile.program import HbmAccess, PendingInstr, Program
 
 TARGET = get_target("trn1")
 

@@ -14,7 +14,7 @@ from isa.operand import Engine
 from isa.target import get_target
 from neuronx_cc_lite.codegen.second_writes import second_writes
 from neuronx_cc_lite.compiler import Options
-from neuronx_cc_lite.lower.program import Program
+from neuronx_cc_lite.tile.program import Program
 from tests.compiler.one_node import bf16_operands
 from tests.conftest import make_model
 

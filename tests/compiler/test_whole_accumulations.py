@@ -8,7 +8,7 @@ from isa.dtypes import DType
 from isa.operand import Engine, Mem
 from isa.target import get_target
 from neuronx_cc_lite.codegen.schedule import whole_accumulations
-from neuronx_cc_lite.lower.program import PendingInstr, Tile
+from neuronx_cc_lite.tile.program import PendingInstr, Tile
 
 TARGET = get_target("trn1")
 

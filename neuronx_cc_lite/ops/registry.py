@@ -5,19 +5,31 @@ Each entry has the lowering itself and a `check` that says, before anything is l
 It also carries the op's facts that the passes reason with before anything is lowered: its kind (partitioning,
 layout and transpose sinking read it) and how a fused matmul or convolution applies it (passes/fuse_epilogues.py),
 so that no pass keeps a table of op names of its own.
+
+The entries are declared next to each lowering, with `@lowering` (neuronx_cc_lite/lower/), and that package
+imports all of its modules: the registry stands below the passes and the lowerings alike, and is complete once
+`neuronx_cc_lite.lower` is imported. `lowerings()` imports it first, so a pass, partitioning or the command line
+that reads the registry sees every op whatever it imported before; code inside lower/ may read `LOWERINGS`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
 from isa.functions import ActFunc
 from neuronx_cc_lite.integer_ranges import integer_ranges
 from neuronx_cc_lite.ir import Graph, Node
-from neuronx_cc_lite.lower.context import Check, Lower, device_dtype
+from neuronx_cc_lite.ops.dtypes import device_dtype
 from neuronx_cc_lite.ops.traits import FusedActivation, OpKind
+
+if TYPE_CHECKING:  # what a lowering is handed (the type only: the registry does not depend on lower/)
+    from neuronx_cc_lite.lower.context import LowerCtx
+
+Lower = Callable[["LowerCtx", Node], None]  # appends the node's instructions to the program being built
+Check = Callable[[Node, Graph], "str | None"]  # why the node cannot be lowered, or None
 
 
 @dataclass(frozen=True)
@@ -41,6 +53,8 @@ class Lowering:
         return self.kind is OpKind.ELEMENTWISE
 
 
+# Filled by the @lowering of each module in neuronx_cc_lite/lower/ as it is imported: outside lower/, read it
+# through lowerings().
 LOWERINGS: dict[str, Lowering] = {}
 # Ops the compiler's own passes create (fused operators), in the compiler's domain.
 INTERNAL_DOMAIN = "ai.neuronx_cc_lite"
@@ -70,7 +84,7 @@ def lowering(*ops: str, check: Check | None = None, since: int = 1,  # type: ign
     convolution applies it (the ops it names only)."""
     def register(fn: Lower) -> Lower:
         for op in ops:
-            assert op not in LOWERINGS, f"two lowerings for {op}"
+            assert op not in LOWERINGS and op not in KEPT_BY_PASSES, f"two lowerings for {op}, or a pass keeps it"
             LOWERINGS[op] = Lowering(op, fn, check, since, constant_inputs, moves_data, kind, shaped_like_input,
                                      (fused or {}).get(op))
         assert not set(fused or ()) - set(ops), "a fused activation for an op not registered here"
@@ -79,8 +93,15 @@ def lowering(*ops: str, check: Check | None = None, since: int = 1,  # type: ign
     return register
 
 
+def lowerings() -> dict[str, Lowering]:
+    """Every op's entry, keyed by op name: the lowering modules, which register themselves, imported first."""
+    import neuronx_cc_lite.lower  # noqa: F401  (the one import of lower/ here: it fills LOWERINGS)
+
+    return LOWERINGS
+
+
 def ops_of_kind(kind: OpKind) -> frozenset[str]:
-    return frozenset(op for op, entry in LOWERINGS.items() if entry.kind is kind)
+    return frozenset(op for op, entry in lowerings().items() if entry.kind is kind)
 
 
 def fused_function(activation: str) -> ActFunc:
@@ -89,14 +110,14 @@ def fused_function(activation: str) -> ActFunc:
     follows on the evacuated block."""
     if activation == "Gelu/tanh":
         return ActFunc.gelu_apprx_tanh
-    entry = LOWERINGS.get(activation.split("/")[0])
+    entry = lowerings().get(activation.split("/")[0])
     func = entry.fused.func if entry is not None and entry.fused is not None else None
     return func or ActFunc.copy
 
 
 def fused_activations(convolution: bool = False) -> dict[str, FusedActivation]:
     """The ops a fused matmul (or, with `convolution`, a fused convolution) may apply as its activation."""
-    return {op: entry.fused for op, entry in LOWERINGS.items()
+    return {op: entry.fused for op, entry in lowerings().items()
             if entry.fused is not None and (entry.fused.in_convolutions or not convolution)}
 
 
@@ -105,7 +126,7 @@ def why_unsupported(node: Node, g: Graph) -> str | None:
     internal = node.domain == INTERNAL_DOMAIN and node.op in INTERNAL_OPS
     if node.domain not in ("", "ai.onnx") and not internal:
         return f"domain {node.domain!r} is not supported"
-    entry = LOWERINGS.get(node.op)
+    entry = lowerings().get(node.op)
     if entry is None:
         kept = KEPT_BY_PASSES.get(node.op)
         return (kept(node, g) if kept else None) or f"operator {node.op} is not supported"
@@ -135,7 +156,7 @@ def compile_time_values(nodes: list[tuple[str, list[str]]]) -> set[str]:
     `nodes`: (op, inputs) pairs."""
     found = set()
     for op, inputs in nodes:
-        entry = LOWERINGS.get(op)
+        entry = lowerings().get(op)
         for i in entry.constant_inputs if entry else PASS_CONSTANT_INPUTS.get(op, ()):
             if len(inputs) > i and inputs[i]:
                 found.add(inputs[i])

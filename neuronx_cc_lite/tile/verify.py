@@ -1,5 +1,5 @@
-"""The verifier of the tile program, run between the stages after lowering (tinygrad's spec.py, MLIR's
-verify-each): every access stays inside its tile or HBM tensor, every instruction runs on an engine its row
+"""The verifier of the tile program, run between the stages after lowering (codegen/stages.py; tinygrad's spec.py,
+MLIR's verify-each): every access stays inside its tile or HBM tensor, every instruction runs on an engine its row
 allows and that reaches its memories, no tile is read before anything writes it, and a reordered program keeps
 every dependency. A failure names the stage and the ONNX node, so a bug shows at compile time, not as a wrong
 answer."""
@@ -9,7 +9,7 @@ from __future__ import annotations
 from isa.instructions import OPS
 from isa.operand import READABLE, WRITABLE, Engine, Mem
 from neuronx_cc_lite.errors import CompileError
-from neuronx_cc_lite.lower.program import HbmAccess, PendingInstr, Program, TileAccess
+from neuronx_cc_lite.tile.program import HbmAccess, PendingInstr, Program, TileAccess
 
 
 # (looked up once: under Python 3.11 an enum member looked up on its class costs ten times a global, and the

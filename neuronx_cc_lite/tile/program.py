@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from isa.costs import duration_ns
 from isa.dtypes import DType
@@ -21,7 +21,7 @@ from isa.instructions import OPS, Instruction
 from isa.operand import MAX_FREE_DIMS, Engine, Mem, Operand
 from isa.target import Target
 from isa.tensor_kind import TensorKind
-from neuronx_cc_lite.lower.hbm import HbmTensor, HbmView, coalesce
+from neuronx_cc_lite.tile.hbm import HbmTensor, HbmView, coalesce
 
 ALIGN = 64  # bytes: where tiles and HBM tensors start
 # Tiles of depthwise diagonals in turn (Program.diagonals): a tile's next load waits for PE to have read it, so
@@ -155,9 +155,13 @@ def _pending(mnemonic: str, engine: Engine, args: dict[str, Any], node: str) -> 
 
 
 class Program:
-    def __init__(self, target: Target, matmul_dtype: DType | None = None) -> None:
+    def __init__(self, target: Target, matmul_dtype: DType | None = None,
+                 copy_hbm: Callable[[Program, HbmView, HbmView], None] | None = None) -> None:
         self.target = target
         self.matmul_dtype = matmul_dtype  # auto-cast: the type matmul operands are loaded as
+        # how `dma` copies one HBM view into another: a lowering decision (lower/relayout.py: a DMA alone, or through
+        # SBUF and PE when the copy transposes), which lowering hands in
+        self.copy_hbm = copy_hbm
         self.instrs: list[PendingInstr] = []
         self.tiles: list[Tile] = []
         self.hbm: list[HbmTensor] = []
@@ -255,12 +259,13 @@ class Program:
                            self.target, dependent)
 
     def dma(self, dst: TileAccess | HbmView, src: TileAccess | HbmView) -> None:
-        """Copy between a view of HBM and a dense tile region, or between two HBM views of one shape.
+        """Copy between a view of HBM and a dense tile region, or between two HBM views of one shape (`copy_hbm`).
 
         An HBM view given with a tile has shape (partitions, *free): its axis 0 lands on the tile's partitions,
         the rest fill each partition densely in row-major order."""
         if isinstance(dst, HbmView) and isinstance(src, HbmView):
-            self._copy_hbm(dst, src)
+            assert self.copy_hbm is not None, "a program that copies HBM to HBM is built with copy_hbm"
+            self.copy_hbm(self, dst, src)
             return
         view, access = (src, dst) if isinstance(src, HbmView) else (dst, src)
         assert isinstance(access, TileAccess) and len(access.dims) == 1 and access.dims[0][1] == 1, access
@@ -281,8 +286,3 @@ class Program:
                 self.emit("dma_copy", Engine.DMA, dst=tile, src=hbm)
             else:
                 self.emit("dma_copy", Engine.DMA, dst=hbm, src=tile)
-
-    def _copy_hbm(self, dst: HbmView, src: HbmView) -> None:
-        from neuronx_cc_lite.lower.relayout import copy_hbm  # a lowering decision: DMA alone or through PE
-
-        copy_hbm(self, dst, src)

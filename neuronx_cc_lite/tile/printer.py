@@ -10,7 +10,7 @@ tensor[partitions x partition stride]+element offset{...}; a DMA names its queue
 
 from __future__ import annotations
 
-from neuronx_cc_lite.lower.program import HbmAccess, PendingInstr, Program, TileAccess
+from neuronx_cc_lite.tile.program import HbmAccess, PendingInstr, Program, TileAccess
 
 
 def _dims(dims: tuple[tuple[int, int], ...]) -> str:
