@@ -27,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from neuronx_cc_lite.ir import Graph, Node
-from neuronx_cc_lite.ops.registry import LOWERINGS
+from neuronx_cc_lite.ops.registry import kind_of
 from neuronx_cc_lite.ops.traits import OpKind
 
 # besides the elementwise ops (the registry's trait), the ops whose output follows their input's layout
@@ -36,21 +36,16 @@ FOLLOWERS = ("AllReduce",)
 CARRIERS = ("Transpose", "Identity", "Slice")
 
 
-def _kind(op: str) -> OpKind:
-    lowering = LOWERINGS.get(op)
-    return lowering.kind if lowering is not None else OpKind.OTHER
-
-
 def _follows(op: str) -> bool:
-    return op in FOLLOWERS or _kind(op) is OpKind.ELEMENTWISE
+    return op in FOLLOWERS or kind_of(op) is OpKind.ELEMENTWISE
 
 
 def _carries(op: str) -> bool:
-    return op in CARRIERS or _kind(op) is OpKind.VIEW
+    return op in CARRIERS or kind_of(op) is OpKind.VIEW
 
 
 def is_matmul(op: str) -> bool:
-    return _kind(op) is OpKind.MATMUL
+    return kind_of(op) is OpKind.MATMUL
 
 
 def _through_view(node: Node, g: Graph, position: int | None) -> int | None:
@@ -63,7 +58,7 @@ def _through_view(node: Node, g: Graph, position: int | None) -> int | None:
         return list(perm).index(position) if position in perm else None
     if node.op == "Slice":  # the axis keeps its place when the slice leaves it whole (heads cut from Q, K, V)
         return position if out and out[position] == src[position] else None
-    if _kind(node.op) is OpKind.VIEW or node.op == "Identity":
+    if kind_of(node.op) is OpKind.VIEW or node.op == "Identity":
         if position != len(src) - 1 or not out:
             return None
         # the last axis survives when the output's last axis is the same or a part of it, with the axes before

@@ -100,6 +100,12 @@ def lowerings() -> dict[str, Lowering]:
     return LOWERINGS
 
 
+def kind_of(op: str) -> OpKind:
+    """The op's kind (OTHER for an op without a lowering)."""
+    entry = lowerings().get(op)
+    return entry.kind if entry is not None else OpKind.OTHER
+
+
 def ops_of_kind(kind: OpKind) -> frozenset[str]:
     return frozenset(op for op, entry in lowerings().items() if entry.kind is kind)
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Callable
 
 from neuronx_cc_lite.ir import Graph, Node
-from neuronx_cc_lite.ops.registry import lowerings
+from neuronx_cc_lite.ops.registry import kind_of
 from neuronx_cc_lite.ops.traits import OpKind
 from neuronx_cc_lite.partition.placement import PARTIAL, REPLICATED, Placement, Shard, refines, valid
 
@@ -300,11 +300,11 @@ def default(node: Node, g: Graph, ins: list[Placement], n: int, decision: Shard 
 
 
 def rule_for(op: str) -> Rule:
-    lowering = lowerings().get(op)
     by_kind = {OpKind.ELEMENTWISE: elementwise, OpKind.VIEW: reshape, OpKind.MATMUL: matmul,
                OpKind.REDUCTION: reduction}  # the op registry's trait
-    if lowering is not None and lowering.kind in by_kind:
-        return by_kind[lowering.kind]
+    kind = kind_of(op)
+    if kind in by_kind:
+        return by_kind[kind]
     return {"Transpose": transpose, "LayerNormalization": normalize, "RMSNormalization": normalize,
             "Softmax": normalize, "LogSoftmax": normalize, "Split": along_axis, "Concat": along_axis,
             "Slice": along_axis, "Gather": gather, "Expand": expand, "TensorScatter": scatter_rows}.get(op, default)
@@ -322,8 +322,7 @@ def weight_columns(node: Node, g: Graph) -> int | None:
     if node.op == "Gather" and _is_const(g, node.inputs[0]) and int(node.attrs.get("axis", 0)) == 0:
         table = g.tensors[node.inputs[0]].value
         return table.shape[0] if table.ndim == 2 and table.nbytes >= VOCABULARY_BYTES else None
-    lowering = lowerings().get(node.op)
-    if lowering is None or lowering.kind is not OpKind.MATMUL or len(node.inputs) < 2 or not _is_const(g, node.inputs[1]):
+    if kind_of(node.op) is not OpKind.MATMUL or len(node.inputs) < 2 or not _is_const(g, node.inputs[1]):
         return None
     sb = _shape(g, node.inputs[1])
     if len(sb) != 2 or len(_shape(g, node.inputs[0])) < 2:
