@@ -344,6 +344,15 @@ def test_a_signal_at_any_point_of_a_command_is_one_coded_line(tmp, signum, delay
     assert os.listdir(out) == []
 
 
+@pytest.fixture
+def hangups_default():
+    """SIGHUP at its default disposition for a test that hangs itself up: a suite started under nohup inherits it
+    ignored, which the command respects (it installs no handler for an ignored signal)."""
+    before = signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    yield
+    signal.signal(signal.SIGHUP, before)
+
+
 def _signalled_inside_an_import(*args: object) -> int:
     """As numpy's import does with the exception a signal raises inside it: its own ImportError instead."""
     import time
@@ -359,7 +368,8 @@ def _signalled_inside_an_import(*args: object) -> int:
 
 
 @pytest.mark.parametrize("where", ["starting", "loading", "entry point"])
-def test_a_signal_an_import_turned_into_an_import_error_is_still_the_coded_line(tmp, capsys, monkeypatch, where):
+def test_a_signal_an_import_turned_into_an_import_error_is_still_the_coded_line(tmp, capsys, monkeypatch, where,
+                                                                              hangups_default):
     """SIGHUP while numpy loaded (a loaded machine, 0.3 s into a compile) came out as numpy's ImportError traceback
     with status 1."""
     import neuronx_cc_lite.cli as cli
@@ -434,7 +444,7 @@ def test_a_log_file_on_a_full_disk_is_one_warning(tmp, capsys, monkeypatch):
     assert "Traceback" not in err and err.count("cannot write the log file") == 1, err
 
 
-def test_a_signal_during_an_import_is_raised_once_the_import_has_ended(tmp, monkeypatch):
+def test_a_signal_during_an_import_is_raised_once_the_import_has_ended(tmp, monkeypatch, hangups_default):
     """An exception raised inside a compiled module's initialisation aborts the process (onnx's, SIGTERM 0.78 s
     into a compile: SIGABRT): a signal that comes during an import is raised after it, where the program imported
     the module, and the module is whole."""
