@@ -28,9 +28,6 @@ ALLOWED = {
     ("neuronx_cc_lite/ops/registry.py", "neuronx_cc_lite.lower", "function"),
     # a lowering is a function of a LowerCtx and a node: the type only
     ("neuronx_cc_lite/ops/registry.py", "neuronx_cc_lite.lower.context", "type"),
-    # a circle inside lower/, left as it was: conv.py hands an image stem to banded_stem.py, which reads conv.py's
-    # geometry of the stem's reader (the geometry would move to a module of its own)
-    ("neuronx_cc_lite/lower/banded_stem.py", "neuronx_cc_lite.lower.conv", "function"),
 }
 
 

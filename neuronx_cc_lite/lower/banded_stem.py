@@ -26,7 +26,6 @@ then packs none (K = C, a tap a pass).
 from __future__ import annotations
 
 import itertools
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -37,14 +36,12 @@ from isa.tensor_kind import TensorKind
 from neuronx_cc_lite.ir import Node
 from neuronx_cc_lite.lower.context import LowerCtx
 from neuronx_cc_lite.lower.conv_epilogue import Epilogue
+from neuronx_cc_lite.lower.conv_geometry import ConvGeometry, conv_geometry, window_budget
 from neuronx_cc_lite.lower.depthwise import BandWindows, band_plan, band_windows
 from neuronx_cc_lite.lower.patterns import dma_tile
 from neuronx_cc_lite.lower.windows import Axis, Block, short_rows, window_ap, window_strides
 from neuronx_cc_lite.tile.hbm import HbmView
 from neuronx_cc_lite.tile.program import Program, Tile
-
-if TYPE_CHECKING:
-    from neuronx_cc_lite.lower.conv import ConvGeometry
 
 # Two bands halve the passes' columns but add a load per shift and channel a group of bands and the edge fills:
 # ResNet's stem (64 outputs: two bands) in bf16 made ResNet-18 174.9 us banded against 160.9 without.
@@ -146,8 +143,6 @@ def depthwise_reader(ctx: LowerCtx, node: Node, geo: ConvGeometry, packed: int) 
     stem's partitions, a pass of the stem covers whole rows of a window, and the only windows' rows outside the
     input that an output reads are those of a group's first band (the padding above the image), which the
     engines can zero (band 0 starts on partition 0; the other bands' start elsewhere)."""
-    from neuronx_cc_lite.lower.conv import conv_geometry, window_budget  # (conv.py imports this module)
-
     g, out, target = ctx.graph, node.outputs[0], ctx.program.target
     readers = ctx.consumers.get(out, [])
     if len(readers) != 1 or out in g.outputs or out in ctx.next_state or (len(node.inputs) > 3 and node.inputs[3]):

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -41,14 +40,12 @@ from isa.tensor_kind import TensorKind
 from neuronx_cc_lite.ir import Node
 from neuronx_cc_lite.lower.context import LowerCtx
 from neuronx_cc_lite.lower.conv_epilogue import Epilogue
+from neuronx_cc_lite.lower.conv_geometry import ConvGeometry
 from neuronx_cc_lite.lower.instr import act
 from neuronx_cc_lite.lower.windows import Block, fill_window, flat_window, needs_fill, window_strides, window_taps
 from neuronx_cc_lite.ops.attributes import reduced_axes
 from neuronx_cc_lite.tile.hbm import HbmView
 from neuronx_cc_lite.tile.program import HbmAccess, Program, Tile, TileAccess
-
-if TYPE_CHECKING:
-    from neuronx_cc_lite.lower.conv import ConvGeometry
 
 
 def band_plan(ctx: LowerCtx, node: Node, geo: ConvGeometry, window_budget: int,

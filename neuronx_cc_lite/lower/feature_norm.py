@@ -36,7 +36,7 @@ from neuronx_cc_lite.lower.moments import normalize_rows
 from neuronx_cc_lite.lower.operands import bias_columns, blocks
 from neuronx_cc_lite.lower.transpose import Piece, transpose_pieces
 from neuronx_cc_lite.tile.hbm import HbmView
-from neuronx_cc_lite.tile.program import Program, Tile, TileAccess
+from neuronx_cc_lite.tile.program import Program, Tile
 
 
 def applies(ctx: LowerCtx, node: Node) -> bool:

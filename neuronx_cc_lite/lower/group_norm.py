@@ -38,7 +38,7 @@ from neuronx_cc_lite.lower.operands import blocks
 from neuronx_cc_lite.lower.patterns import contiguous
 from neuronx_cc_lite.ops.registry import lowering
 from neuronx_cc_lite.tile.hbm import HbmView
-from neuronx_cc_lite.tile.program import Program, Tile, TileAccess
+from neuronx_cc_lite.tile.program import Program, TileAccess
 
 # Elements per partition of one load (and one store): the moments of the first load are taken while the next
 # arrive, and the first results leave while the last are scaled.

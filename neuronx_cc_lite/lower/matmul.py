@@ -46,8 +46,7 @@ from neuronx_cc_lite.ops.registry import fused_function, lowering
 from neuronx_cc_lite.ops.traits import OpKind
 from neuronx_cc_lite.tile.hbm import HbmView
 from neuronx_cc_lite.tile.program import Program, Tile, TileAccess
-from neuronx_cc_lite.lower.operands import (BSource, Operand, a_transposed, bias_columns, bias_rows, blocks,
-                                            k_on_partitions)
+from neuronx_cc_lite.lower.operands import BSource, Operand, a_transposed, bias_columns, bias_rows, blocks
 
 ROW_GROUP = 4  # row blocks that share a pass over B's column groups (see matmul_2d)
 

@@ -19,7 +19,7 @@ import ml_dtypes
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 from onnx.utils import Extractor
 
 from neuronx_cc_lite.compiler import Options, prepare
