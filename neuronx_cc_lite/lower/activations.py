@@ -14,7 +14,7 @@ from isa.functions import ActFunc, AluOp
 from isa.operand import Engine
 from neuronx_cc_lite.ir import Graph, Node
 from neuronx_cc_lite.lower.context import LowerCtx
-from neuronx_cc_lite.lower.elementwise import Operand, elementwise, floats_only
+from neuronx_cc_lite.lower.elementwise import Operand, elementwise
 from neuronx_cc_lite.lower.instr import act, fill, scratch, select, ts, tt
 from neuronx_cc_lite.ops.attributes import hard_sigmoid_attrs
 from neuronx_cc_lite.ops.registry import lowering
@@ -42,13 +42,13 @@ def _elu_negative(prog: Program, dst: TileAccess, x: TileAccess, alpha: float, i
     ts(prog, dst, dst, AluOp.subtract, 1.0, AluOp.multiply, alpha)
 
 
-@lowering("LeakyRelu", check=floats_only, kind=OpKind.ELEMENTWISE)
+@lowering("LeakyRelu", floats=True, kind=OpKind.ELEMENTWISE)
 def lower_leaky_relu(ctx: LowerCtx, node: Node) -> None:
     alpha = float(node.attrs.get("alpha", 0.01))
     elementwise(ctx, node, lambda prog, dst, s: _negative_part_scaled(prog, dst, s[0], alpha))
 
 
-@lowering("PRelu", check=floats_only, since=7, kind=OpKind.ELEMENTWISE)
+@lowering("PRelu", floats=True, since=7, kind=OpKind.ELEMENTWISE)
 def lower_prelu(ctx: LowerCtx, node: Node) -> None:
     elementwise(ctx, node, lambda prog, dst, s: _negative_part_scaled(prog, dst, s[0], s[1]))
 
@@ -96,14 +96,14 @@ def hard_activation(ctx: LowerCtx, node: Node) -> Callable[[TileAccess, TileAcce
     return None
 
 
-@lowering("HardSigmoid", check=floats_only, kind=OpKind.ELEMENTWISE, fused={"HardSigmoid": FusedActivation(None)})
+@lowering("HardSigmoid", floats=True, kind=OpKind.ELEMENTWISE, fused={"HardSigmoid": FusedActivation(None)})
 def lower_hard_sigmoid(ctx: LowerCtx, node: Node) -> None:
     alpha, beta = hard_sigmoid_attrs(node.attrs)
     elementwise(ctx, node, lambda prog, dst, s: hard_sigmoid(prog, dst, s[0], alpha,
                                                              constant_column(ctx, beta, dst.partitions)))
 
 
-@lowering("HardSwish", check=floats_only, kind=OpKind.ELEMENTWISE, fused={"HardSwish": FusedActivation(None)})
+@lowering("HardSwish", floats=True, kind=OpKind.ELEMENTWISE, fused={"HardSwish": FusedActivation(None)})
 def lower_hard_swish(ctx: LowerCtx, node: Node) -> None:
     def compute(prog: Program, dst: TileAccess, s: list[Operand]) -> None:
         assert isinstance(s[0], TileAccess)
@@ -157,24 +157,24 @@ def _exponential_linear(alpha: float, inner_scale: float = 1.0, gamma: float = 1
     return compute
 
 
-@lowering("Elu", check=floats_only, kind=OpKind.ELEMENTWISE)
+@lowering("Elu", floats=True, kind=OpKind.ELEMENTWISE)
 def lower_elu(ctx: LowerCtx, node: Node) -> None:
     elementwise(ctx, node, _exponential_linear(float(node.attrs.get("alpha", 1.0))))
 
 
-@lowering("Selu", check=floats_only, kind=OpKind.ELEMENTWISE)
+@lowering("Selu", floats=True, kind=OpKind.ELEMENTWISE)
 def lower_selu(ctx: LowerCtx, node: Node) -> None:
     elementwise(ctx, node, _exponential_linear(float(node.attrs.get("alpha", 1.67326319217681884765625)),
                                                gamma=float(node.attrs.get("gamma", 1.05070102214813232421875))))
 
 
-@lowering("Celu", check=floats_only, kind=OpKind.ELEMENTWISE)
+@lowering("Celu", floats=True, kind=OpKind.ELEMENTWISE)
 def lower_celu(ctx: LowerCtx, node: Node) -> None:
     alpha = float(node.attrs.get("alpha", 1.0))
     elementwise(ctx, node, _exponential_linear(alpha, inner_scale=1.0 / alpha))
 
 
-@lowering("ThresholdedRelu", check=floats_only, kind=OpKind.ELEMENTWISE)
+@lowering("ThresholdedRelu", floats=True, kind=OpKind.ELEMENTWISE)
 def lower_thresholded_relu(ctx: LowerCtx, node: Node) -> None:
     alpha = float(node.attrs.get("alpha", 1.0))
 
@@ -187,7 +187,7 @@ def lower_thresholded_relu(ctx: LowerCtx, node: Node) -> None:
     elementwise(ctx, node, compute)
 
 
-@lowering("Softsign", check=floats_only, kind=OpKind.ELEMENTWISE)
+@lowering("Softsign", floats=True, kind=OpKind.ELEMENTWISE)
 def lower_softsign(ctx: LowerCtx, node: Node) -> None:
     def compute(prog: Program, dst: TileAccess, s: list[Operand]) -> None:
         denominator = scratch(prog, dst, "den")
@@ -198,7 +198,7 @@ def lower_softsign(ctx: LowerCtx, node: Node) -> None:
     elementwise(ctx, node, compute)
 
 
-@lowering("Shrink", check=floats_only, kind=OpKind.ELEMENTWISE)
+@lowering("Shrink", floats=True, kind=OpKind.ELEMENTWISE)
 def lower_shrink(ctx: LowerCtx, node: Node) -> None:
     """x - bias where x > lambd, x + bias where x < -lambd, else 0."""
     lambd, bias = float(node.attrs.get("lambd", 0.5)), float(node.attrs.get("bias", 0.0))

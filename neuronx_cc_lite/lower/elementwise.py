@@ -24,7 +24,7 @@ from neuronx_cc_lite.lower import integer_limbs
 from neuronx_cc_lite.lower.instr import act, scratch, ts, tt
 from neuronx_cc_lite.lower.relayout import load_transposed
 from neuronx_cc_lite.lower.tiling import RowPieces, boxes, free_size, layout_boxes
-from neuronx_cc_lite.ops.dtypes import device_dtype
+from neuronx_cc_lite.ops.dtypes import floats_only, is_float
 from neuronx_cc_lite.ops.registry import lowering
 from neuronx_cc_lite.ops.traits import FusedActivation, OpKind
 from neuronx_cc_lite.tile.hbm import HbmView
@@ -178,18 +178,6 @@ def _mean(prog: Program, dst: TileAccess, n: int) -> None:
     ts(prog, dst, dst, AluOp.multiply, 1.0 / n)
 
 
-def is_float(g: Graph, name: str) -> bool:
-    held = device_dtype(g.tensors[name].dtype)
-    return held is not None and held.is_float
-
-
-def floats_only(node: Node, g: Graph) -> str | None:
-    for name in (*node.inputs, *node.outputs):
-        if name and not is_float(g, name):
-            return f"{node.op} on {g.tensors[name].dtype} tensors is not supported (floating point only)"
-    return None
-
-
 def small_integers_ok(node: Node, g: Graph) -> str | None:
     """Integer arithmetic runs through the engines' fp32 ALU: exact while magnitudes stay below 2**24, which is
     what int32/int64 index and shape arithmetic needs; 64-bit and 32-bit unsigned ranges are beyond it (but for
@@ -311,7 +299,7 @@ def _pow(prog: Program, dst: TileAccess, srcs: list[Operand]) -> None:
         apply(prog, dst, base, exponent, AluOp.power, Engine.POOL)
 
 
-@lowering("Pow", check=floats_only, since=7, kind=OpKind.ELEMENTWISE)
+@lowering("Pow", floats=True, since=7, kind=OpKind.ELEMENTWISE)
 def lower_pow(ctx: LowerCtx, node: Node) -> None:
     elementwise(ctx, node, _pow)
 
@@ -319,11 +307,11 @@ def lower_pow(ctx: LowerCtx, node: Node) -> None:
 def _check_gelu(node: Node, g: Graph) -> str | None:
     if node.attrs.get("approximate", "none") not in ("none", "tanh"):
         return f"approximate={node.attrs['approximate']!r}"
-    return floats_only(node, g)
+    return None
 
 
 # (the function as fused: its tanh approximation rides in the fused node's attribute, "Gelu/tanh")
-@lowering("Gelu", check=_check_gelu, kind=OpKind.ELEMENTWISE,
+@lowering("Gelu", check=_check_gelu, floats=True, kind=OpKind.ELEMENTWISE,
           fused={"Gelu": FusedActivation(ActFunc.gelu, in_convolutions=False)})
 def lower_gelu(ctx: LowerCtx, node: Node) -> None:
     tanh = node.attrs.get("approximate", "none") == "tanh"

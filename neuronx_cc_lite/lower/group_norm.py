@@ -32,7 +32,7 @@ from isa.functions import ActFunc, AluOp
 from isa.operand import Engine
 from neuronx_cc_lite.ir import Graph, Node
 from neuronx_cc_lite.lower.context import LowerCtx
-from neuronx_cc_lite.lower.elementwise import floats_only, tile_free_max
+from neuronx_cc_lite.lower.elementwise import tile_free_max
 from neuronx_cc_lite.lower.instr import act, ts, tt
 from neuronx_cc_lite.lower.operands import blocks
 from neuronx_cc_lite.lower.patterns import contiguous
@@ -62,7 +62,7 @@ def _check(node: Node, g: Graph) -> str | None:
         return "stash_type other than float32"
     if node.op == "GroupNormActivation" and node.attrs.get("activation") not in ACTIVATIONS:
         return f"activation {node.attrs.get('activation')!r} is not one of {', '.join(ACTIVATIONS)}"
-    return floats_only(node, g)
+    return None
 
 
 @dataclass(frozen=True)
@@ -114,7 +114,8 @@ class _Params:
         return found[0], found[1]
 
 
-@lowering("GroupNormalization", "GroupNormActivation", check=_check, since=21, shaped_like_input=True)
+@lowering("GroupNormalization", "GroupNormActivation", check=_check, since=21, shaped_like_input=True,
+          floats=True)
 def lower_group_norm(ctx: LowerCtx, node: Node) -> None:
     prog, pmax = ctx.program, ctx.program.target.partitions
     x = contiguous(prog, ctx.view(node.inputs[0]), node.name)

@@ -18,7 +18,6 @@ from isa.functions import ActFunc, AluOp
 from isa.operand import Engine
 from neuronx_cc_lite.ir import Graph, Node
 from neuronx_cc_lite.lower.context import LowerCtx
-from neuronx_cc_lite.lower.elementwise import floats_only
 from neuronx_cc_lite.lower.instr import act, ts, tt
 from neuronx_cc_lite.lower.patterns import contiguous
 from neuronx_cc_lite.ops.registry import lowering
@@ -27,10 +26,10 @@ from neuronx_cc_lite.ops.registry import lowering
 def _check(node: Node, g: Graph) -> str | None:
     if len(g.tensors[node.inputs[0]].shape) < 3:
         return "LRN needs an input of shape [N, C, ...]"
-    return floats_only(node, g)
+    return None
 
 
-@lowering("LRN", check=_check)
+@lowering("LRN", check=_check, floats=True)
 def lower_lrn(ctx: LowerCtx, node: Node) -> None:
     prog, t = ctx.program, ctx.program.target
     size = int(node.attrs["size"])

@@ -39,7 +39,6 @@ from isa.operand import Engine, Mem
 from neuronx_cc_lite.ir import Graph, Node
 from neuronx_cc_lite.lower.activations import hard_activation
 from neuronx_cc_lite.lower.context import LowerCtx
-from neuronx_cc_lite.lower.elementwise import floats_only
 from neuronx_cc_lite.lower.instr import act, ts, tt
 from neuronx_cc_lite.lower.layout import is_matmul
 from neuronx_cc_lite.ops.registry import fused_function, lowering
@@ -289,7 +288,7 @@ def _check_matmul(node: Node, g: Graph) -> str | None:
         return "MatMul of a scalar is not defined"
     if any(0 in s for s in shapes):
         return "MatMul of an empty tensor is not supported"
-    return floats_only(node, g)
+    return None
 
 
 def operand(ctx: LowerCtx, name: str) -> Operand:
@@ -391,7 +390,7 @@ def _own_index(index: tuple[int, ...], own: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(i if n > 1 else 0 for i, n in zip(own_index, own))
 
 
-@lowering("MatMul", check=_check_matmul, kind=OpKind.MATMUL)
+@lowering("MatMul", check=_check_matmul, kind=OpKind.MATMUL, floats=True)
 def lower_matmul(ctx: LowerCtx, node: Node) -> None:
     lower_matmul_into(ctx, node, Epilogue())
 

@@ -18,7 +18,7 @@ from isa.operand import Engine
 from neuronx_cc_lite.errors import CompileError
 from neuronx_cc_lite.ir import Graph, Node
 from neuronx_cc_lite.lower.context import LowerCtx
-from neuronx_cc_lite.lower.elementwise import floats_only, tile_free_max
+from neuronx_cc_lite.lower.elementwise import tile_free_max
 from neuronx_cc_lite.lower import feature_norm
 from neuronx_cc_lite.lower.instr import act, copy, ts, tt
 from neuronx_cc_lite.lower.moments import normalize_rows
@@ -54,7 +54,7 @@ def _normalized_axes(node: Node, g: Graph) -> tuple[int, ...]:
 def _check(node: Node, g: Graph) -> str | None:
     if 0 in g.tensors[node.inputs[0]].shape:
         return f"{node.op} of an empty tensor is not supported"
-    return floats_only(node, g)
+    return None
 
 
 def per_row(ctx: LowerCtx, node: Node, axes: tuple[int, ...], extra: list[HbmView], body: Body,
@@ -118,7 +118,7 @@ def _zero_where(prog: Program, y: TileAccess, predicate: TileAccess) -> None:
     prog.emit("tensor_copy_predicated", Engine.DVE, dst=y, src=zero, predicate=predicate)
 
 
-@lowering("Softmax", "LogSoftmax", check=_check)
+@lowering("Softmax", "LogSoftmax", check=_check, floats=True)
 def lower_softmax(ctx: LowerCtx, node: Node) -> None:
     """Softmax with nan_to_zero (passes/fuse_epilogues.py): Where(IsNaN(softmax), 0, softmax), the NaN rows zero."""
     log = node.op == "LogSoftmax"
@@ -172,7 +172,7 @@ def lower_softmax(ctx: LowerCtx, node: Node) -> None:
     per_row(ctx, node, _normalized_axes(node, ctx.graph), [], body, streamed)
 
 
-@lowering("Hardmax", check=_check)
+@lowering("Hardmax", check=_check, floats=True)
 def lower_hardmax(ctx: LowerCtx, node: Node) -> None:
     """1 at the first maximum of each row, 0 elsewhere."""
     def body(prog: Program, p: int, n: int, x: TileAccess, y: TileAccess, _: list[HbmView]) -> None:
@@ -231,7 +231,7 @@ def _check_layer_norm(node: Node, g: Graph) -> str | None:
     return _check(node, g)
 
 
-@lowering("LayerNormalization", "RMSNormalization", check=_check_layer_norm)
+@lowering("LayerNormalization", "RMSNormalization", check=_check_layer_norm, floats=True)
 def lower_layer_norm(ctx: LowerCtx, node: Node) -> None:
     if node.op == "LayerNormalization" and feature_norm.applies(ctx, node):
         feature_norm.lower_layer_norm_feature_major(ctx, node)
@@ -270,7 +270,7 @@ def lower_layer_norm(ctx: LowerCtx, node: Node) -> None:
     per_row(ctx, node, axes, affine + [v for _, v in stats], body, streamed)
 
 
-@lowering("InstanceNormalization", check=_check)
+@lowering("InstanceNormalization", check=_check, floats=True)
 def lower_instance_norm(ctx: LowerCtx, node: Node) -> None:
     """Per (batch, channel) over the spatial axes, then a per-channel scale and bias."""
     axes = _normalized_axes(node, ctx.graph)
@@ -291,7 +291,7 @@ def lower_instance_norm(ctx: LowerCtx, node: Node) -> None:
     per_row(ctx, node, axes, affine, body, streamed)
 
 
-@lowering("MeanVarianceNormalization", check=_check)
+@lowering("MeanVarianceNormalization", check=_check, floats=True)
 def lower_mvn(ctx: LowerCtx, node: Node) -> None:
     def body(prog: Program, p: int, n: int, x: TileAccess, y: TileAccess, _: list[HbmView]) -> None:
         normalize_rows(prog, p, n, x, y, 1e-9)
@@ -308,7 +308,7 @@ def _check_lp(node: Node, g: Graph) -> str | None:
     return _check(node, g)
 
 
-@lowering("LpNormalization", check=_check_lp)
+@lowering("LpNormalization", check=_check_lp, floats=True)
 def lower_lp_norm(ctx: LowerCtx, node: Node) -> None:
     """x / ||x||_p along an axis (a zero norm gives 0, as in ONNX's reference)."""
     p_norm = node.attrs.get("p", 2)

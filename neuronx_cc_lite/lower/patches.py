@@ -28,7 +28,6 @@ from isa.operand import Engine
 from isa.target import Target
 from neuronx_cc_lite.ir import Graph, Node
 from neuronx_cc_lite.lower.context import LowerCtx
-from neuronx_cc_lite.lower.elementwise import floats_only
 from neuronx_cc_lite.lower.instr import act
 from neuronx_cc_lite.lower.operands import bias_rows, blocks, laid_out
 from neuronx_cc_lite.lower.patterns import dma_tile
@@ -89,7 +88,7 @@ def _check(node: Node, g: Graph) -> str | None:
     if not g.tensors[node.inputs[1]].is_constant or (len(node.inputs) > 2 and node.inputs[2] and
                                                       not g.tensors[node.inputs[2]].is_constant):
         return "PatchEmbedding needs its weights and bias at compile time"
-    return floats_only(node, g)
+    return None
 
 
 def _weights(ctx: LowerCtx, node: Node, geo: Patches, k_tiles: list[tuple[int, int]],
@@ -124,7 +123,7 @@ def _load_window(prog: Program, x: HbmView, geo: Patches, block: tuple[int, int,
     return tile
 
 
-@lowering("PatchEmbedding", check=_check)
+@lowering("PatchEmbedding", check=_check, floats=True)
 def lower_patch_embedding(ctx: LowerCtx, node: Node) -> None:
     prog, target = ctx.program, ctx.program.target
     geo = _geometry(node, ctx.graph)

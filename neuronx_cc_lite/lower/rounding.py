@@ -17,7 +17,7 @@ from __future__ import annotations
 from isa.functions import ActFunc, AluOp
 from neuronx_cc_lite.ir import Node
 from neuronx_cc_lite.lower.context import LowerCtx
-from neuronx_cc_lite.lower.elementwise import Operand, apply, elementwise, floats_only, small_integers_ok
+from neuronx_cc_lite.lower.elementwise import Operand, apply, elementwise, small_integers_ok
 from neuronx_cc_lite.lower.instr import act, scratch, select, ts, tt
 from neuronx_cc_lite.ops.registry import lowering
 from neuronx_cc_lite.ops.traits import OpKind
@@ -41,12 +41,12 @@ def _round_to_integer(step: AluOp, past: AluOp):  # type: ignore[no-untyped-def]
     return compute
 
 
-@lowering("Floor", check=floats_only, since=6, kind=OpKind.ELEMENTWISE)
+@lowering("Floor", floats=True, since=6, kind=OpKind.ELEMENTWISE)
 def lower_floor(ctx: LowerCtx, node: Node) -> None:
     elementwise(ctx, node, _round_to_integer(AluOp.subtract, AluOp.less))
 
 
-@lowering("Ceil", check=floats_only, since=6, kind=OpKind.ELEMENTWISE)
+@lowering("Ceil", floats=True, since=6, kind=OpKind.ELEMENTWISE)
 def lower_ceil(ctx: LowerCtx, node: Node) -> None:
     elementwise(ctx, node, _round_to_integer(AluOp.add, AluOp.greater))
 
@@ -66,7 +66,7 @@ def round_half_even(prog: Program, dst: TileAccess, x: TileAccess) -> None:
     select(prog, dst, x, big)
 
 
-@lowering("Round", check=floats_only, since=11, kind=OpKind.ELEMENTWISE)
+@lowering("Round", floats=True, since=11, kind=OpKind.ELEMENTWISE)
 def lower_round(ctx: LowerCtx, node: Node) -> None:
     def compute(prog: Program, dst: TileAccess, s: list[Operand]) -> None:
         assert isinstance(s[0], TileAccess)

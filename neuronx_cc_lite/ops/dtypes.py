@@ -8,6 +8,7 @@ import ml_dtypes
 import numpy as np
 
 from isa.dtypes import DType
+from neuronx_cc_lite.ir import Graph, Node
 
 # ONNX element types the device holds, and the device type each is held in. The engines have no 64-bit types:
 # float64 is computed in fp32 (as neuronx-cc does) and int64 (indices, shapes) held as int32, the runtime
@@ -46,3 +47,17 @@ def device_dtype(dtype: np.dtype) -> DType | None:
         return DType.from_numpy(dtype)  # bf16 and the fp8 types, through ml_dtypes
     except ValueError:
         return None
+
+
+def is_float(g: Graph, name: str) -> bool:
+    held = device_dtype(g.tensors[name].dtype)
+    return held is not None and held.is_float
+
+
+def floats_only(node: Node, g: Graph) -> str | None:
+    """Why a node of a floats-only op (its registry entry's `floats`) cannot be lowered: an input or output that
+    is not held in a float type."""
+    for name in (*node.inputs, *node.outputs):
+        if name and not is_float(g, name):
+            return f"{node.op} on {g.tensors[name].dtype} tensors is not supported (floating point only)"
+    return None

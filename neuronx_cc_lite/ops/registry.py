@@ -22,7 +22,7 @@ import numpy as np
 from isa.functions import ActFunc
 from neuronx_cc_lite.integer_ranges import integer_ranges
 from neuronx_cc_lite.ir import Graph, Node
-from neuronx_cc_lite.ops.dtypes import device_dtype
+from neuronx_cc_lite.ops.dtypes import device_dtype, floats_only
 from neuronx_cc_lite.ops.traits import FusedActivation, OpKind
 
 if TYPE_CHECKING:  # what a lowering is handed (the type only: the registry does not depend on lower/)
@@ -47,6 +47,9 @@ class Lowering:
     # (GroupNormalization, a function without an inference of its own)
     shaped_like_input: bool = False
     fused: FusedActivation | None = None  # as the activation of a fused matmul or convolution
+    # every input and output is held in a float type (ops/dtypes.py floats_only): checked before `check`, for the
+    # ops whose every node must be; those floats-only but for some nodes (an integer Abs) say so in `check`
+    floats: bool = False
 
     @property
     def elementwise(self) -> bool:
@@ -79,14 +82,14 @@ def kept_by_pass(*ops: str):  # type: ignore[no-untyped-def]
 
 def lowering(*ops: str, check: Check | None = None, since: int = 1,  # type: ignore[no-untyped-def]
              constant_inputs: tuple[int, ...] = (), moves_data: bool = False, kind: OpKind = OpKind.OTHER,
-             shaped_like_input: bool = False, fused: dict[str, FusedActivation] | None = None):
+             shaped_like_input: bool = False, fused: dict[str, FusedActivation] | None = None, floats: bool = False):
     """Register `fn` as the lowering of `ops`, with their facts; `fused`: per op, how a fused matmul or
     convolution applies it (the ops it names only)."""
     def register(fn: Lower) -> Lower:
         for op in ops:
             assert op not in LOWERINGS and op not in KEPT_BY_PASSES, f"two lowerings for {op}, or a pass keeps it"
             LOWERINGS[op] = Lowering(op, fn, check, since, constant_inputs, moves_data, kind, shaped_like_input,
-                                     (fused or {}).get(op))
+                                     (fused or {}).get(op), floats)
         assert not set(fused or ()) - set(ops), "a fused activation for an op not registered here"
         return fn
 
@@ -146,7 +149,7 @@ def why_unsupported(node: Node, g: Graph) -> str | None:
         if len(node.inputs) > i and node.inputs[i] and not g.tensors[node.inputs[i]].is_constant:
             return f"input {i} ({node.inputs[i]!r}) must be a compile-time constant"
     unheld = integer_ranges(g).why_unheld(node)  # an int64 result past int32, which the device holds it in
-    return unheld or (entry.check(node, g) if entry.check else None)
+    return unheld or (entry.floats and floats_only(node, g)) or (entry.check(node, g) if entry.check else None)
 
 
 # Inputs of ops without a lowering of their own (a pass expands them; the version converter makes Upsample a

@@ -48,6 +48,28 @@ def test_a_fused_activation_is_the_function_its_op_computes():
     assert set(fused_activations(convolution=True)) == set(fused) - {"Gelu"}
 
 
+def test_a_floats_only_op_refuses_an_integer_node_whatever_its_own_check_says():
+    """The registry's `floats` trait: a floats-only op over int32 (ONNX allows it for these) is refused naming the
+    tensor's type, before its own check (MatMul's) is asked; an op floats-only but for some nodes (Abs) says so in
+    its check."""
+    from neuronx_cc_lite.frontend import import_model
+    from neuronx_cc_lite.ops.registry import why_unsupported
+
+    entries = lowerings()
+    assert entries["MatMul"].floats and entries["LayerNormalization"].floats and entries["Relu"].check is not None
+    assert not entries["Abs"].floats and not entries["Add"].floats and not entries["Conv"].floats
+    for op, inputs in (("MatMul", ["x", "y"]), ("Pow", ["x", "y"]), ("PRelu", ["x", "y"])):
+        shape = [4, 4]
+        model = make_model([helper.make_node(op, inputs, ["z"])],
+                           {name: (shape, TensorProto.INT32) for name in inputs}, {"z": (shape, TensorProto.INT32)})
+        g = import_model(model)
+        assert why_unsupported(g.nodes[0], g) == f"{op} on int32 tensors is not supported (floating point only)"
+    abs_model = make_model([helper.make_node("Abs", ["x"], ["z"])], {"x": ([4], TensorProto.INT32)},
+                           {"z": ([4], TensorProto.INT32)})
+    g = import_model(abs_model)
+    assert why_unsupported(g.nodes[0], g) is None  # an integer Abs: computed exactly (lower/elementwise.py)
+
+
 @pytest.mark.parametrize("producer, activation, joins", [
     ("MatMul", "Gelu", True), ("MatMul", "Relu", True), ("Conv", "Relu", True), ("Conv", "HardSwish", True),
     ("Conv", "Gelu", False), ("MatMul", "Exp", False)])
