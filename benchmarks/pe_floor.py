@@ -12,8 +12,9 @@ fp32 (a matmul pass each fp32 instruction takes four of, CHIP.md):
   scalar_tensor_tensor per tap and 128 channels (its scalar, the tap's weight, is one per partition), each at its
   cost by the cost model, fixed costs included (isa/costs.py; the accumulator in PSUM, one input a cycle); a layer
   shared between the two takes at least PE's time and VectorE's for all of it combined as two servers of one
-  divisible job (1 / (1/PE + 1/VectorE)). GpSimdE shares VectorE's SBUF port; ScalarE cannot accumulate. With a diagonal stationary per tap and 128 channels, as lower/depthwise.py lays them out (bands of
-  rows for 64 channels or fewer), PE takes taps x channel tiles x max(64, columns) cycles (`diagonal`);
+  divisible job (1 / (1/PE + 1/VectorE)). GpSimdE shares VectorE's SBUF port; ScalarE cannot accumulate. With a
+  diagonal stationary per tap and 128 channels, as lower/depthwise.py lays them out (bands of rows for 64
+  channels or fewer), PE takes taps x channel tiles x max(64, columns) cycles (`diagonal`);
 - every other convolution and Gemm: its multiply-adds over the full 128 x 128 array, or for one row (a squeeze,
   a classifier) at least min(64 x output blocks, outputs) cycles per 128 input features (a matmul costs
   max(min(64, M), N) cycles);
@@ -121,6 +122,7 @@ def floor(path: str, target_name: str) -> dict[str, float]:
     pmax, ghz = target.partitions, target.pe_ghz
     model = onnx.load(path)
     shapes = _shapes(model)
+
     def vector_tap_ns(columns: int, dtype: DType) -> float:
         """One tap over 128 channels on VectorE: x * w + acc, the accumulator in PSUM."""
         x = Operand(Mem.SBUF, dtype, 0, pmax, 0, ((columns, 1),))
@@ -130,18 +132,18 @@ def floor(path: str, target_name: str) -> dict[str, float]:
         return duration_ns(tap, Engine.DVE, target)
 
     shared = {"bf16": 0.0, "fp32": 0.0}  # depthwise layers on PE and VectorE together, ns
-    work = diagonal = other = 0.0  # depthwise multiply-adds per partition; PE cycles at the bf16 rate
+    diagonal = other = 0.0  # PE cycles at the bf16 rate
     for n in model.graph.node:
         if n.op_type == "Conv":
             w, y = shapes[n.input[1]], shapes[n.output[0]]
             group = next((a.i for a in n.attribute if a.name == "group"), 1)
             taps, columns = math.prod(w[2:]), math.prod(y[2:]) * y[0]
             if group > 1 and w[1] == 1 and w[0] == group:  # depthwise
-                work += w[0] * taps * columns / pmax
+                work = w[0] * taps * columns / pmax  # multiply-adds a partition: PE's columns at the least
                 bands = pmax // w[0] if w[0] <= pmax // 2 else 1
                 diagonal += -(-w[0] // pmax) * taps * max(64, -(-columns // bands))
                 for cast, dtype, passes in (("bf16", DType.bf16, 1), ("fp32", DType.fp32, 4)):
-                    pe = passes * w[0] * taps * columns / pmax / ghz
+                    pe = passes * work / ghz
                     vector = taps * -(-w[0] * bands // pmax) * vector_tap_ns(-(-columns // bands), dtype)
                     shared[cast] += 1 / (1 / pe + 1 / vector)
             elif columns == 1:

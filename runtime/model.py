@@ -74,7 +74,7 @@ class Model:
         check_placements(b)
         self.collective_algorithm = collective_algorithm
         self._bounds = _integer_bounds(b)
-        engines = {(rank, name): _engine(name, self.target) for rank, streams in enumerate(b.cores)
+        engines = {(rank, name): stream_engine(name, self.target) for rank, streams in enumerate(b.cores)
                    for name in streams}
         total = sum(len(stream.instructions) for streams in b.cores for stream in streams.values())
         self._validate(engines, lambda done: on_progress("checking instructions", done, total))
@@ -449,7 +449,8 @@ def _target(b: bundle_format.Bundle) -> Target:
                         f"(known: {', '.join(TARGETS)})") from None
 
 
-def _engine(name: str, target: Target) -> Engine:
+def stream_engine(name: str, target: Target) -> Engine:
+    """The engine of stream `name` on a core of `target`; LoadError for a name no stream of it has."""
     try:
         stream = StreamId.parse(name)
     except ValueError as e:

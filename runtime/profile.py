@@ -40,8 +40,7 @@ from isa.target import Target
 from isa.tensor_kind import TensorKind
 from runtime.critical_path import critical_path
 from runtime.layout import check_ranks
-from runtime.model import Model, collective_op
-from runtime.errors import LoadError
+from runtime.model import Model, collective_op, stream_engine
 from runtime.semantics import Commit
 from runtime.simulator import Op, RunStats, Simulator, StreamState, TraceEvent
 
@@ -215,10 +214,7 @@ def timed_run(bundle: Bundle, target: Target, collective_algorithm: str = "auto"
     streams = []
     for c, core in enumerate(bundle.cores):
         for name, s in core.items():
-            try:
-                engine = StreamId.parse(name).engine
-            except ValueError as e:
-                raise LoadError(str(e)) from None
+            engine = stream_engine(name, target)
             # The costs as runtime.model loads them: isa/costs.py and isa/collectives.py are the cost models.
             durations = stream_durations(s.instructions, engine, target)
             ops = [Op(None, instr.waits, instr.signal, 0.0, instr.op, node, collective=collective_op(
@@ -462,7 +458,7 @@ def summarize(model: Any, top: int = 8) -> Summary:
         by_node[node] = by_node.get(node, 0.0) + e.end - e.start
         if engine is Engine.DMA:
             queues.add((e.core, e.stream))
-    engines = {k: v / elapsed / (target.dma_queues * len(bundle.cores) if k == Engine.DMA.name else len(bundle.cores))
+    engines = {k: v / elapsed / (len(bundle.cores) * (target.dma_queues if k == Engine.DMA.name else 1))
                for k, v in sorted(busy.items())}
     moved, hbm_moved, hbm_passes, scratch = 0, 0, 0, 0
     loaded: dict[str, int] = {}

@@ -51,10 +51,6 @@ class Lowering:
     # ops whose every node must be; those floats-only but for some nodes (an integer Abs) say so in `check`
     floats: bool = False
 
-    @property
-    def elementwise(self) -> bool:
-        return self.kind is OpKind.ELEMENTWISE
-
 
 # Filled by the @lowering of each module in neuronx_cc_lite/lower/ as it is imported: outside lower/, read it
 # through lowerings().

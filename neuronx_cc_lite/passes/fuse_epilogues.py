@@ -30,8 +30,8 @@ import numpy as np
 
 from neuronx_cc_lite.ir import Graph, Node, Tensor
 from neuronx_cc_lite.ops.attributes import hard_sigmoid_attrs
-from neuronx_cc_lite.ops.registry import fused_activations
 from neuronx_cc_lite.ops.registry import INTERNAL_DOMAIN as DOMAIN
+from neuronx_cc_lite.ops.registry import fused_activations
 
 OP = "MatMulEpilogue"
 CONV_OP = "ConvEpilogue"

@@ -21,7 +21,8 @@ from __future__ import annotations
 import numpy as np
 
 from neuronx_cc_lite.ir import Graph, Node, Tensor
-from neuronx_cc_lite.ops.registry import lowerings
+from neuronx_cc_lite.ops.registry import kind_of
+from neuronx_cc_lite.ops.traits import OpKind
 
 
 def run(g: Graph) -> Graph:
@@ -88,9 +89,8 @@ def _commuted(g: Graph, node: Node, perm: list[int], producers: dict[str, Node])
         if composed == list(range(rank)):
             return [Node("Identity", node.name, [x], node.outputs)]
         return [Node("Transpose", node.name, [x], node.outputs, {"perm": composed})]
-    lowering = lowerings().get(node.op)
     attrs = dict(node.attrs)
-    if lowering is not None and lowering.elementwise:
+    if kind_of(node.op) is OpKind.ELEMENTWISE:
         inputs = [untransposed(name) if name else "" for name in node.inputs]
     elif node.op == "Concat":
         inputs = [untransposed(name) for name in node.inputs]

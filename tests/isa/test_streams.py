@@ -55,3 +55,15 @@ def test_the_runtime_refuses_a_bundle_stream_that_is_no_stream_or_no_queue_of_it
     with pytest.raises(runtime.LoadError, match="stream DMA16: a trn1 core has 16 DMA queues"):
         model({"DMA16": []}, {}, {})
     model({"DMA15": [], "CC": []}, {}, {})
+
+
+def test_the_profilers_timing_run_refuses_what_the_runtime_refuses():
+    """profile's timed run (no values computed) reads stream names with the runtime's own check."""
+    from isa.bundle import Bundle, Stream
+    from isa.target import get_target
+    from runtime.profile import timed_run
+    from tests.runtime.helpers import HBM_SIZE
+
+    for name, said in (("DMA", "unknown stream 'DMA'"), ("DMA16", "stream DMA16: a trn1 core has 16 DMA queues")):
+        with pytest.raises(runtime.LoadError, match=re.escape(said)):
+            timed_run(Bundle("trn1", HBM_SIZE, [], [], [{name: Stream([], [])}]), get_target("trn1"))
