@@ -15,13 +15,14 @@ not values, and are exact whatever the range.
         graph inputs                their type's range (int64 is held as int32: the runtime refuses an int64 input
                                     outside it), narrowed to what their readers accept (input_ranges: token ids)
                                     and, for an input an operator computes with in fp32 (or an int64 Add, Sub, Mul,
-                                    Neg in limbs), to [-B, B], B the largest power of two up to 2^30 that lets every
-                                    result be bounded (integer_ranges): the bundle
-                                    records that bound (stats["integer_bounds"]) and the runtime refuses a value
-                                    outside it (NRT_INPUT) instead of computing a wrong answer
+                                    Neg in limbs), through moves and casts to int32 or int64, to [-B, B], B the
+                                    largest power of two up to 2^30 that lets every result be bounded
+                                    (integer_ranges): the bundle records that bound (stats["integer_bounds"])
+                                    and the runtime refuses a value outside it (NRT_INPUT) instead of computing a
+                                    wrong answer
         operators that move values  the union of what they move (reshapes, slices, gathers, concatenations, ...)
         arithmetic                  interval arithmetic on the exact values (Add, Sub, Mul, Neg, Abs, Sum, Div, ...)
-        casts                       the input's range where ONNX's cast keeps every value (uint32 to int64), else
+        casts                       the input's range where the cast keeps every value of it (uint32 to int64), else
                                     the output type's
         fills                       the constant they fill with (ConstantOfShape's value, OneHot's values)
         anything else               the output type's range
@@ -360,10 +361,18 @@ def _inputs_computed_with(g: Graph) -> set[str]:
                         seen.update(node.outputs)
                 elif node.op in COMPUTING:
                     found.add(name)
-                elif node.op != "Cast" and (moves is None or any(p in moves for p in positions)):
+                elif (node.op != "Cast" or _keeps_every_bound(node, g)) and \
+                        (moves is None or any(p in moves for p in positions)):
                     todo += [o for o in node.outputs if o and o not in seen]
                     seen.update(node.outputs)
     return found
+
+
+def _keeps_every_bound(cast: Node, g: Graph) -> bool:
+    """Whether a Cast keeps each value of an input bounded to [-B, B], B up to WIDEST_BOUND: one to a signed
+    integer of 32 bits or more (BLOOM's attention mask, cast to int32 and summed up along the sequence). A cast to
+    a narrower type wraps whatever bound its input has, and one to a float computes nothing in integers."""
+    return np.dtype(g.tensors[cast.outputs[0]].dtype) in (np.dtype(np.int32), np.dtype(np.int64))
 
 
 # The widest bound put on an input computed with: an int64 Add or Sub of two such inputs, computed in limbs, stays

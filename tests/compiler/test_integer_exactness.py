@@ -280,3 +280,38 @@ def test_a_mask_of_positions_against_a_run_time_position_is_exact_without_limbs(
     for p in (-(2**31), -9, -1, 0, 7, 8, 2**24 + 1, 2**31 - 1):
         x = {"step": steps, "position": np.array([p], np.int64)}
         assert (compiled.run(x)["z"] == onnxruntime_outputs(model, x)["z"]).all(), p
+
+
+def _alibi_positions():  # type: ignore[no-untyped-def]
+    """BLOOM's ALiBi positions as TorchScript exports them: ((cumsum(mask) - 1) * mask), the mask cast first."""
+    one = numpy_helper.from_array(np.array(1, np.int64), "one")
+    axis = numpy_helper.from_array(np.array(1, np.int64), "axis")
+    nodes = [helper.make_node("Cast", ["attention_mask"], ["mask"], to=TensorProto.INT64),
+             helper.make_node("CumSum", ["mask", "axis"], ["sums"], name="the_cumsum"),
+             helper.make_node("Sub", ["sums", "one"], ["shifted"]),
+             helper.make_node("Mul", ["shifted", "mask"], ["positions"]),
+             helper.make_node("Cast", ["positions"], ["z"], to=TensorProto.FLOAT)]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("attention_mask", TensorProto.INT64, [1, 128])],
+                              [helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 128])], [one, axis])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def test_an_input_cast_to_a_wide_integer_is_bounded_for_what_its_readers_compute():
+    """A mask cast to int64 (a no-op, as BLOOM's TorchScript export has it) and summed up along the sequence: the
+    cast keeps every value of a bounded input, so the input takes the bound that makes the sum exact (it was
+    refused: the cast hid the CumSum from the input's bound); values past it are refused at run time."""
+    model = _alibi_positions()
+    bundle = neuronx_cc_lite.compile(model, cache=False)
+    low, high = bundle.stats["integer_bounds"]["attention_mask"]
+    assert 128 * high <= 2**24 and high >= 2**8
+    compiled = runtime.load(bundle)
+    rng = np.random.default_rng(0)
+    for mask in (np.ones((1, 128), np.int64), (rng.random((1, 128)) < 0.7).astype(np.int64),
+                 rng.integers(low, high + 1, (1, 128)).astype(np.int64)):
+        x = {"attention_mask": mask}
+        np.testing.assert_array_equal(compiled.run(x)["z"], onnxruntime_outputs(model, x)["z"])
+    with pytest.raises(InputError):
+        compiled.run({"attention_mask": np.full((1, 128), high + 1, np.int64)})
+
