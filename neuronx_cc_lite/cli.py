@@ -884,19 +884,59 @@ def cmd_check(args: argparse.Namespace) -> int:
                   "compared by position; give inputs that keep it finite with --inputs IN.npz to compare values")
     criterion = (f"max |err| <= {bound:.3g} x rms, the documented {options.auto_cast}/{options.auto_cast_type} "
                  "bound" if bound is not None else f"rtol {args.rtol}, atol {args.atol}")
-    print(f"{'output':<24} {'shape':<18} {'max abs err':>12} {'max rel err':>12} {'err / rms':>10}  verdict "
-          f"({criterion}; inf and NaN by position)")
+    own = _cast_own_errors(proto, {**inputs, **input_value_arrays(proto, options.input_values)}, expected, options) \
+        if bound is not None else None
+    if own is not None:
+        print(f"cast's own: err / rms of onnxruntime itself with what --auto-cast {options.auto_cast} narrows rounded "
+              f"to {options.auto_cast_type} (the operands of MatMul, Gemm and Conv"
+              + (", every fp32 value inside the model)" if options.auto_cast == "all" else ")"))
+    print(f"{'output':<24} {'shape':<18} {'max abs err':>12} {'max rel err':>12} {'err / rms':>10}  "
+          + (f"{'cast own':>10}  " if own is not None else "") + f"verdict ({criterion}; inf and NaN by position)")
+    explained = []
     for name, value in actual.items():
         abs_err, rel_err = compare(value, expected[name])
         rms_err = error_over_rms(value, expected[name])
         good = within(value, expected[name], args.rtol, args.atol) if bound is None else rms_err <= bound
         ok &= good
         misplaced = special_mismatches(value, expected[name])
+        cast_err = own.get(name) if isinstance(own, dict) else None
+        column = "" if own is None else f"{cast_err:>10.2e}  " if cast_err is not None else f"{'n/a':>10}  "
         print(f"{name:<24} {str(list(value.shape)):<18} {abs_err:>12.3e} {rel_err:>12.3e} {rms_err:>10.2e}  "
-              f"{'ok' if good else 'MISMATCH'}" + (f" ({misplaced} inf or NaN not where onnxruntime has them)"
-                                                   if misplaced else ""))
+              f"{column}{'ok' if good else 'MISMATCH'}" + (f" ({misplaced} inf or NaN not where onnxruntime has them)"
+                                                           if misplaced else ""))
+        if not good and cast_err is not None and bound is not None and cast_err > bound and \
+                rms_err <= CAST_OWN_FACTOR * cast_err:
+            explained.append(name)
+    if isinstance(own, str):
+        print(f"note: no cast's own error: {own}")
+    if explained:
+        print(f"note: {', '.join(map(repr, explained))} miss{'es' if len(explained) == 1 else ''} the bound by about "
+              f"the cast's own error: the model's values do not take {options.auto_cast_type} there, whatever the "
+              "compiler does (check without --auto-cast to see the compiler's own error in fp32)")
     print(f"{model.last_run.instructions} instructions; {_timing(model)}")
     return 0 if ok else 1
+
+
+# A mismatch under auto-cast within this factor of the cast's own error is the cast's (check's note)
+CAST_OWN_FACTOR = 2.0
+
+
+def _cast_own_errors(proto: Any, inputs: dict[str, Any], expected: dict[str, Any],
+                     options: Any) -> dict[str, float] | str:
+    """Per output, err / rms of onnxruntime run with what auto-cast narrows rounded to the cast type (reference.py
+    cast_only_model), against the fp32 reference; or why there is none."""
+    from neuronx_cc_lite.errors import CompileError
+    from neuronx_cc_lite.reference import cast_only_model, error_over_rms, onnxruntime_outputs
+
+    rounded = cast_only_model(proto, options.auto_cast, options.auto_cast_type)
+    if rounded is None:
+        return f"the model's opset has no Cast to {options.auto_cast_type}"
+    try:
+        found = onnxruntime_outputs(rounded, inputs, optimize=False)
+    except CompileError as e:
+        return e.message
+    return {name: error_over_rms(found[name], value) for name, value in expected.items()
+            if name in found and value.dtype.kind == "f"}
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:

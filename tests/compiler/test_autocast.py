@@ -70,3 +70,24 @@ def test_all_holds_weights_in_the_cast_type():
     assert size(narrow, "KxN") * 4 == size(fp32, "KxN") > 0
     assert size(narrow, "rows") == size(fp32, "rows") == 3 * 300 * 2
     assert narrow.flags["auto_cast"] == "all" and narrow.flags["auto_cast_type"] == "fp8_e4m3"
+
+
+# Bundled models whose matmult operands are the model's own MatMul, Gemm and Conv operands as they stand (no batch
+# norm folded into a weight first, no scale moved into a product, no recurrent or Loop body, nothing quantized)
+AS_THEY_STAND = ["mlp_small", "mlp_wide", "mlp_odd", "bert_hf", "bert_modern", "cnn_ops"]
+
+
+@pytest.mark.parametrize("name", AS_THEY_STAND)
+def test_matmult_rounds_what_the_cast_only_reference_rounds(tmp, name):
+    """Under --auto-cast matmult the compiled model is onnxruntime with the operands of MatMul, Gemm and Conv
+    rounded to bf16 (check's "cast own" reference, reference.cast_only_model) up to fp32 summation order: a
+    product left in fp32, or a value rounded that auto-cast keeps, moves it by ~1e-3 of the output's rms."""
+    from neuronx_cc_lite.reference import cast_only_model
+
+    model = onnx.load(os.path.join(MODELS_DIR, f"{name}.onnx"))
+    compiled = compile_to_model(model, tmp, Options(auto_cast="matmult", auto_cast_type="bf16"))
+    inputs = seeded_inputs(compiled.inputs)
+    ours = compiled.run(inputs)
+    rounded = onnxruntime_outputs(cast_only_model(model, "matmult", "bf16"), inputs, optimize=False)
+    for out in rounded:
+        assert error_over_rms(ours[out], rounded[out]) <= 1e-4, out
