@@ -19,7 +19,11 @@
 - a 2D convolution whose stride is its kernel (a ViT's patch embedding: non-overlapping patches, no padding)
   -> PatchEmbedding (the compiler's own op: a row per patch, lower/patches.py contracting over channels and kernel
      rows with the image's rows loaded whole), then Reshape and Transpose back to the convolution's layout: a
-     token-major result, as the transformer after it reads it, instead of a convolution of 16x16 taps.
+     token-major result, as the transformer after it reads it, instead of a convolution of 16x16 taps;
+- an AveragePool or MaxPool with one window over the whole input (no padding; ceil_mode lets the window run past
+  the end, as transformers' EfficientNet pools its [1280, 7, 7] features with AvgPool2d(1280, ceil_mode=True))
+  -> GlobalAveragePool or GlobalMaxPool, which onnxruntime computes it as (a window past the input counts only the
+     input); the pooling lowering would refuse a window larger than its input.
 
 A pattern is rewritten (into one node, or a few) only when every intermediate value it swallows has no other use,
 so the rewrite never changes what the rest of the graph sees. The nodes left without users are removed.
@@ -370,9 +374,25 @@ def _patchify(m: _Matcher, conv: Node) -> tuple[list[Node], list[Node]] | None:
     return nodes, [conv]
 
 
+def _global_pool(m: _Matcher, pool: Node) -> tuple[Node, list[Node]] | None:
+    """A pool with one output per channel whose window starts at the input's first element and covers it all."""
+    x, y = m.g.tensors[pool.inputs[0]], m.g.tensors[pool.outputs[0]]
+    a, rank = pool.attrs, len(x.shape) - 2
+    kernel = list(a.get("kernel_shape", []))
+    if (len(pool.outputs) > 1 and pool.outputs[1]) or rank < 1 or len(kernel) != rank or \
+            any(d is None for d in (*x.shape, *y.shape)) or list(y.shape[2:]) != [1] * rank:
+        return None
+    if any(a.get("pads", [0] * 2 * rank)) or a.get("auto_pad", "NOTSET") not in ("NOTSET", "VALID") or \
+            any(d != 1 for d in a.get("dilations", [1] * rank)) or any(k < n for k, n in zip(kernel, x.shape[2:])):
+        return None
+    op = "GlobalAveragePool" if pool.op == "AveragePool" else "GlobalMaxPool"
+    return Node(op, pool.name, [pool.inputs[0]], [pool.outputs[0]]), [pool]
+
+
 REWRITES = (("ReduceMean", _layer_norm), ("Erf", _gelu_erf), ("Tanh", _gelu_tanh), ("Pow", _rms_norm),
             ("Conv", _patchify), ("InstanceNormalization", _group_norm),
-            ("GroupNormalization", _group_norm_activation))
+            ("GroupNormalization", _group_norm_activation), ("AveragePool", _global_pool),
+            ("MaxPool", _global_pool))
 
 
 def run(g: Graph) -> Graph:

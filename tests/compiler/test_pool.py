@@ -91,3 +91,30 @@ def test_max_pool_indices_are_refused():
     model.graph.output[1].type.tensor_type.elem_type = TensorProto.INT64
     with pytest.raises(UnsupportedError, match="the Indices output of MaxPool is not supported"):
         compile_model(model)
+
+
+@pytest.mark.parametrize("op, shape, attrs", [
+    # transformers' EfficientNet: AvgPool2d(1280, ceil_mode=True) over its last [7, 7] features
+    ("AveragePool", [1, 8, 7, 7], dict(kernel_shape=[1280, 1280], strides=[1280, 1280], ceil_mode=1,
+                                       count_include_pad=1)),
+    ("AveragePool", [1, 130, 2, 3], dict(kernel_shape=[5, 5], strides=[5, 5], ceil_mode=1)),
+    ("MaxPool", [2, 3, 4, 6], dict(kernel_shape=[4, 6])),
+    ("MaxPool", [1, 3, 9], dict(kernel_shape=[16], ceil_mode=1, strides=[16])),
+], ids=["efficientnet-pooler", "ceil-past-the-end", "window-is-the-input", "1d-ceil"])
+def test_a_pool_whose_one_window_covers_the_input_is_a_global_pool(tmp, op, shape, attrs):
+    """canonicalize makes it GlobalAveragePool or GlobalMaxPool (the window past the input counts only the input,
+    as onnxruntime's): it was refused, the window being larger than the input."""
+    from neuronx_cc_lite.compiler import Options, prepare
+
+    model = pool(op, shape, **attrs)
+    assert [n.op for n in prepare(model, Options(), None).nodes] == [f"Global{op}"]
+    check(model, tmp)
+
+
+def test_a_padded_pool_over_the_input_stays_a_pool(tmp):
+    """With padding counted, a window over the whole input divides by more than the input's size: not global."""
+    from neuronx_cc_lite.compiler import Options, prepare
+
+    model = pool("AveragePool", [1, 4, 3, 3], kernel_shape=[5, 5], pads=[1, 1, 1, 1], count_include_pad=1)
+    assert [n.op for n in prepare(model, Options(), None).nodes] == ["AveragePool"]
+    check(model, tmp)
