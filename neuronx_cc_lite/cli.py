@@ -874,7 +874,8 @@ def cmd_check(args: argparse.Namespace) -> int:
         inputs.update(_load_npz(args.inputs, {i.name: i for i in model.inputs}))
     with progress.simulating(model):
         actual = model.run(inputs)
-    expected = onnxruntime_outputs(proto, {**inputs, **input_value_arrays(proto, options.input_values)})
+    given = {**inputs, **input_value_arrays(proto, options.input_values)}  # what onnxruntime is given
+    expected = onnxruntime_outputs(proto, given)
     bound = error_bound(options.auto_cast, options.auto_cast_type)
     ok = True
     for name, value in expected.items():
@@ -884,11 +885,10 @@ def cmd_check(args: argparse.Namespace) -> int:
                   "compared by position; give inputs that keep it finite with --inputs IN.npz to compare values")
     criterion = (f"max |err| <= {bound:.3g} x rms, the documented {options.auto_cast}/{options.auto_cast_type} "
                  "bound" if bound is not None else f"rtol {args.rtol}, atol {args.atol}")
-    own = _cast_own_errors(proto, {**inputs, **input_value_arrays(proto, options.input_values)}, expected, options) \
-        if bound is not None else None
+    own = _cast_own_errors(proto, given, expected, options) if bound is not None else None
     if own is not None:
-        print(f"cast's own: err / rms of onnxruntime itself with what --auto-cast {options.auto_cast} narrows rounded "
-              f"to {options.auto_cast_type} (the operands of MatMul, Gemm and Conv"
+        print(f"cast own: err / rms of onnxruntime itself with what --auto-cast {options.auto_cast} narrows rounded "
+              f"to {options.auto_cast_type} (the operands of MatMul, Gemm, Conv and ConvTranspose"
               + (", every fp32 value inside the model)" if options.auto_cast == "all" else ")"))
     print(f"{'output':<24} {'shape':<18} {'max abs err':>12} {'max rel err':>12} {'err / rms':>10}  "
           + (f"{'cast own':>10}  " if own is not None else "") + f"verdict ({criterion}; inf and NaN by position)")
