@@ -35,7 +35,7 @@ from neuronx_cc_lite.lower.instr import act
 from neuronx_cc_lite.lower.moments import normalize_rows
 from neuronx_cc_lite.lower.operands import bias_columns, blocks
 from neuronx_cc_lite.lower.transpose import Piece, transpose_pieces
-from neuronx_cc_lite.tile.hbm import HbmView
+from neuronx_cc_lite.tile.hbm import HbmView, reshaped_strides
 from neuronx_cc_lite.tile.program import Program, Tile
 
 
@@ -50,12 +50,29 @@ def applies(ctx: LowerCtx, node: Node) -> bool:
     if not all(ctx.graph.tensors[p].is_constant for p in params):
         return False
     x = ctx.view(node.inputs[0])
-    return x.is_contiguous and (_is_feature_major(x) or ctx.feature_major(node.outputs[0]))
+    return (x.is_contiguous and (_is_feature_major(x) or ctx.feature_major(node.outputs[0]))) or \
+        _by_features(x) is not None
 
 
 def _is_feature_major(view: HbmView) -> bool:
     layout = view.tensor.layout
     return layout is not None and layout[2] == 1
+
+
+def _by_features(view: HbmView) -> HbmView | None:
+    """The input as [tokens, features] where each feature's tokens are one contiguous run: a transposed view of a
+    channel-major tensor (ConvNeXt normalises a convolution's [1, C, H, W] output over C, read through its permute
+    to [1, H, W, C]). Loaded feature-major, a partition's tokens are one run; loaded by rows, every element would be
+    a DMA piece of its own. None for any other view."""
+    tokens, h = math.prod(view.shape[:-1]), view.shape[-1]
+    if view.is_contiguous or tokens < 2:
+        return None
+    rank = len(view.shape)
+    flipped = view.transpose((rank - 1, *range(rank - 1)))
+    strides = reshaped_strides(flipped.shape, flipped.strides, (h, tokens))
+    if strides is None or strides[1] != 1:
+        return None
+    return HbmView(view.tensor, view.dtype, (tokens, h), (1, strides[0]), view.offset)
 
 
 def _param(ctx: LowerCtx, node: Node, index: int, default: float) -> np.ndarray:
@@ -71,7 +88,9 @@ def lower_layer_norm_feature_major(ctx: LowerCtx, node: Node) -> None:
     rank, h = len(shape), shape[-1]
     tokens = math.prod(shape[:-1])
     eps = float(node.attrs.get("epsilon", 1e-5))
-    x = ctx.view(node.inputs[0]).reshape((tokens, h))
+    view = ctx.view(node.inputs[0])
+    columns = _by_features(view)
+    x = columns if columns is not None else view.reshape((tokens, h))
     out_fm = ctx.feature_major(node.outputs[0])
     out = ctx.output(node.outputs[0], (rank - 1, rank) if out_fm else (0, rank - 1)).reshape((tokens, h))
     assert x is not None and out is not None
@@ -79,7 +98,7 @@ def lower_layer_norm_feature_major(ctx: LowerCtx, node: Node) -> None:
     beta = bias_columns(ctx, _param(ctx, node, 2, 0.0))
     pmax = prog.target.partitions
     features = blocks(h, pmax)
-    if not _is_feature_major(x):  # token-major in: normalise rows, turn the result
+    if columns is None and not _is_feature_major(x):  # token-major in: normalise rows, turn the result
         for t0, tt_ in blocks(tokens, pmax):
             rows = prog.sbuf(tt_, h, x.dtype, f"{node.name}/x")
             prog.dma(rows.ap(), x.box((t0, 0), (tt_, h)))

@@ -76,6 +76,20 @@ def _through_view(node: Node, g: Graph, position: int | None) -> int | None:
     return None
 
 
+def _channels_first(node: Node, g: Graph, position: int | None) -> bool:
+    """Whether `node` is a Transpose that moves its input's last axis (the tracked one) in front of the others and
+    keeps their order, size-1 axes aside: [1, H, W, C] to [1, C, H, W], as ConvNeXt's blocks permute back to a
+    convolution's layout. The tensor laid out feature-major (C on partitions, the rest in order in the free
+    dimension) is then exactly that view laid out by rows."""
+    src = g.tensors[node.inputs[0]].shape
+    if node.op != "Transpose" or position != len(src) - 1 or len(src) < 3:
+        return False
+    perm = node.attrs.get("perm") or tuple(reversed(range(len(src))))
+    moved = [int(p) % len(src) for p in perm if src[int(p) % len(src)] != 1]
+    kept = [a for a in range(len(src)) if src[a] != 1]
+    return len(kept) >= 2 and moved == [kept[-1], *kept[:-1]] and kept[-1] == len(src) - 1
+
+
 class FeatureMajor:
     """The decision for every computed tensor of a graph, made once when lowering starts."""
 
@@ -100,7 +114,11 @@ class FeatureMajor:
             yield False
         for node in self.users.get(name, []):
             rank = len(self.g.tensors[node.outputs[0]].shape) if node.outputs and node.outputs[0] else 0
-            if _carries(node.op) and node.inputs[0] == name:
+            if _carries(node.op) and node.inputs[0] == name and _channels_first(node, self.g, position):
+                # the permute back to channels-first: feature-major, the tensor is already that view's rows
+                votes = list(self._votes(node.outputs[0], rank - 1))
+                yield bool(votes) and not any(votes)
+            elif _carries(node.op) and node.inputs[0] == name:
                 yield from self._votes(node.outputs[0], _through_view(node, self.g, position))
             elif is_matmul(node.op) and node.inputs[0] == name and node.attrs.get("transA", 0) == 0:
                 yield position is not None and position == len(self.g.tensors[name].shape) - 1 >= 1

@@ -355,6 +355,8 @@ def _patchify(m: _Matcher, conv: Node) -> tuple[list[Node], list[Node]] | None:
     n, ph, pw = xs[0], xs[2] // kh, xs[3] // kw
     if y.shape != (n, m_out, ph, pw) or m.user(conv.outputs[0], "BatchNormalization") is not None:
         return None  # a batch norm after it folds into the convolution's weights (fold-batchnorm)
+    if any(u.op == "Conv" for u in m.users.get(conv.outputs[0], [])):
+        return None  # a convolution reads it channels first, as the convolution writes it (ConvNeXt's downsampling)
     name, dtype = conv.name, g.tensors[x].dtype
 
     def tensor(suffix: str, shape: tuple[int, ...], value: np.ndarray | None = None) -> str:
