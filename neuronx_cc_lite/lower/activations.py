@@ -16,7 +16,7 @@ from neuronx_cc_lite.ir import Graph, Node
 from neuronx_cc_lite.lower.context import LowerCtx
 from neuronx_cc_lite.lower.elementwise import Operand, elementwise
 from neuronx_cc_lite.lower.instr import act, fill, scratch, select, ts, tt
-from neuronx_cc_lite.ops.attributes import hard_sigmoid_attrs
+from neuronx_cc_lite.ops.attributes import clip_bounds, hard_sigmoid_attrs
 from neuronx_cc_lite.ops.registry import lowering
 from neuronx_cc_lite.ops.traits import FusedActivation, OpKind
 from neuronx_cc_lite.tile.program import Program, TileAccess
@@ -79,7 +79,7 @@ def constant_column(ctx: LowerCtx, value: float, partitions: int) -> TileAccess:
 
 
 def hard_activation(ctx: LowerCtx, node: Node) -> Callable[[TileAccess, TileAccess], None] | None:
-    """A fused epilogue's HardSwish or HardSigmoid (its `activation` attribute, passes/fuse_epilogues.py) as
+    """A fused epilogue's HardSwish, HardSigmoid or Clip (its `activation` attribute, passes/fuse_epilogues.py) as
     hard(dst, x): x a convolution's bank with its bias added by PE, or an evacuated result (a ConvEpilogue's in
     place, a MatMulEpilogue's fp32 one); None for any other activation."""
     activation = node.attrs.get("activation", "")
@@ -93,6 +93,9 @@ def hard_activation(ctx: LowerCtx, node: Node) -> Callable[[TileAccess, TileAcce
         # (its reader clamps it at 1: passes/fuse_epilogues.py _clamp_gates_where_read)
         return lambda dst, x: act(prog, dst, x, ActFunc.relu, scale=alpha,
                                   bias=constant_column(ctx, beta, dst.partitions))
+    if activation == "Clip":
+        low, high = node.attrs.get("activation_min"), node.attrs.get("activation_max")
+        return lambda dst, x: clip(prog, dst, x, low, high)  # type: ignore[arg-type]
     return None
 
 
@@ -112,17 +115,8 @@ def lower_hard_swish(ctx: LowerCtx, node: Node) -> None:
     elementwise(ctx, node, compute)
 
 
-def _clip_bounds(node: Node, g: Graph) -> tuple[float | None, float | None]:
-    """(min, max): attributes before opset 11, constant inputs (the registry makes sure) from then on."""
-    if g.opset_of(node) < 11:
-        return node.attrs.get("min"), node.attrs.get("max")
-    bounds = [float(np.asarray(g.tensors[node.inputs[i]].value).reshape(-1)[0])
-              if len(node.inputs) > i and node.inputs[i] else None for i in (1, 2)]
-    return bounds[0], bounds[1]
-
-
 def _check_clip(node: Node, g: Graph) -> str | None:
-    bounds = _clip_bounds(node, g)
+    bounds = clip_bounds(node, g)
     dtype = g.tensors[node.inputs[0]].dtype
     if dtype in (np.dtype(np.uint32), np.dtype(np.uint64), np.dtype(np.int64)) and any(
             b is not None and abs(b) >= 2**24 for b in bounds):
@@ -130,15 +124,24 @@ def _check_clip(node: Node, g: Graph) -> str | None:
     return None
 
 
-@lowering("Clip", check=_check_clip, constant_inputs=(1, 2), kind=OpKind.ELEMENTWISE)
+def clip(prog: Program, dst: TileAccess, x: TileAccess, low: float | None, high: float | None) -> None:
+    """dst = min(max(x, low), high), each bound where given: one VectorE instruction."""
+    ops = [(AluOp.maximum, low), (AluOp.minimum, high)]
+    ops = [(op, v) for op, v in ops if v is not None] or [(AluOp.add, 0.0)]
+    (op0, s0), (op1, s1) = ops[0], ops[1] if len(ops) > 1 else (None, None)
+    ts(prog, dst, x, op0, s0, op1, s1)  # type: ignore[arg-type]
+
+
+# A Clip (ReLU6, as MobileNetV2 and EfficientNet-Lite export it) fuses into a matmul's or a convolution's
+# epilogue as a hard activation: its bounds ride along (activation_min, activation_max)
+@lowering("Clip", check=_check_clip, constant_inputs=(1, 2), kind=OpKind.ELEMENTWISE,
+          fused={"Clip": FusedActivation(None)})
 def lower_clip(ctx: LowerCtx, node: Node) -> None:
-    low, high = _clip_bounds(node, ctx.graph)
+    low, high = clip_bounds(node, ctx.graph)
 
     def compute(prog: Program, dst: TileAccess, s: list[Operand]) -> None:
-        ops = [(AluOp.maximum, low), (AluOp.minimum, high)]
-        ops = [(op, v) for op, v in ops if v is not None] or [(AluOp.add, 0.0)]
-        (op0, s0), (op1, s1) = ops[0], ops[1] if len(ops) > 1 else (None, None)
-        ts(prog, dst, s[0], op0, s0, op1, s1)  # type: ignore[arg-type]
+        assert isinstance(s[0], TileAccess)
+        clip(prog, dst, s[0], low, high)
 
     elementwise(ctx, node, compute, inputs=[node.inputs[0]])
 

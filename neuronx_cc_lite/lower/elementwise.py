@@ -196,6 +196,7 @@ UNARY = {
     "Erf": ActFunc.erf, "Sqrt": ActFunc.sqrt, "Reciprocal": ActFunc.reciprocal, "Abs": ActFunc.abs,
     "Sign": ActFunc.sign, "Log": ActFunc.log, "Softplus": ActFunc.softplus, "Sin": ActFunc.sin,
     "Atan": ActFunc.arctan, "Mish": ActFunc.mish, "Cos": ActFunc.cos, "Tan": ActFunc.tan,
+    "Silu": ActFunc.silu,  # the compiler's own, x * Sigmoid(x) (passes/canonicalize.py)
 }
 ARITHMETIC = {"Add": AluOp.add, "Sub": AluOp.subtract, "Mul": AluOp.multiply, "Div": AluOp.divide}
 VARIADIC = {"Sum": fold(AluOp.add), "Max": fold(AluOp.maximum), "Min": fold(AluOp.minimum),
@@ -211,7 +212,7 @@ def _check_unary(node: Node, g: Graph) -> str | None:
 
 
 # the unary ops a matmul's or a convolution's evacuation applies as the bank leaves PSUM (passes/fuse_epilogues.py)
-FUSED_UNARY = {op: FusedActivation(UNARY[op]) for op in ("Relu", "Sigmoid", "Tanh")}
+FUSED_UNARY = {op: FusedActivation(UNARY[op]) for op in ("Relu", "Sigmoid", "Tanh", "Silu")}
 
 
 @lowering(*UNARY, check=_check_unary, kind=OpKind.ELEMENTWISE, fused=FUSED_UNARY)

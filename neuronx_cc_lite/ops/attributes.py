@@ -1,6 +1,6 @@
 """What an ONNX node's attributes and constant inputs say, where a graph pass and a lowering both read it: the axes a
-Reduce* node reduces, HardSigmoid's alpha and beta, whether a BatchNormalization is the inference form and the
-per-channel scale and shift it then applies."""
+Reduce* node reduces, HardSigmoid's alpha and beta, Clip's bounds, whether a BatchNormalization is the inference form
+and the per-channel scale and shift it then applies."""
 
 from __future__ import annotations
 
@@ -30,6 +30,16 @@ def reduced_axes(node: Node, g: Graph) -> tuple[int, ...] | None:
 def hard_sigmoid_attrs(attrs: dict[str, object]) -> tuple[float, float]:
     """(alpha, beta) of a HardSigmoid, ONNX's defaults where absent."""
     return float(attrs.get("alpha", 0.2)), float(attrs.get("beta", 0.5))  # type: ignore[arg-type]
+
+
+def clip_bounds(node: Node, g: Graph) -> tuple[float | None, float | None]:
+    """A Clip's (min, max), None where absent: attributes before opset 11, constant inputs (the registry makes sure)
+    from then on."""
+    if g.opset_of(node) < 11:
+        return node.attrs.get("min"), node.attrs.get("max")  # type: ignore[return-value]
+    bounds = [float(np.asarray(g.tensors[node.inputs[i]].value).reshape(-1)[0])
+              if len(node.inputs) > i and node.inputs[i] else None for i in (1, 2)]
+    return bounds[0], bounds[1]
 
 
 def inference_only(node: Node) -> str | None:

@@ -58,7 +58,7 @@ LOWERINGS: dict[str, Lowering] = {}
 # Ops the compiler's own passes create (fused operators), in the compiler's domain.
 INTERNAL_DOMAIN = "ai.neuronx_cc_lite"
 INTERNAL_OPS = {"MatMulEpilogue", "ConvEpilogue", "GroupNormActivation", "PatchEmbedding", "AllReduce", "AllGather",
-                "ReduceScatter", "SaturatingCast"}
+                "ReduceScatter", "SaturatingCast", "Silu"}
 
 
 # Ops without a lowering that a pass removes when it can (an If whose condition folds, a NonZero over constants):

@@ -20,6 +20,9 @@
   -> PatchEmbedding (the compiler's own op: a row per patch, lower/patches.py contracting over channels and kernel
      rows with the image's rows loaded whole), then Reshape and Transpose back to the convolution's layout: a
      token-major result, as the transformer after it reads it, instead of a convolution of 16x16 taps;
+- SiLU as the exporters write it, x * Sigmoid(x) -> Silu (the compiler's own op: ScalarE's silu, one pass where
+  there were two; and a function a matmul's or a convolution's evacuation applies, passes/fuse_epilogues.py: an
+  EfficientNet's convolutions, a Llama MLP's gate projection);
 - an AveragePool or MaxPool with one window over the whole input (no padding; ceil_mode lets the window run past
   the end, as transformers' EfficientNet pools its [1280, 7, 7] features with AvgPool2d(1280, ceil_mode=True))
   -> GlobalAveragePool or GlobalMaxPool, which onnxruntime computes it as (a window past the input counts only the
@@ -376,6 +379,17 @@ def _patchify(m: _Matcher, conv: Node) -> tuple[list[Node], list[Node]] | None:
     return nodes, [conv]
 
 
+def _silu(m: _Matcher, gate: Node) -> tuple[Node, list[Node]] | None:
+    """Mul(x, Sigmoid(x)), the Sigmoid read by the Mul alone, in fp32 (an fp16 model rounds between the two)."""
+    x, s = gate.inputs[0], gate.outputs[0]
+    mul = m.user(s, "Mul")
+    if gate.domain not in ("", "ai.onnx") or mul is None or len(m.users.get(s, [])) != 1 or \
+            sorted(mul.inputs) != sorted([x, s]) or m.g.tensors[x].dtype != np.float32 or \
+            m.g.tensors[mul.outputs[0]].shape != m.g.tensors[x].shape:
+        return None
+    return Node("Silu", mul.name, [x], list(mul.outputs), {}, INTERNAL_DOMAIN), [gate, mul]
+
+
 def _global_pool(m: _Matcher, pool: Node) -> tuple[Node, list[Node]] | None:
     """A pool with one output per channel whose window starts at the input's first element and covers it all."""
     x, y = m.g.tensors[pool.inputs[0]], m.g.tensors[pool.outputs[0]]
@@ -393,7 +407,7 @@ def _global_pool(m: _Matcher, pool: Node) -> tuple[Node, list[Node]] | None:
 
 REWRITES = (("ReduceMean", _layer_norm), ("Erf", _gelu_erf), ("Tanh", _gelu_tanh), ("Pow", _rms_norm),
             ("Conv", _patchify), ("InstanceNormalization", _group_norm),
-            ("GroupNormalization", _group_norm_activation), ("AveragePool", _global_pool),
+            ("GroupNormalization", _group_norm_activation), ("Sigmoid", _silu), ("AveragePool", _global_pool),
             ("MaxPool", _global_pool))
 
 

@@ -1,19 +1,19 @@
 """Fuse what follows a matrix product into it:
 
     MatMul | Gemm  ->  [Mul | Div by a constant]  ->  [Add a bias row]  ->  [Add a residual]
-                   ->  [Relu | Gelu | Tanh | Sigmoid | HardSwish | HardSigmoid]
+                   ->  [Relu | Gelu | Tanh | Sigmoid | HardSwish | HardSigmoid | Clip]
     becomes one MatMulEpilogue node named after the MatMul: y = act(alpha * A @ B + bias + residual); and
     MatMul | Gemm  ->  [Add a bias row]  ->  Mul by a computed tensor of its shape (a gate)
     becomes y = (A @ B + bias) * gate, the gate its fifth input (a gated projection: sigmoid(x W1) * (x W2)),
 
-and [x * a per-channel scale ->] Conv -> [Add a residual] -> [Relu | Tanh | Sigmoid | HardSwish | HardSigmoid]
-becomes ConvEpilogue (a ResNet block's tail; a MobileNetV3 expansion, squeeze, or projection of the gated values,
-whose gate scales the weights' rows on chip instead of every input element; a gate's clamp at 1 moves to the
-projection that reads it, _clamp_gates_where_read), each lowered as one pass over each
-PSUM bank (lower/matmul.py, lower/conv.py): PE adds the bias while it accumulates (one more matmul, a ones row
-times the bias row), VectorE adds the residual as it evacuates the bank, ScalarE applies the activation (the hard
-ones: ScalarE's relu and a VectorE instruction or two, lower/activations.py); the intermediate tensors never
-exist.
+and [x * a per-channel scale ->] Conv -> [Add a residual] -> [Relu | Tanh | Sigmoid | HardSwish | HardSigmoid |
+Clip] becomes ConvEpilogue (a ResNet block's tail; a MobileNetV3 expansion, squeeze, or projection of the gated
+values, whose gate scales the weights' rows on chip instead of every input element; a gate's clamp at 1 moves to the
+projection that reads it, _clamp_gates_where_read; a MobileNetV2 expansion and its ReLU6, a Clip), each lowered as
+one pass over each PSUM bank (lower/matmul.py, lower/conv.py): PE adds the bias while it accumulates (one more
+matmul, a ones row times the bias row), VectorE adds the residual as it evacuates the bank, ScalarE applies the
+activation (the hard ones: ScalarE's relu and a VectorE instruction or two, lower/activations.py; a Clip one
+VectorE instruction, which evacuates the bank itself where PE added the bias); the intermediate tensors never exist.
 
 The bias must be a constant with one value per output column (shape [N], [1, N], a scalar, ...); the residual a
 computed tensor broadcasting to the output's shape (an attention mask too). Gemm's C joins as a bias when it is
@@ -29,7 +29,7 @@ import math
 import numpy as np
 
 from neuronx_cc_lite.ir import Graph, Node, Tensor
-from neuronx_cc_lite.ops.attributes import hard_sigmoid_attrs
+from neuronx_cc_lite.ops.attributes import clip_bounds, hard_sigmoid_attrs
 from neuronx_cc_lite.ops.registry import INTERNAL_DOMAIN as DOMAIN
 from neuronx_cc_lite.ops.registry import fused_activations
 
@@ -143,8 +143,7 @@ def _fuse(g: Graph, users: dict[str, list[Node]], head: Node) -> tuple[Node, lis
     if nxt is not None and nxt.op in fused_activations() and (nxt.op != "Gelu" or
                                                          nxt.attrs.get("approximate", "none") in ("none", "tanh")):
         attrs["activation"] = nxt.op if nxt.op != "Gelu" else f"Gelu/{nxt.attrs.get('approximate', 'none')}"
-        if nxt.op == "HardSigmoid":
-            attrs.update(zip(("activation_alpha", "activation_beta"), hard_sigmoid_attrs(nxt.attrs)))
+        attrs.update(_activation_params(g, nxt))
         matched.append(nxt)
         out = nxt.outputs[0]
     if len(matched) == 1 and bias is None:
@@ -201,17 +200,28 @@ def _fuse_conv(g: Graph, users: dict[str, list[Node]], producers: dict[str, Node
             out = nxt.outputs[0]
             nxt = _sole_user(g, users, out)
     activation, extra = "", {}
-    # MobileNetV3's HardSwish after its expansions, HardSigmoid closing its squeeze-and-excitation
+    # MobileNetV3's HardSwish after its expansions, HardSigmoid closing its squeeze-and-excitation, MobileNetV2's
+    # ReLU6 (a Clip)
     if nxt is not None and nxt.op in fused_activations(convolution=True):
         activation = nxt.op
-        if nxt.op == "HardSigmoid":  # its slope and offset ride along
-            extra = dict(zip(("activation_alpha", "activation_beta"), hard_sigmoid_attrs(nxt.attrs)))
+        extra = _activation_params(g, nxt)
         matched.append(nxt)
         out = nxt.outputs[0]
     if len(matched) == 1:
         return None
     attrs = {**head.attrs, **extra, "activation": activation, "fused": [n.name for n in matched if n is not head]}
     return Node(CONV_OP, head.name, inputs, [out], attrs, DOMAIN, opset=g.opset_of(head)), matched
+
+
+def _activation_params(g: Graph, activation: Node) -> dict[str, float]:
+    """What a fused activation's function needs beside its name: a HardSigmoid's slope and offset, a Clip's bounds
+    (each where given)."""
+    if activation.op == "HardSigmoid":
+        return dict(zip(("activation_alpha", "activation_beta"), hard_sigmoid_attrs(activation.attrs)))
+    if activation.op == "Clip":
+        return {k: v for k, v in zip(("activation_min", "activation_max"), clip_bounds(activation, g))
+                if v is not None}
+    return {}
 
 
 def _fuse_nan_guard(g: Graph, users: dict[str, list[Node]], node: Node) -> tuple[Node, list[Node]] | None:

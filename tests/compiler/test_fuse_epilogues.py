@@ -271,3 +271,79 @@ def test_a_classifiers_hidden_hard_swish_runs_once_over_its_blocks(tmp):
     y = bf16(p * np.clip(p / 6 + 0.5, 0, 1)) @ bf16(w["w2"]).T
     ours = compile_to_model(model, tmp, options).run({"x": x})["y"]
     assert np.abs(ours - y).max() < 1e-5 * np.sqrt((y ** 2).mean())
+
+
+def _conv_then(activation: list[str], opset: int = 17, bounds: tuple[float | None, float | None] = (0.0, 6.0),
+               depthwise: bool = False) -> onnx.ModelProto:
+    """A 3x3 convolution (or a depthwise one) with a bias, then ReLU6 (a Clip, MobileNetV2's) or SiLU (x *
+    Sigmoid(x), EfficientNet's), weights wide enough that the values cross both of the Clip's bounds."""
+    rng = np.random.default_rng(5)
+    c = 24
+    weights = {"w": (rng.standard_normal((c, 1 if depthwise else 8, 3, 3)) * 2).astype(np.float32),
+               "b": rng.standard_normal(c).astype(np.float32)}
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1], group=c if depthwise else 1)]
+    if activation == ["Clip"] and opset >= 11:
+        names = []
+        for name, bound in zip(("lo", "hi"), bounds):
+            if bound is not None:
+                weights[name] = np.asarray(bound, np.float32)
+            names.append(name if bound is not None else "")
+        nodes.append(helper.make_node("Clip", ["c", *names], ["y"]))
+    elif activation == ["Clip"]:
+        nodes.append(helper.make_node("Clip", ["c"], ["y"], **{k: v for k, v in zip(("min", "max"), bounds)
+                                                                if v is not None}))
+    else:
+        nodes += [helper.make_node("Sigmoid", ["c"], ["s"]), helper.make_node("Mul", ["c", "s"], ["y"])]
+    return make_model(nodes, {"x": ([1, c if depthwise else 8, 20, 20], TensorProto.FLOAT)},
+                      {"y": ([1, c, 20, 20], TensorProto.FLOAT)}, weights, opset=opset)
+
+
+@pytest.mark.parametrize("activation, opset, bounds, depthwise", [
+    (["Clip"], 17, (0.0, 6.0), False), (["Clip"], 17, (0.0, 6.0), True), (["Clip"], 17, (None, 1.5), False),
+    (["Clip"], 6, (-1.0, 2.0), False), (["Sigmoid", "Mul"], 17, (None, None), False),
+    (["Sigmoid", "Mul"], 17, (None, None), True),
+], ids=["relu6", "relu6-depthwise", "max-only", "opset6-attributes", "silu", "silu-depthwise"])
+def test_relu6_and_silu_join_their_convolution(tmp, activation, opset, bounds, depthwise):
+    """A Clip after a convolution is its epilogue's activation (one VectorE instruction over the bank, its bounds
+    carried as activation_min / activation_max); x * Sigmoid(x) is a Silu (canonicalize), ScalarE's function as the
+    bank leaves PSUM: neither is a node of its own, and the result is onnxruntime's."""
+    from neuronx_cc_lite.compiler import Options, prepare
+    from neuronx_cc_lite.reference import onnxruntime_outputs
+
+    model = _conv_then(activation, opset, bounds, depthwise)
+    nodes = prepare(model, Options()).nodes
+    assert [n.op for n in nodes] == ["ConvEpilogue"]
+    assert nodes[0].attrs["activation"] == ("Clip" if activation == ["Clip"] else "Silu")
+    check(model, tmp)
+    x = np.random.default_rng(0).standard_normal((1, 24 if depthwise else 8, 20, 20)).astype(np.float32)
+    y = onnxruntime_outputs(model, {"x": x})["y"]
+    if activation == ["Clip"]:  # values at each bound there is
+        assert all(bound is None or (y == np.float32(bound)).any() for bound in bounds)
+
+
+def test_relu6_and_silu_join_a_matmul():
+    """Gemm -> Clip(0, 6) and MatMul -> x * Sigmoid(x) (a Llama MLP's gate) are MatMulEpilogues with those
+    activations, and compute onnxruntime's answer; a Sigmoid read by more than the Mul stays itself."""
+    from neuronx_cc_lite.compiler import Options, prepare
+    from tests.conftest import run_both, assert_close
+
+    rng = np.random.default_rng(2)
+    weights = {"w": (rng.standard_normal((64, 96)) * 0.5).astype(np.float32), "lo": np.asarray(0.0, np.float32),
+               "hi": np.asarray(6.0, np.float32), "v": rng.standard_normal((64, 32)).astype(np.float32)}
+    nodes = [helper.make_node("Gemm", ["x", "w"], ["g"]), helper.make_node("Clip", ["g", "lo", "hi"], ["y"]),
+             helper.make_node("MatMul", ["x", "v"], ["m"]), helper.make_node("Sigmoid", ["m"], ["s"]),
+             helper.make_node("Mul", ["m", "s"], ["z"])]
+    model = make_model(nodes, {"x": ([40, 64], TensorProto.FLOAT)},
+                       {"y": ([40, 96], TensorProto.FLOAT), "z": ([40, 32], TensorProto.FLOAT)}, weights)
+    fused = prepare(model, Options()).nodes
+    assert sorted(n.attrs.get("activation") for n in fused) == ["Clip", "Silu"], [n.op for n in fused]
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        ours, ref = run_both(model, tmp)
+    assert_close(ours, ref, rtol=1e-4)
+    nodes[-1] = helper.make_node("Mul", ["m", "s"], ["z0"])
+    nodes.append(helper.make_node("Add", ["z0", "s"], ["z"]))  # the Sigmoid read twice: no Silu
+    twice = make_model(nodes, {"x": ([40, 64], TensorProto.FLOAT)},
+                       {"y": ([40, 96], TensorProto.FLOAT), "z": ([40, 32], TensorProto.FLOAT)}, weights)
+    assert "Sigmoid" in [n.op for n in prepare(twice, Options()).nodes]

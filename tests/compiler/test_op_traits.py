@@ -39,11 +39,12 @@ def test_a_fused_activation_is_the_function_its_op_computes():
     from neuronx_cc_lite.lower.elementwise import UNARY
 
     fused = fused_activations()
-    assert set(fused) == {"Relu", "Sigmoid", "Tanh", "Gelu", "HardSwish", "HardSigmoid"}
-    for op in ("Relu", "Sigmoid", "Tanh"):
+    assert set(fused) == {"Relu", "Sigmoid", "Tanh", "Silu", "Gelu", "HardSwish", "HardSigmoid", "Clip"}
+    for op in ("Relu", "Sigmoid", "Tanh", "Silu"):
         assert fused[op].func is UNARY[op] is fused_function(op)
     assert fused_function("Gelu/none") is ActFunc.gelu and fused_function("Gelu/tanh") is ActFunc.gelu_apprx_tanh
-    assert {fused_function(a) for a in ("", "HardSwish", "HardSigmoid", "HardSigmoid/unclamped")} == {ActFunc.copy}
+    assert {fused_function(a) for a in ("", "HardSwish", "HardSigmoid", "HardSigmoid/unclamped", "Clip")} == \
+        {ActFunc.copy}
     assert set(fused_activations(convolution=True)) == set(fused) - {"Gelu"}
 
 
