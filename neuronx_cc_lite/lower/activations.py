@@ -94,8 +94,8 @@ def hard_activation(ctx: LowerCtx, node: Node) -> Callable[[TileAccess, TileAcce
         return lambda dst, x: act(prog, dst, x, ActFunc.relu, scale=alpha,
                                   bias=constant_column(ctx, beta, dst.partitions))
     if activation == "Clip":
-        low, high = node.attrs.get("activation_min"), node.attrs.get("activation_max")
-        return lambda dst, x: clip(prog, dst, x, low, high)  # type: ignore[arg-type]
+        low, high = (float(node.attrs[k]) if k in node.attrs else None for k in ("activation_min", "activation_max"))
+        return lambda dst, x: clip(prog, dst, x, low, high)
     return None
 
 

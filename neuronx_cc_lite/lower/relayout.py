@@ -94,8 +94,8 @@ def transpose_hbm(prog: Program, dst: HbmView, src: HbmView, shape: tuple[int, .
                     outs.append((c0 + b0, out))
                     pieces += [Piece(tile.region(b0, cols), out, at) for at, tile in loaded]
                 transpose_pieces(prog, pieces, prog.node)
-                for start, out in outs:
-                    view = HbmView(dst.tensor, dtype, (out.partitions, w), (d_strides[s_axis], 1),
+                for start, out in outs:  # (the destination's own type: an auto-cast operand is stored narrowed)
+                    view = HbmView(dst.tensor, dst.dtype, (out.partitions, w), (d_strides[s_axis], 1),
                                    d_base + start * d_strides[s_axis] + l0)
                     prog.dma(view, out.ap())
 

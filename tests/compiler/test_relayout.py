@@ -96,3 +96,27 @@ def test_rope_halves_and_their_concat_stay_on_chip(tmp):
     assert compile_model(model).stats["through_hbm"] == 0
     ours, ref = run_both(model, tmp)
     np.testing.assert_allclose(ours["y"], ref["y"], rtol=1e-4, atol=1e-4)
+
+
+def test_a_transposing_copy_into_a_narrowed_operand_stores_the_narrow_type(tmp):
+    """Under auto-cast a tensor only matmuls read is held in the matmul type; a Reshape that must copy its
+    transposed input (ConvBERT's convolution heads: [1, 576, 32] turned, then split to [64, 32, 9]) makes it through
+    the Tensor engine, and the store writes that narrow type (it wrote the source's fp32 past the tensor's end:
+    NCC_VERIFY). The result is the product of the bf16-rounded operands."""
+    from neuronx_cc_lite.compiler import Options
+    from neuronx_cc_lite.reference import cast_only_model, onnxruntime_outputs
+
+    rng = np.random.default_rng(0)
+    weights = {"shape1": np.array([1, 32, 64, 9], np.int64), "shape2": np.array([64, 32, 9], np.int64),
+               "w": rng.standard_normal((9, 16)).astype(np.float32)}
+    nodes = [helper.make_node("Add", ["x", "x"], ["a"]), helper.make_node("Transpose", ["a"], ["t"], perm=[0, 2, 1]),
+             helper.make_node("Reshape", ["t", "shape1"], ["r1"]), helper.make_node("Reshape", ["r1", "shape2"], ["r2"]),
+             helper.make_node("MatMul", ["r2", "w"], ["y"])]
+    model = make_model(nodes, {"x": ([1, 576, 32], TensorProto.FLOAT)},  # a, an output too, stays fp32
+                       {"y": ([64, 32, 16], TensorProto.FLOAT), "a": ([1, 576, 32], TensorProto.FLOAT)}, weights)
+    compiled = compile_to_model(model, tmp, Options(auto_cast="matmult"))
+    x = rng.standard_normal((1, 576, 32)).astype(np.float32)
+    ours = compiled.run({"x": x})
+    ref = onnxruntime_outputs(cast_only_model(model, "matmult", "bf16"), {"x": x}, optimize=False)
+    np.testing.assert_allclose(ours["y"], ref["y"], rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(ours["a"], 2 * x)
