@@ -50,6 +50,9 @@ PIPELINE: list[Pass] = [
          "ops ONNX defines as functions of simpler ops need no lowering of their own"),
     Pass("fold-function-bodies", "fold_constants",
          "the bodies just expanded hold shape arithmetic of their own (Attention's Shape, Gather and Range)"),
+    Pass("merge-constants", "merge_constants",
+         "a weight an export shares between layers may reach them as copies (TorchScript's Identity of each use, "
+         "folded): one constant is loaded once, where each copy would be loaded by its own layer"),
     Pass("expand-constant-maps", "expand_constant_maps",
          "a Compress whose condition, a ReverseSequence whose lengths, a DFT whose length and axis are known now is "
          "a Gather or a MatMul by a constant; after the function bodies, whose sizes fold there"),
