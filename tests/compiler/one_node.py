@@ -3,7 +3,6 @@ onnxruntime, and the engine listing of a compiled model."""
 
 from __future__ import annotations
 
-import ml_dtypes
 import numpy as np
 import onnx
 import onnx.numpy_helper
@@ -56,24 +55,10 @@ def rng_weights(seed: int, **shapes: tuple[int, ...]) -> dict[str, np.ndarray]:
 
 
 def bf16_operands(model: onnx.ModelProto) -> onnx.ModelProto:
-    """The model as --auto-cast matmult bf16 computes it: each Conv's input and weights rounded to bf16, the rest
-    in fp32 (onnxruntime's Cast to bfloat16 rounds to nearest even)."""
-    rounded = onnx.ModelProto()
-    rounded.CopyFrom(model)
-    graph = rounded.graph
-    weights = {n.input[1] for n in graph.node if n.op_type == "Conv"}
-    for init in graph.initializer:
-        if init.name in weights:
-            value = onnx.numpy_helper.to_array(init).astype(ml_dtypes.bfloat16).astype(np.float32)
-            init.CopyFrom(onnx.numpy_helper.from_array(value, init.name))
-    nodes = []
-    for n in graph.node:
-        if n.op_type == "Conv":
-            narrow, back = f"{n.input[0]}/bf16", f"{n.input[0]}/rounded"
-            nodes += [helper.make_node("Cast", [n.input[0]], [narrow], to=TensorProto.BFLOAT16),
-                      helper.make_node("Cast", [narrow], [back], to=TensorProto.FLOAT)]
-            n.input[0] = back
-        nodes.append(n)
-    del graph.node[:]
-    graph.node.extend(nodes)
+    """The model as --auto-cast matmult bf16 computes it: the operands of each Conv, MatMul and Gemm rounded to
+    bf16, the rest in fp32 (check's cast-own reference, neuronx_cc_lite/reference.py)."""
+    from neuronx_cc_lite.reference import cast_only_model
+
+    rounded = cast_only_model(model, "matmult", "bf16")
+    assert rounded is not None, "bf16 needs opset 13"
     return rounded
