@@ -3,12 +3,13 @@ models, matmult auto-cast to bf16, P50 with the runtime's overhead; ../shared/CH
 
     .venv/bin/python benchmarks/anchors.py [--exporter dynamo|torchscript] [--json OUT.json] [NAME ...]
 
-Each model is exported as people export it (benchmarks/exports.py: transformers and torch modules, random
-weights, torch.onnx.export), compiled for inf2 with --auto-cast matmult --auto-cast-type bf16, and timed by the
-chip model without computing values (runtime/profile.py estimated_latency_ns: the time every run has). The end
-to end figure adds the runtime's overhead per inference (launch and input/output copies: isa/target.py
-host_launch_us, host_link_gbps), which is what a P50 measured on the host contains. A BERT-base layer is
-(BERT-base - DistilBERT) / 6: 12 and 6 layers of the same size, fixed costs cancelled (AWS: ~70 us).
+Each model is exported as people export it (benchmarks/exports.py: transformers and torch modules, random weights,
+torch.onnx.export; ALBERT from benchmarks/architectures.py), compiled for inf2 with --auto-cast matmult
+--auto-cast-type bf16, and timed by the chip model without computing values (runtime/profile.py
+estimated_latency_ns: the time every run has). The end to end figure adds the runtime's overhead per inference
+(launch and input/output copies: isa/target.py host_launch_us, host_link_gbps), which is what a P50 measured on the
+host contains. A BERT-base layer is (BERT-base - DistilBERT) / 6: 12 and 6 layers of the same size, fixed costs
+cancelled (AWS: ~70 us).
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-from benchmarks.exports import EXPORTERS, export  # noqa: E402
+from benchmarks.architectures import LARGE  # noqa: E402
+from benchmarks.exports import EXPORTERS, FAMILIES, export  # noqa: E402
 
 # AWS's inf2 performance tables, P50 ms (CHIP.md): the model each anchor stands for and its published latency.
 PUBLISHED_MS = {
@@ -33,6 +35,7 @@ PUBLISHED_MS = {
     "distilbert": ("distilbert-base-uncased, seq 128", 0.579),
     "resnet18": ("ResNet-18, 224x224 (SDK 2.21)", 0.596),
     "resnet50": ("ResNet-50, 224x224", 0.83),
+    "albert_base": ("albert-base-v2, seq 128", 0.937),  # (benchmarks/architectures.py's)
 }
 
 
@@ -42,7 +45,7 @@ def measure(name: str, exporter: str) -> dict[str, object]:
     from neuronx_cc_lite.frontend import load_model
     from runtime.profile import estimated_latency_ns, host_overhead_us, roofline
 
-    path = export(name, exporter)
+    path = export(name, exporter) if name in FAMILIES else export(name, exporter, LARGE, prefix="large-")
     target = get_target("inf2")
     start = time.perf_counter()
     b = compile_model(load_model(path), Options(target="inf2", auto_cast="matmult", auto_cast_type="bf16"))

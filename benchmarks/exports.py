@@ -33,7 +33,10 @@ SEQ = 128
 EXPORTERS = ("dynamo", "torchscript")
 
 
-def _bert(hidden: int, layers: int, heads: int, ffn: int) -> Callable[[], tuple[Any, dict[str, Any]]]:
+Builder = Callable[[], tuple[Any, dict[str, Any]]]  # a module and its example inputs, by name
+
+
+def _bert(hidden: int, layers: int, heads: int, ffn: int) -> Builder:
     def build() -> tuple[Any, dict[str, Any]]:
         import torch
         from transformers import BertConfig, BertModel
@@ -59,7 +62,7 @@ def _distilbert() -> tuple[Any, dict[str, Any]]:
     return model, {"input_ids": ids, "attention_mask": torch.ones(1, SEQ, dtype=torch.int64)}
 
 
-def _resnet(blocks: tuple[int, ...], bottleneck: bool) -> Callable[[], tuple[Any, dict[str, Any]]]:
+def _resnet(blocks: tuple[int, ...], bottleneck: bool) -> Builder:
     def build() -> tuple[Any, dict[str, Any]]:
         import torch
         from torch import nn
@@ -252,7 +255,7 @@ def _trained_batch_norm(model: Any) -> Any:
     return model
 
 
-FAMILIES: dict[str, Callable[[], tuple[Any, dict[str, Any]]]] = {
+FAMILIES: dict[str, Builder] = {
     "bert_base": _bert(768, 12, 12, 3072),
     "bert_large": _bert(1024, 24, 16, 4096),
     "distilbert": _distilbert,
@@ -267,18 +270,20 @@ FAMILIES: dict[str, Callable[[], tuple[Any, dict[str, Any]]]] = {
 }
 
 
-def export(name: str, exporter: str = "dynamo") -> str:
-    """The path of `name` exported by `exporter`, exporting it the first time (cached in build/exports/)."""
-    if name not in FAMILIES or exporter not in EXPORTERS:
-        raise ValueError(f"unknown family {name!r} or exporter {exporter!r}: families {', '.join(FAMILIES)}; "
+def export(name: str, exporter: str = "dynamo", models: dict[str, Builder] | None = None, prefix: str = "") -> str:
+    """The path of `name` (a family, or a model of `models`: benchmarks/architectures.py's, cached under names
+    that start with `prefix`) exported by `exporter`, exporting it the first time (cached in build/exports/)."""
+    models = FAMILIES if models is None else models
+    if name not in models or exporter not in EXPORTERS:
+        raise ValueError(f"unknown model {name!r} or exporter {exporter!r}: models {', '.join(models)}; "
                          f"exporters {', '.join(EXPORTERS)}")
-    path = os.path.join(CACHE, f"{name}-{exporter}.onnx")
+    path = os.path.join(CACHE, f"{prefix}{name}-{exporter}.onnx")
     if os.path.exists(path):
         return path
     import torch
 
     os.makedirs(CACHE, exist_ok=True)
-    model, inputs = FAMILIES[name]()
+    model, inputs = models[name]()
     partial = path + ".partial"
     with torch.no_grad():
         if exporter == "dynamo":

@@ -21,12 +21,15 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from benchmarks.exports import EXPORTERS, FAMILIES, export  # noqa: E402
+from benchmarks.exports import EXPORTERS, FAMILIES, Builder, export  # noqa: E402
 
 CASTS = {"bf16": {"auto_cast": "matmult", "auto_cast_type": "bf16"}, "fp32": {}}
 
 
-def measure(name: str, exporter: str, target_name: str, cast: str) -> dict[str, object]:
+def measure(name: str, exporter: str, target_name: str, cast: str,
+            models: dict[str, Builder] | None = None, prefix: str = "") -> dict[str, object]:
+    """One row: `name` (a family, or a model of `models`, cached under `prefix`) exported, compiled in `cast` and
+    timed."""
     from isa.streams import StreamId
     from isa.target import get_target
     from neuronx_cc_lite.compiler import Options, compile_model
@@ -35,7 +38,7 @@ def measure(name: str, exporter: str, target_name: str, cast: str) -> dict[str, 
     from runtime.profile import roofline, timed_run
 
     try:
-        path = export(name, exporter)
+        path = export(name, exporter, models, prefix)
     except Exception as e:  # the exporter's failure is a row, not the end of the table
         return {"name": name, "cast": cast, "error": f"export failed: {type(e).__name__}: {str(e).splitlines()[0]}"}
     target = get_target(target_name)
@@ -58,28 +61,34 @@ def measure(name: str, exporter: str, target_name: str, cast: str) -> dict[str, 
             "top": [(k, ns / 1000) for k, ns in busy.most_common(3)]}
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("names", nargs="*", metavar="NAME", help=f"families: {', '.join(FAMILIES)} (all by default)")
+def main(argv: list[str] | None = None, models: dict[str, Builder] | None = None,
+         description: str | None = None, prefix: str = "") -> int:
+    """The table of `models` (the families by default; benchmarks/architectures.py passes its own, cached under
+    `prefix`)."""
+    known = FAMILIES if models is None else models
+    parser = argparse.ArgumentParser(description=description or __doc__.split("\n\n")[0])
+    parser.add_argument("names", nargs="*", metavar="NAME", help=f"models: {', '.join(known)} (all by default)")
     parser.add_argument("--exporter", choices=EXPORTERS, default="dynamo")
     parser.add_argument("--target", default="trn1")
     parser.add_argument("--cast", choices=list(CASTS), action="append", help="bf16 and fp32 by default")
     parser.add_argument("--json", metavar="OUT")
     args = parser.parse_args(argv)
-    unknown = [n for n in args.names if n not in FAMILIES]
+    unknown = [n for n in args.names if n not in known]
     if unknown:
-        parser.error(f"unknown famil(ies) {', '.join(unknown)}; known: {', '.join(FAMILIES)}")
+        parser.error(f"unknown model(s) {', '.join(unknown)}; known: {', '.join(known)}")
     rows = []
-    print(f"{'family':<14} {'cast':<5} {'latency us':>11} {'roofline us':>12} {'ratio':>6}  bound    top engine time")
-    for name in args.names or FAMILIES:
+    width = max(14, *(len(n) + 1 for n in known))
+    print(f"{'model' if models else 'family':<{width}} {'cast':<5} {'latency us':>11} {'roofline us':>12} "
+          f"{'ratio':>6}  bound    top engine time")
+    for name in args.names or known:
         for cast in args.cast or list(CASTS):
-            r = measure(name, args.exporter, args.target, cast)
+            r = measure(name, args.exporter, args.target, cast, models, prefix)
             rows.append(r)
             if "error" in r:
-                print(f"{name:<14} {cast:<5} {r['error']}", flush=True)
+                print(f"{name:<{width}} {cast:<5} {r['error']}", flush=True)
                 continue
             top = ", ".join(f"{k} {us:.0f}" for k, us in r["top"])  # type: ignore[union-attr]
-            print(f"{name:<14} {cast:<5} {r['latency_us']:>11.1f} {r['roofline_us']:>12.1f} {r['ratio']:>6.2f}  "
+            print(f"{name:<{width}} {cast:<5} {r['latency_us']:>11.1f} {r['roofline_us']:>12.1f} {r['ratio']:>6.2f}  "
                   f"{r['bound']:<8} {top}", flush=True)
     if args.json:
         with open(args.json, "w") as f:
