@@ -6,6 +6,7 @@ from __future__ import annotations
 import glob
 import os
 
+import numpy as np
 import onnx
 import pytest
 
@@ -91,3 +92,45 @@ def test_matmult_rounds_what_the_cast_only_reference_rounds(tmp, name):
     rounded = onnxruntime_outputs(cast_only_model(model, "matmult", "bf16"), inputs, optimize=False)
     for out in rounded:
         assert error_over_rms(ours[out], rounded[out]) <= 1e-4, out
+
+
+def _two_readers():  # type: ignore[no-untyped-def]
+    """x -> Conv -> Relu -> r, and r read by two dense convolutions whose results are added."""
+    from onnx import TensorProto, helper
+
+    from tests.conftest import make_model
+
+    rng = np.random.default_rng(0)
+    weights = {"w1": rng.standard_normal((16, 8, 3, 3)).astype(np.float32),
+               "w2": rng.standard_normal((16, 16, 3, 3)).astype(np.float32),
+               "w3": rng.standard_normal((16, 16, 1, 1)).astype(np.float32)}
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["a"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["a"], ["r"]),
+             helper.make_node("Conv", ["r", "w2"], ["b"], pads=[1, 1, 1, 1]),
+             helper.make_node("Conv", ["r", "w3"], ["c"]),
+             helper.make_node("Add", ["b", "c"], ["y"])]
+    return make_model(nodes, {"x": ([1, 8, 20, 20], TensorProto.FLOAT)}, {"y": ([1, 16, 20, 20], TensorProto.FLOAT)},
+                      weights)
+
+
+def test_a_value_only_dense_convolutions_read_is_held_in_the_matmul_type(tmp):
+    """Under --auto-cast matmult a convolution rounds its input to bf16 as it loads it, so a value only dense
+    convolutions read is held in bf16 (half the SBUF a home takes: EfficientNet-B0's 112 x 112 activations spilled in
+    fp32); not one a depthwise convolution reads (measured slower so: MobileNetV3 80.4 -> 81.3 us), nor a
+    residual; the answer is onnxruntime's with the convolutions' operands rounded."""
+    from neuronx_cc_lite.compiler import prepare
+    from neuronx_cc_lite.lower.layout import only_multiplied
+    from neuronx_cc_lite.reference import cast_only_model
+
+    model = _two_readers()
+    g = prepare(model, Options(auto_cast="matmult"))
+    assert only_multiplied(g, g.consumers(), "r")
+    depthwise = _two_readers()
+    depthwise.graph.node[2].attribute.append(onnx.helper.make_attribute("group", 16))
+    depthwise.graph.initializer[1].CopyFrom(onnx.numpy_helper.from_array(
+        np.ones((16, 1, 3, 3), np.float32), "w2"))
+    g = prepare(depthwise, Options(auto_cast="matmult"))
+    assert not only_multiplied(g, g.consumers(), "r")
+    compiled = compile_to_model(model, tmp, Options(auto_cast="matmult"))
+    x = np.random.default_rng(1).standard_normal((1, 8, 20, 20)).astype(np.float32)
+    ref = onnxruntime_outputs(cast_only_model(model, "matmult", "bf16"), {"x": x}, optimize=False)["y"]
+    assert error_over_rms(compiled.run({"x": x})["y"], ref) <= 1e-4
