@@ -76,8 +76,9 @@ def _hard_swish_then_convs(residual: bool) -> object:
 def test_a_home_read_only_by_matmuls_holds_their_type(tmp, residual):
     """Under auto-cast a tensor every reader loads in bf16 (a convolution's moving operand) lives in bf16: its
     producer writes bf16 and no copy converts it on each load, the same values (one rounding of the same fp32
-    result). One also read in fp32 (a residual) keeps fp32, and its producer writes the convolution's bf16 copy
-    itself, a second time (codegen/second_writes.py): no copy either."""
+    result); lowering holds it in bf16 already (layout.only_multiplied), so keep-on-chip has none to narrow. One
+    also read in fp32 (a residual) keeps fp32, and its producer writes the convolution's bf16 copy itself, a second
+    time (codegen/second_writes.py): no copy either."""
     from neuronx_cc_lite.compiler import Options, compile_model
     from neuronx_cc_lite.reference import onnxruntime_outputs, seeded_inputs
     from tests.compiler.one_node import bf16_operands
@@ -88,7 +89,7 @@ def test_a_home_read_only_by_matmuls_holds_their_type(tmp, residual):
     bundle = compile_model(model, options)
     copies = [i for s in bundle.cores[0].values() for i in s.instructions if i.op == "tensor_copy"]
     narrowed = bundle.stats["narrowed_on_chip"]
-    assert (narrowed, len(copies)) == ((1, 0) if not residual else (0, 0))
+    assert (narrowed, len(copies)) == (0, 0)
     _matches_onnxruntime(model, tmp, options)
 
 
