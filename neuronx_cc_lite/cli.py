@@ -1088,6 +1088,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(run=cmd_info)
 
     p = command("check", "compile, run on the simulated chip and compare with onnxruntime")
+    p.description = ("Compile MODEL.onnx, run it on the simulated chip and compare every output with\n"
+                     "onnxruntime's: within --rtol and --atol in fp32; under --auto-cast, max |err| / rms\n"
+                     "within the documented bound, printed beside the cast's own error (onnxruntime run\n"
+                     "with what auto-cast narrows rounded to the type), with a note where a mismatch is\n"
+                     "about that large. Exit status 1 on any mismatch.")
     p.add_argument("model", metavar="MODEL.onnx")
     p.add_argument("--rtol", type=float, default=1e-3, help="relative tolerance, when not auto-casting")
     p.add_argument("--atol", type=float, default=1e-4, help="absolute tolerance, when not auto-casting")
