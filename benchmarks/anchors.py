@@ -25,7 +25,7 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-from benchmarks.architectures import LARGE  # noqa: E402
+from benchmarks.architectures import LARGE_MODELS  # noqa: E402
 from benchmarks.exports import EXPORTERS, FAMILIES, export  # noqa: E402
 
 # AWS's inf2 performance tables, P50 ms (CHIP.md): the model each anchor stands for and its published latency.
@@ -45,7 +45,7 @@ def measure(name: str, exporter: str) -> dict[str, object]:
     from neuronx_cc_lite.frontend import load_model
     from runtime.profile import estimated_latency_ns, host_overhead_us, roofline
 
-    path = export(name, exporter) if name in FAMILIES else export(name, exporter, LARGE, prefix="large-")
+    path = export(name, exporter) if name in FAMILIES else export(name, exporter, LARGE_MODELS)
     target = get_target("inf2")
     start = time.perf_counter()
     b = compile_model(load_model(path), Options(target="inf2", auto_cast="matmult", auto_cast_type="bf16"))

@@ -27,7 +27,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from benchmarks.exports import EXPORTERS, Builder, _trained_batch_norm, export  # noqa: E402
+from benchmarks.exports import EXPORTERS, Builder, Registry, _trained_batch_norm, export  # noqa: E402
 
 SEQ_SMALL, SEQ = 32, 128
 
@@ -214,6 +214,9 @@ LARGE: dict[str, Builder] = {
 }
 
 
+SMALL_MODELS, LARGE_MODELS = Registry(SMALL, "small-"), Registry(LARGE, "large-")
+
+
 def _features(bins: int, frames: int) -> dict[str, Any]:
     import torch
 
@@ -237,7 +240,7 @@ def check(name: str, exporter: str, cast: str) -> dict[str, Any]:
     from neuronx_cc_lite.precision import error_bound
     from neuronx_cc_lite.reference import cast_only_model, error_over_rms, onnxruntime_outputs, within
 
-    path = export(name, exporter, SMALL, prefix="small-")
+    path = export(name, exporter, SMALL_MODELS)
     model = onnx.load(path)
     _, example = SMALL[name]()
     names = [i.name for i in model.graph.input]
@@ -268,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
     if "--check" not in (argv if argv is not None else sys.argv[1:]):
         from benchmarks.families import main as table
 
-        return table(argv, LARGE, __doc__.split("\n\n")[0], prefix="large-")
+        return table(argv, LARGE_MODELS, __doc__.split("\n\n")[0])
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true", required=True)
     parser.add_argument("names", nargs="*", metavar="NAME", help=f"models: {', '.join(SMALL)} (all by default)")

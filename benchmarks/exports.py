@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from dataclasses import dataclass
 from typing import Any, Callable
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -270,14 +271,25 @@ FAMILIES: dict[str, Builder] = {
 }
 
 
-def export(name: str, exporter: str = "dynamo", models: dict[str, Builder] | None = None, prefix: str = "") -> str:
-    """The path of `name` (a family, or a model of `models`: benchmarks/architectures.py's, cached under names
-    that start with `prefix`) exported by `exporter`, exporting it the first time (cached in build/exports/)."""
-    models = FAMILIES if models is None else models
+@dataclass(frozen=True)
+class Registry:
+    """Models to export by name, and how their cached files begin (build/exports/{prefix}{name}-{exporter}.onnx):
+    the families here; benchmarks/architectures.py's small and large models."""
+    builders: dict[str, Builder]
+    prefix: str = ""
+
+
+FAMILY_MODELS = Registry(FAMILIES)
+
+
+def export(name: str, exporter: str = "dynamo", registry: Registry = FAMILY_MODELS) -> str:
+    """The path of model `name` of `registry` (the families by default) exported by `exporter`, exporting it the
+    first time (cached in build/exports/)."""
+    models = registry.builders
     if name not in models or exporter not in EXPORTERS:
         raise ValueError(f"unknown model {name!r} or exporter {exporter!r}: models {', '.join(models)}; "
                          f"exporters {', '.join(EXPORTERS)}")
-    path = os.path.join(CACHE, f"{prefix}{name}-{exporter}.onnx")
+    path = os.path.join(CACHE, f"{registry.prefix}{name}-{exporter}.onnx")
     if os.path.exists(path):
         return path
     import torch

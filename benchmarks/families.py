@@ -21,15 +21,14 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from benchmarks.exports import EXPORTERS, FAMILIES, Builder, export  # noqa: E402
+from benchmarks.exports import EXPORTERS, FAMILY_MODELS, Registry, export  # noqa: E402
 
 CASTS = {"bf16": {"auto_cast": "matmult", "auto_cast_type": "bf16"}, "fp32": {}}
 
 
 def measure(name: str, exporter: str, target_name: str, cast: str,
-            models: dict[str, Builder] | None = None, prefix: str = "") -> dict[str, object]:
-    """One row: `name` (a family, or a model of `models`, cached under `prefix`) exported, compiled in `cast` and
-    timed."""
+            registry: Registry = FAMILY_MODELS) -> dict[str, object]:
+    """One row: model `name` of `registry` (a family by default) exported, compiled in `cast` and timed."""
     from isa.streams import StreamId
     from isa.target import get_target
     from neuronx_cc_lite.compiler import Options, compile_model
@@ -38,7 +37,7 @@ def measure(name: str, exporter: str, target_name: str, cast: str,
     from runtime.profile import roofline, timed_run
 
     try:
-        path = export(name, exporter, models, prefix)
+        path = export(name, exporter, registry)
     except Exception as e:  # the exporter's failure is a row, not the end of the table
         return {"name": name, "cast": cast, "error": f"export failed: {type(e).__name__}: {str(e).splitlines()[0]}"}
     target = get_target(target_name)
@@ -61,11 +60,9 @@ def measure(name: str, exporter: str, target_name: str, cast: str,
             "top": [(k, ns / 1000) for k, ns in busy.most_common(3)]}
 
 
-def main(argv: list[str] | None = None, models: dict[str, Builder] | None = None,
-         description: str | None = None, prefix: str = "") -> int:
-    """The table of `models` (the families by default; benchmarks/architectures.py passes its own, cached under
-    `prefix`)."""
-    known = FAMILIES if models is None else models
+def main(argv: list[str] | None = None, registry: Registry = FAMILY_MODELS, description: str | None = None) -> int:
+    """The table of `registry`'s models (the families by default; benchmarks/architectures.py passes its own)."""
+    known = registry.builders
     parser = argparse.ArgumentParser(description=description or __doc__.split("\n\n")[0])
     parser.add_argument("names", nargs="*", metavar="NAME", help=f"models: {', '.join(known)} (all by default)")
     parser.add_argument("--exporter", choices=EXPORTERS, default="dynamo")
@@ -78,11 +75,11 @@ def main(argv: list[str] | None = None, models: dict[str, Builder] | None = None
         parser.error(f"unknown model(s) {', '.join(unknown)}; known: {', '.join(known)}")
     rows = []
     width = max(14, *(len(n) + 1 for n in known))
-    print(f"{'model' if models else 'family':<{width}} {'cast':<5} {'latency us':>11} {'roofline us':>12} "
-          f"{'ratio':>6}  bound    top engine time")
+    label = "family" if registry is FAMILY_MODELS else "model"
+    print(f"{label:<{width}} {'cast':<5} {'latency us':>11} {'roofline us':>12} {'ratio':>6}  bound    top engine time")
     for name in args.names or known:
         for cast in args.cast or list(CASTS):
-            r = measure(name, args.exporter, args.target, cast, models, prefix)
+            r = measure(name, args.exporter, args.target, cast, registry)
             rows.append(r)
             if "error" in r:
                 print(f"{name:<{width}} {cast:<5} {r['error']}", flush=True)
