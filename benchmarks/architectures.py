@@ -237,7 +237,7 @@ def check(name: str, exporter: str, cast: str) -> dict[str, Any]:
 
     import neuronx_cc_lite
     import runtime
-    from neuronx_cc_lite.precision import error_bound
+    from neuronx_cc_lite.precision import error_bound, the_casts_own
     from neuronx_cc_lite.reference import cast_only_model, error_over_rms, onnxruntime_outputs, within
 
     path = export(name, exporter, SMALL_MODELS)
@@ -258,7 +258,7 @@ def check(name: str, exporter: str, cast: str) -> dict[str, Any]:
             good, verdict = within(ours[out], expected, 1e-3, 1e-4), ""
         else:
             cast_err = error_over_rms(own[out], expected) if expected.dtype.kind == "f" else 0.0
-            good = err <= bound or (cast_err > bound and err <= 2 * cast_err)
+            good = err <= bound or the_casts_own(err, cast_err, bound)
             verdict = f" (cast's own {cast_err:.2e})" if err > bound else ""
         row["outputs"][out] = f"{err:.2e}{verdict}"
         ok &= bool(good)

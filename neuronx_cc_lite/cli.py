@@ -855,7 +855,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     import runtime
     from isa import bundle as bundle_format
     from neuronx_cc_lite.frontend import input_value_arrays, load_model
-    from neuronx_cc_lite.precision import error_bound
+    from neuronx_cc_lite.precision import error_bound, the_casts_own
     from neuronx_cc_lite.reference import (bundle_inputs, compare, error_over_rms, onnxruntime_outputs,
                                            special_mismatches, within)
 
@@ -904,8 +904,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         print(f"{name:<24} {str(list(value.shape)):<18} {abs_err:>12.3e} {rel_err:>12.3e} {rms_err:>10.2e}  "
               f"{column}{'ok' if good else 'MISMATCH'}" + (f" ({misplaced} inf or NaN not where onnxruntime has them)"
                                                            if misplaced else ""))
-        if not good and cast_err is not None and bound is not None and cast_err > bound and \
-                rms_err <= CAST_OWN_FACTOR * cast_err:
+        if not good and cast_err is not None and bound is not None and the_casts_own(rms_err, cast_err, bound):
             explained.append(name)
     if isinstance(own, str):
         print(f"note: no cast's own error: {own}")
@@ -915,10 +914,6 @@ def cmd_check(args: argparse.Namespace) -> int:
               "compiler does (check without --auto-cast to see the compiler's own error in fp32)")
     print(f"{model.last_run.instructions} instructions; {_timing(model)}")
     return 0 if ok else 1
-
-
-# A mismatch under auto-cast within this factor of the cast's own error is the cast's (check's note)
-CAST_OWN_FACTOR = 2.0
 
 
 def _cast_own_errors(proto: Any, inputs: dict[str, Any], expected: dict[str, Any],
