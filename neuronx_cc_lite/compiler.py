@@ -223,7 +223,8 @@ def compile_rank(graph: Graph, options: Options, target: Target,
     if options.optimize >= 2:
         # a quarter of the SBUF the homes may take: the scores, the probabilities and what lives beside them
         start, nodes = time.perf_counter(), len(graph.nodes)
-        graph = split_attention.run(graph, int(target.partitions * target.sbuf_partition_bytes * HOME_FRACTION / 4))
+        graph = split_attention.run(graph, int(target.partitions * target.sbuf_partition_bytes * HOME_FRACTION / 4),
+                                    target.partitions)
         verify(graph, "split-attention")
         log.debug(f"pass split-attention: {time.perf_counter() - start:.3f} s, {nodes} -> {len(graph.nodes)} nodes")
     with phase("lowering"):  # the tile program, kept on chip (which may lower again)

@@ -121,7 +121,23 @@ def home_access(layout: Layout, access: HbmAccess, home: Tile, pmax: int) -> Til
     if d_reach >= d_size or b_reach > b_size or a_reach >= a_size:
         return None
     offset = ((b0 // pmax) * a_size + a0) * d_size + d0
-    return TileAccess(home, b0 % pmax, access.partitions, offset, tuple(dims))
+    return TileAccess(home, b0 % pmax, access.partitions, offset, _merged(dims))
+
+
+def _merged(dims: list[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
+    """The pattern with each pair of axes walked as one merged (a box of several outer rows of the layout, whole
+    inner rows each, is one run of the home): its transfers then map as one region."""
+    live = [(n, st) for n, st in dims if n > 1]
+    if len(live) < 2:
+        return tuple(dims)
+    out = [live[-1]]
+    for n, st in reversed(live[:-1]):
+        inner_n, inner_st = out[-1]
+        if st == inner_n * inner_st:
+            out[-1] = (n * inner_n, inner_st)
+        else:
+            out.append((n, st))
+    return tuple(reversed(out))
 
 
 def _dense_whole(a: TileAccess) -> bool:

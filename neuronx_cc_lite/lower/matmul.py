@@ -37,6 +37,7 @@ from isa.functions import ActFunc, AluOp
 from isa.instructions import pe_rate
 from isa.operand import Engine, Mem
 from neuronx_cc_lite.ir import Graph, Node
+from neuronx_cc_lite.lower import batched_matmul as batched
 from neuronx_cc_lite.lower.activations import hard_activation
 from neuronx_cc_lite.lower.context import LowerCtx
 from neuronx_cc_lite.lower.instr import act, ts, tt
@@ -233,6 +234,11 @@ def _harden(epilogue: Epilogue, res: Tile, pre: Tile) -> None:
         epilogue.hard(res.ap(), pre.ap())
 
 
+def prog_dtype(ctx: LowerCtx, a: Operand, b: Operand) -> DType:
+    """The type the Tensor engine reads the operands in."""
+    return ctx.program.operand_dtype(_dtype(ctx, a, b))
+
+
 def _dtype(ctx: LowerCtx, a: Operand, b: Operand) -> DType:
     for x in (a, b):
         if isinstance(x, HbmView):
@@ -342,6 +348,10 @@ def lower_matmul_into(ctx: LowerCtx, node: Node, epilogue: Epilogue) -> None:
     a_batch, b_batch = a.shape[:-2], b.shape[:-2]
     a = _broadcast(a, batch + a.shape[-2:])
     b = _broadcast(b, batch + b.shape[-2:])
+    dtype = prog_dtype(ctx, a, b)
+    if batched.fits(ctx, a, b, epilogue, dtype):  # many small products: a group of them a bank
+        batched.products(ctx, a, b, out, epilogue, dtype)  # type: ignore[arg-type]
+        return
     for index in np.ndindex(*batch):
         keys = tuple(f"{nm}{list(_own_index(index, own))}" if isinstance(x, np.ndarray) else None
                      for nm, x, own in zip(names, (a, b), (a_batch, b_batch)))

@@ -10,6 +10,7 @@ VectorE scales by a column with `tensor_scalar`.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Callable
 
 from isa.dtypes import DType
@@ -23,7 +24,7 @@ from neuronx_cc_lite.lower import feature_norm
 from neuronx_cc_lite.lower.instr import act, copy, ts, tt
 from neuronx_cc_lite.lower.moments import normalize_rows
 from neuronx_cc_lite.lower.reduce import Reduction, reduce_rows
-from neuronx_cc_lite.lower.rows import free_chunks, move_to_end, row_boxes
+from neuronx_cc_lite.lower.rows import free_chunks, move_to_end, row_boxes, segment_boxes
 from neuronx_cc_lite.ops.attributes import normalize_axes
 from neuronx_cc_lite.ops.registry import lowering
 from neuronx_cc_lite.tile.hbm import HbmView
@@ -33,6 +34,8 @@ from neuronx_cc_lite.tile.program import Program, TileAccess
 Body = Callable[[Program, int, int, TileAccess, TileAccess, list[HbmView]], None]
 # streamed(prog, rows, row length, x rows view, y rows view, extra views cut to these rows, elements per piece)
 Streamed = Callable[[Program, int, int, HbmView, HbmView, list[HbmView], int], None]
+# segmented(prog, rows, segments, row length, x tile, y tile): each partition holds `segments` rows side by side
+Segmented = Callable[[Program, int, int, int, TileAccess, TileAccess], None]
 
 
 def _normalized_axes(node: Node, g: Graph) -> tuple[int, ...]:
@@ -58,10 +61,13 @@ def _check(node: Node, g: Graph) -> str | None:
 
 
 def per_row(ctx: LowerCtx, node: Node, axes: tuple[int, ...], extra: list[HbmView], body: Body,
-            streamed: Streamed | None = None) -> None:
+            streamed: Streamed | None = None, segmented: Segmented | None = None) -> None:
     """For each group of rows: when a row fits a tile, load it once, let `body` fill the output tile and store
     it; when it does not, hand the row views to `streamed`, which reads them piece by piece. `extra` views have
-    the row axes first, like the input once its normalised axes are moved to the end."""
+    the row axes first, like the input once its normalised axes are moved to the end. With `segmented` (and no
+    extra views), rows whose producer laid them out within one block of partitions, the axes before them in its
+    layout (a batched product's results: Swin's 64 windows x 3 heads of 49 rows), go several to a partition,
+    side by side, so that each instruction covers many short rows."""
     prog = ctx.program
     x = ctx.view(node.inputs[0])
     length = math.prod(x.shape[a] for a in axes)
@@ -75,6 +81,18 @@ def per_row(ctx: LowerCtx, node: Node, axes: tuple[int, ...], extra: list[HbmVie
     first = hint[0] if hint is not None and hint[1] == rank and trailing else None
     out = ctx.output(node.outputs[0], (first or 0, rank) if trailing else None)
     views = [move_to_end(x, axes), move_to_end(out, axes), *extra]
+    segments = max(1, budget // (2 * length))  # (a box's rows at most half a tile: the next one's load overlaps)
+    grouped = segment_boxes(views, rank, first, prog.target.partitions, segments) \
+        if segmented is not None and not extra and first is not None and segments > 1 else None
+    if grouped is not None:
+        for row, dst in grouped:
+            p, size = row.shape[0], math.prod(row.shape[1:])
+            xt = prog.sbuf(p, size, row.dtype, f"{node.name}/x")
+            prog.dma(xt.ap(), row)
+            yt = prog.sbuf(p, size, dst.dtype, f"{node.name}/y")
+            segmented(prog, p, size // length, length, xt.ap(), yt.ap())  # type: ignore[misc]
+            prog.dma(dst, yt.ap())
+        return
     for cut in row_boxes(views, rank, prog.target.partitions, first):
         row, dst = cut[0], cut[1]
         p = row.shape[0]
@@ -169,7 +187,21 @@ def lower_softmax(ctx: LowerCtx, node: Node) -> None:
                 _zero_where(prog, y, nan)
             prog.dma(out, y)
 
-    per_row(ctx, node, _normalized_axes(node, ctx.graph), [], body, streamed)
+    def segmented(prog: Program, p: int, g: int, n: int, x: TileAccess, y: TileAccess) -> None:
+        """Softmax of g rows a partition, each its own max and sum (one shift for all would underflow a row
+        far below another to zeros): per-row columns [p, g] read back with stride 0 along each row."""
+        rows = ((g, n), (n, 1))
+        peak, total = prog.sbuf(p, g, DType.fp32, "max").ap(), prog.sbuf(p, g, DType.fp32, "sum").ap()
+        prog.emit("tensor_reduce", Engine.DVE, dst=peak, src=replace(x, dims=rows), op=AluOp.maximum, axes=1)
+        e = prog.sbuf(p, g * n, DType.fp32, "exp").ap()
+        tt(prog, replace(e, dims=rows), replace(x, dims=rows), replace(peak, dims=((g, 1), (n, 0))), AluOp.subtract,
+           engine=Engine.POOL)
+        act(prog, e, e, ActFunc.exp)
+        prog.emit("tensor_reduce", Engine.POOL, dst=total, src=replace(e, dims=rows), op=AluOp.add, axes=1)
+        tt(prog, replace(y, dims=rows), replace(e, dims=rows), replace(total, dims=((g, 1), (n, 0))), AluOp.divide)
+
+    plain = not log and not guarded and ctx.view(node.inputs[0]).dtype is DType.fp32
+    per_row(ctx, node, _normalized_axes(node, ctx.graph), [], body, streamed, segmented if plain else None)
 
 
 @lowering("Hardmax", check=_check, floats=True)

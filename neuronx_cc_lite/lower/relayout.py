@@ -30,6 +30,9 @@ PE_TYPES = frozenset({DType.fp32, DType.bf16, DType.fp16})
 MIN_AXIS = 32
 MIN_ELEMENTS = 16384
 MAX_BLOCKS = 8192  # PE transposes one copy may take; beyond, the instruction count would swamp the listing
+# A copy of at least SPREAD_BYTES on few rows is cut into rows of at least SPREAD_ROW_BYTES (`_spread`).
+SPREAD_BYTES = 32 * 1024
+SPREAD_ROW_BYTES = 2048
 
 
 def copy_hbm(prog: Program, dst: HbmView, src: HbmView) -> None:
@@ -115,9 +118,11 @@ def dma_hbm(prog: Program, dst: HbmView, src: HbmView) -> None:
         shape, (d_strides, s_strides) = coalesce([dst, src])
     if len(shape) < 2:  # one row
         shape, d_strides, s_strides = (1, *(shape or (1,))), (0, *(d_strides or (1,))), (0, *(s_strides or (1,)))
+    pmax = prog.target.partitions
+    if rows is None:
+        shape, d_strides, s_strides = _spread(shape, d_strides, s_strides, pmax, dst.dtype.size)
     free, d_free, s_free = shape[1:], d_strides[1:], s_strides[1:]
     outer = max(0, len(free) - MAX_FREE_DIMS)
-    pmax = prog.target.partitions
     for r0 in range(0, shape[0], pmax):
         rows = min(pmax, shape[0] - r0)
         for index in itertools.product(*(range(n) for n in free[:outer])):
@@ -128,6 +133,37 @@ def dma_hbm(prog: Program, dst: HbmView, src: HbmView) -> None:
                                     tuple(zip(free[outer:], d_free[outer:]))),
                       src=HbmAccess(src.tensor, src.dtype, rows, s_strides[0], s_off,
                                     tuple(zip(free[outer:], s_free[outer:]))))
+
+
+def _spread(shape: tuple[int, ...], d_strides: tuple[int, ...], s_strides: tuple[int, ...], pmax: int,
+            size: int) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+    """A large copy on fewer rows than the transfers stage would cut it into (codegen/transfers.py spreads a
+    transfer's rows over queues; one row moves at one queue's pace): another axis goes on the rows. A slab of a
+    tensor (torch.roll's slices, which Swin exports before every shifted window block: 1.1 MiB on one row took
+    67 us) has its run cut as (a, n / a), a its largest divisor within pmax that leaves runs of SPREAD_ROW_BYTES;
+    a permuting copy (windows partitioned and merged back) takes its largest outer axis instead, whichever gives
+    more rows. The old rows become a free axis (a copy may walk its axes in any order)."""
+    total = math.prod(shape) * size
+    if total < SPREAD_BYTES or shape[0] >= min(pmax, total // (SPREAD_BYTES // 2)):
+        return shape, d_strides, s_strides
+    n, axes = shape[-1], range(1, len(shape) - 1)
+    outer = max(axes, key=lambda k: (min(shape[k], pmax), -k), default=None)
+    split = 1
+    if d_strides[-1] == 1 and s_strides[-1] == 1:
+        split = next((a for a in range(min(pmax, n * size // SPREAD_ROW_BYTES), 1, -1) if n % a == 0), 1)
+    by_outer = shape[outer] if outer is not None and shape[outer] <= pmax else 1
+    if max(split, by_outer) <= shape[0]:
+        return shape, d_strides, s_strides
+    keep = [k for k in range(len(shape) - 1) if shape[k] > 1 and (split > by_outer or k != outer)]
+
+    def moved(strides: tuple[int, ...]) -> tuple[int, ...]:
+        if split > by_outer:
+            return (n // split * strides[-1], *(strides[k] for k in keep), strides[-1])
+        return (strides[outer], *(strides[k] for k in keep), strides[-1])  # type: ignore[index]
+
+    rows = split if split > by_outer else by_outer
+    last = n // split if split > by_outer else n
+    return (rows, *(shape[k] for k in keep), last), moved(d_strides), moved(s_strides)
 
 
 def _rows_axis(dst: HbmView, src: HbmView) -> int | None:

@@ -52,6 +52,31 @@ def row_boxes(views: list[HbmView], row_rank: int, pmax: int, first: int | None 
                    for v, st in zip(views, strides)]
 
 
+def segment_boxes(views: list[HbmView], row_rank: int, first: int, pmax: int, segments: int
+                  ) -> Iterator[list[HbmView]] | None:
+    """Like row_boxes with `first`, for rows that fit one block of partitions (row axes first .. row_rank - 1):
+    the axes before them are not loops but segments side by side in the free dimension, up to `segments` of
+    them a box (innermost whole first), each view cut to shape (rows, *segment axes, *its free part). None when
+    the rows do not fit or a view does not walk them as one."""
+    row_shape = views[0].shape[:row_rank]
+    rows = math.prod(row_shape[first:])
+    merged = [_merged(row_shape[first:], v.strides[first:row_rank]) for v in views]
+    if not 0 < first < row_rank or rows > pmax or any(m is None for m in merged) or math.prod(row_shape) == 0:
+        return None
+    outer = row_shape[:first]
+    chunks = chunk_sizes(outer, segments)
+
+    def generate() -> Iterator[list[HbmView]]:
+        for starts in itertools.product(*(range(0, n, c) for n, c in zip(outer, chunks))):
+            sizes = tuple(min(c, n - s) for n, c, s in zip(outer, chunks, starts))
+            yield [HbmView(v.tensor, v.dtype, (rows, *sizes, *v.shape[row_rank:]),
+                           (m[1], *v.strides[:first], *v.strides[row_rank:]),  # type: ignore[index]
+                           v.offset + sum(i * st for i, st in zip(starts, v.strides)))
+                   for v, m in zip(views, merged)]
+
+    return generate()
+
+
 def free_chunks(view: HbmView, budget: int) -> Iterator[tuple[int, HbmView]]:
     """Cut the free part of a (rows, *free) view into pieces of at most `budget` elements per row, innermost axes
     whole first. Yields (element offset of the piece in the row, piece view of shape (rows, *piece free))."""

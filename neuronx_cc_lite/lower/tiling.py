@@ -134,8 +134,12 @@ def layout_boxes(views: list[HbmView], partition_axes: tuple[int, int], pmax: in
         return None
     rows = math.prod(shape[first:last])
     feature_major = last == len(shape) and first > 0
-    loops = () if feature_major else shape[:first]
-    free_axes = tuple(range(first)) if feature_major else tuple(range(last, len(shape)))
+    # rows within one block of partitions: the axes before them join the free dimension too (a box then spans
+    # several of a batched product's results, side by side in the producer's layout: one instruction, not one
+    # each for a few dozen columns, Swin's 49 x 49 window scores)
+    loops = () if feature_major or rows <= pmax else shape[:first]
+    free_axes = tuple(range(first)) if feature_major else \
+        tuple(range(len(loops), first)) + tuple(range(last, len(shape)))
     free = tuple(shape[a] for a in free_axes)
 
     def generate() -> Iterator[list[HbmView | RowPieces]]:

@@ -25,17 +25,17 @@ _FIRST = ("MatMul", "MatMulEpilogue")
 _ELEMENTWISE = ("Add", "Sub", "Mul", "Div")
 
 
-def run(g: Graph, budget: int) -> Graph:
+def run(g: Graph, budget: int, partitions: int = 128) -> Graph:
     users = g.consumers()
     chains = [c for c in (_attention(g, users, node) for node in g.nodes)
-              if c is not None and _scores_bytes(g, c[0]) > budget]
+              if c is not None and _scores_bytes(g, c[0], partitions) > budget]
     # the groups' nodes go where the second matmul was: every input of the chain (V too) exists by then
     at_last = {id(c[-1]): c for c in chains}
     gone = {id(n) for c in chains for n in c[:-1]}
     nodes: list[Node] = []
     for node in g.nodes:
         if id(node) in at_last:
-            nodes += _split(g, at_last[id(node)], budget)
+            nodes += _split(g, at_last[id(node)], budget, partitions)
         elif id(node) not in gone:
             nodes.append(node)
     g.nodes = nodes
@@ -45,8 +45,12 @@ def run(g: Graph, budget: int) -> Graph:
     return g
 
 
-def _scores_bytes(g: Graph, node: Node) -> int:
-    return g.tensors[node.outputs[0]].size * 4  # held in fp32 on chip
+def _scores_bytes(g: Graph, node: Node, partitions: int) -> int:
+    """The SBUF the scores take on chip: in fp32, their rows (queries) on partitions, a block of `partitions` rows
+    at a time, so that 49 rows (Swin's windows) take the room of 128."""
+    t = g.tensors[node.outputs[0]]
+    rows = t.shape[-2]
+    return -(-rows // partitions) * partitions * (t.size // rows) * 4
 
 
 def _sole_user(g: Graph, users: dict[str, list[Node]], name: str) -> Node | None:
@@ -98,10 +102,10 @@ def _group(heads: int, per_head: int, budget: int) -> int:
     return group
 
 
-def _split(g: Graph, chain: list[Node], budget: int) -> list[Node]:
+def _split(g: Graph, chain: list[Node], budget: int, partitions: int) -> list[Node]:
     first, last = chain[0], chain[-1]
     heads = g.tensors[first.outputs[0]].shape[-3]
-    group = _group(heads, _scores_bytes(g, first) // heads, budget)
+    group = _group(heads, _scores_bytes(g, first, partitions) // heads, budget)
     out: list[Node] = []
     pieces = []
     for h0 in range(0, heads, group):
