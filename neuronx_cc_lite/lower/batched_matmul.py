@@ -10,10 +10,10 @@ products shares everything but the matmuls themselves:
     A^T tiles   each product's rows turned on PE into one [k, G * m] tile: one copy out of PSUM a bank
     B tiles     each product's [k, n] side by side in one [k, G * n] tile (turned alike when read down K)
     products    G matmuls into one bank [m, G * n], side by side
-    result      one evacuation (alpha, the activation) and one store of the group, [m, G..., n]
+    result      one evacuation (alpha, the activation); each product's part stored to its place
 
 A group is a box of the batch axes, innermost whole first (tiling.chunk_sizes), so that its results lie together
-in the result's layout (its rows on partitions, codegen/on_chip.py): one store into its home.
+in the result's layout (its rows on partitions, codegen/on_chip.py): the result tile becomes a region of the home.
 """
 
 from __future__ import annotations
@@ -89,7 +89,6 @@ def products(ctx: LowerCtx, a: HbmView, b: HbmView, out: HbmView, epilogue: Epil
     prog, t = ctx.program, ctx.program.target
     batch, (m, k), n = a.shape[:-2], a.shape[-2:], b.shape[-1]
     name = prog.node
-    rank = len(batch)
     chunks = chunk_sizes(batch, t.psum_bank_fmax // n)
     for starts in itertools.product(*(range(0, size, c) for size, c in zip(batch, chunks))):
         sizes = tuple(min(c, size - s) for size, c, s in zip(batch, chunks, starts))
@@ -109,8 +108,11 @@ def products(ctx: LowerCtx, a: HbmView, b: HbmView, out: HbmView, epilogue: Epil
                       moving=b_t.region(i * n, n, 0, k), accumulate=False)
         res = prog.sbuf(m, count * n, out.dtype, f"{name}/out")
         act(prog, res.ap(), acc.ap(), epilogue.func, scale=epilogue.alpha)
-        group = out.box((*starts, 0, 0), (*sizes, m, n)).transpose((rank, *range(rank), rank + 1))
-        prog.dma(group, res.ap())
+        # stored a product at a time: on chip the parts become the home's region (codegen/on_chip._rename_parts),
+        # nothing moves; in HBM each partition's row of a product is whole (one store of the group would cut a
+        # row of the result tile into a product's pieces, each shorter than the row)
+        for i, index in enumerate(items):
+            prog.dma(out.at(index), res.region(i * n, n))
 
 
 def _a_transposed(ctx: LowerCtx, a: HbmView, at: Tile, offset: int, dtype: DType) -> list[Piece]:

@@ -29,9 +29,10 @@ def row_moments(prog: Program, p: int, n: int, x: TileAccess) -> Tile:
 
 
 def normalize_rows(prog: Program, p: int, n: int, x: TileAccess, y: TileAccess, eps: float,
-                   subtract_mean: bool = True) -> tuple[TileAccess, TileAccess]:
+                   subtract_mean: bool = True, keep_mean: bool = True) -> tuple[TileAccess, TileAccess]:
     """y = (x - mean) / sqrt(var + eps) per row (without the mean for RMS norm, where the variance is the mean
-    square). Returns the -mean and 1/sqrt(var + eps) columns."""
+    square). Returns the -mean and 1/sqrt(var + eps) columns; without `keep_mean` (no caller reads it) the -mean
+    column is not filled when the statistics come from VectorE's bn_stats (an instruction a row tile saved)."""
     neg_mean, rstd = prog.sbuf(p, 1, DType.fp32, "-mean").ap(), prog.sbuf(p, 1, DType.fp32, "rstd").ap()
     if subtract_mean and x.dims == ((n, 1),):  # one dense row per partition: VectorE's statistics
         moments = row_moments(prog, p, n, x)
@@ -39,7 +40,8 @@ def normalize_rows(prog: Program, p: int, n: int, x: TileAccess, y: TileAccess, 
         ts(prog, rstd, var, AluOp.add, eps)
         act(prog, rstd, rstd, ActFunc.rsqrt)
         ts(prog, y, x, AluOp.subtract, mean, AluOp.multiply, rstd)
-        ts(prog, neg_mean, mean, AluOp.multiply, -1.0)
+        if keep_mean:
+            ts(prog, neg_mean, mean, AluOp.multiply, -1.0)
         return neg_mean, rstd
     centered = prog.sbuf(p, n, DType.fp32, "centered").ap()
     if subtract_mean:

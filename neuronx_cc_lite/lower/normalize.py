@@ -34,8 +34,14 @@ from neuronx_cc_lite.tile.program import Program, TileAccess
 Body = Callable[[Program, int, int, TileAccess, TileAccess, list[HbmView]], None]
 # streamed(prog, rows, row length, x rows view, y rows view, extra views cut to these rows, elements per piece)
 Streamed = Callable[[Program, int, int, HbmView, HbmView, list[HbmView], int], None]
-# segmented(prog, rows, segments, row length, x tile, y tile): each partition holds `segments` rows side by side
-Segmented = Callable[[Program, int, int, int, TileAccess, TileAccess], None]
+# Elements per partition of a box of rows side by side (per_row's `segmented`): enough that an instruction's fixed
+# cost is a fraction of it, few enough that the boxes of one operator pipeline across the engines and with the
+# operators around it. Swin-T on trn1 (bf16 / fp32 us): 256 1498.6 / 1804.9, 512 1427.5 / 1765.4, 1024 1437.9 /
+# 1797.0, 2048 (half a tile) 1486.5 / 1857.0.
+SEGMENT_ELEMENTS = 512
+# segmented(prog, rows, segments, row length, x tile, y tile, extra views cut to the box): each partition holds
+# `segments` rows side by side
+Segmented = Callable[[Program, int, int, int, TileAccess, TileAccess, list[HbmView]], None]
 
 
 def _normalized_axes(node: Node, g: Graph) -> tuple[int, ...]:
@@ -64,10 +70,9 @@ def per_row(ctx: LowerCtx, node: Node, axes: tuple[int, ...], extra: list[HbmVie
             streamed: Streamed | None = None, segmented: Segmented | None = None) -> None:
     """For each group of rows: when a row fits a tile, load it once, let `body` fill the output tile and store
     it; when it does not, hand the row views to `streamed`, which reads them piece by piece. `extra` views have
-    the row axes first, like the input once its normalised axes are moved to the end. With `segmented` (and no
-    extra views), rows whose producer laid them out within one block of partitions, the axes before them in its
-    layout (a batched product's results: Swin's 64 windows x 3 heads of 49 rows), go several to a partition,
-    side by side, so that each instruction covers many short rows."""
+    the row axes first, like the input once its normalised axes are moved to the end. With `segmented`, rows laid
+    out by their producer go several to a partition, side by side, as its layout holds them (rows.segment_boxes:
+    a batched product's results, or blocks of 128 rows), so that each instruction covers many short rows."""
     prog = ctx.program
     x = ctx.view(node.inputs[0])
     length = math.prod(x.shape[a] for a in axes)
@@ -81,16 +86,20 @@ def per_row(ctx: LowerCtx, node: Node, axes: tuple[int, ...], extra: list[HbmVie
     first = hint[0] if hint is not None and hint[1] == rank and trailing else None
     out = ctx.output(node.outputs[0], (first or 0, rank) if trailing else None)
     views = [move_to_end(x, axes), move_to_end(out, axes), *extra]
-    segments = max(1, budget // (2 * length))  # (a box's rows at most half a tile: the next one's load overlaps)
+    # only rows shorter than an instruction's efficient size (the cost model's small-instruction overhead): rows of
+    # 128 or more are better one to a partition (softmax's exp sums its row as it goes; T5's 128 x 128 attention
+    # ran 223.2 -> 224.7 us in bf16 with its heads side by side)
+    segments = max(1, min(budget // 2, SEGMENT_ELEMENTS) // length)
     grouped = segment_boxes(views, rank, first, prog.target.partitions, segments) \
-        if segmented is not None and not extra and first is not None and segments > 1 else None
+        if segmented is not None and first is not None and segments > 1 and \
+        length < prog.target.min_efficient_elements else None
     if grouped is not None:
-        for row, dst in grouped:
+        for row, dst, *cut in grouped:
             p, size = row.shape[0], math.prod(row.shape[1:])
             xt = prog.sbuf(p, size, row.dtype, f"{node.name}/x")
             prog.dma(xt.ap(), row)
             yt = prog.sbuf(p, size, dst.dtype, f"{node.name}/y")
-            segmented(prog, p, size // length, length, xt.ap(), yt.ap())  # type: ignore[misc]
+            segmented(prog, p, size // length, length, xt.ap(), yt.ap(), cut)  # type: ignore[misc]
             prog.dma(dst, yt.ap())
         return
     for cut in row_boxes(views, rank, prog.target.partitions, first):
@@ -187,7 +196,7 @@ def lower_softmax(ctx: LowerCtx, node: Node) -> None:
                 _zero_where(prog, y, nan)
             prog.dma(out, y)
 
-    def segmented(prog: Program, p: int, g: int, n: int, x: TileAccess, y: TileAccess) -> None:
+    def segmented(prog: Program, p: int, g: int, n: int, x: TileAccess, y: TileAccess, _: list[HbmView]) -> None:
         """Softmax of g rows a partition, each its own max and sum (one shift for all would underflow a row
         far below another to zeros): per-row columns [p, g] read back with stride 0 along each row."""
         rows = ((g, n), (n, 1))
@@ -287,7 +296,7 @@ def lower_layer_norm(ctx: LowerCtx, node: Node) -> None:
     def body(prog: Program, p: int, n: int, x: TileAccess, y: TileAccess, extra: list[HbmView]) -> None:
         # normalised and scaled in fp32, rounded once to a narrower output's type, as the op computes
         work = y if y.tile.dtype is DType.fp32 or not affine else _row_tile(prog, p, n, "normalized")
-        neg_mean, rstd = normalize_rows(prog, p, n, x, work, eps, subtract_mean=not rms)
+        neg_mean, rstd = normalize_rows(prog, p, n, x, work, eps, subtract_mean=not rms, keep_mean=bool(stats))
         _apply_affine(prog, p, n, work, extra[:len(affine)], [AluOp.multiply, AluOp.add])
         if work is not y:
             copy(prog, y, work)
@@ -299,7 +308,46 @@ def lower_layer_norm(ctx: LowerCtx, node: Node) -> None:
                                             node.name)
         store_stats(prog, neg_mean, rstd, extra[len(affine):])
 
-    per_row(ctx, node, axes, affine + [v for _, v in stats], body, streamed)
+    loaded: dict[tuple[int, int], TileAccess] = {}  # the scale and shift, on p partitions, loaded once
+
+    def parameter(prog: Program, view: HbmView, p: int, n: int) -> TileAccess:
+        key = (id(view.tensor), view.offset, p)
+        if key not in loaded:
+            t = prog.sbuf(p, n, view.dtype, f"{node.name}/affine")
+            prog.dma(t.ap(), HbmView(view.tensor, view.dtype, (p, n), (0, view.strides[-1]), view.offset))
+            loaded[key] = t.ap()
+        return loaded[key]
+
+    def segmented(prog: Program, p: int, g: int, n: int, x: TileAccess, y: TileAccess, extra: list[HbmView]) -> None:
+        """g rows a partition, each normalised by its own statistics: sums along each row ([p, g] columns read
+        back with stride 0 along it), the scale and shift loaded once and read with stride 0 across the rows."""
+        rows = ((g, n), (n, 1))
+
+        def col(t: TileAccess) -> TileAccess:
+            return replace(t, dims=((g, 1), (n, 0)))
+
+        centered = prog.sbuf(p, g * n, DType.fp32, "centered").ap()
+        if not rms:
+            sums = prog.sbuf(p, g, DType.fp32, "sum").ap()
+            prog.emit("tensor_reduce", Engine.DVE, dst=sums, src=replace(x, dims=rows), op=AluOp.add, axes=1)
+            prog.emit("scalar_tensor_tensor", Engine.POOL, dst=replace(centered, dims=rows), src=col(sums),
+                      op0=AluOp.multiply, scalar=-1.0 / n, op1=AluOp.add, b=replace(x, dims=rows))
+        squares = prog.sbuf(p, g * n, DType.fp32, "squares").ap()
+        act(prog, squares, x if rms else centered, ActFunc.square)
+        rstd = prog.sbuf(p, g, DType.fp32, "rstd").ap()
+        prog.emit("tensor_reduce", Engine.POOL, dst=rstd, src=replace(squares, dims=rows), op=AluOp.add, axes=1)
+        ts(prog, rstd, rstd, AluOp.multiply, 1.0 / n, AluOp.add, eps)
+        act(prog, rstd, rstd, ActFunc.rsqrt)
+        work = y if y.tile.dtype is DType.fp32 or not affine else centered  # rounded once, after the shift
+        tt(prog, replace(work, dims=rows), replace(x if rms else centered, dims=rows), col(rstd), AluOp.multiply)
+        for k, (view, op) in enumerate(zip(extra, (AluOp.multiply, AluOp.add))):
+            last = k == len(extra) - 1
+            tt(prog, replace(y if last else work, dims=rows), replace(work, dims=rows),
+               replace(parameter(prog, view, p, n), dims=((g, 0), (n, 1))), op)
+
+    whole = all(view.strides[:len(kept)] == (0,) * len(kept) for view in affine)  # one scale for every row
+    per_row(ctx, node, axes, affine + [v for _, v in stats], body, streamed,
+            segmented if not stats and whole else None)
 
 
 @lowering("InstanceNormalization", check=_check, floats=True)
@@ -313,7 +361,7 @@ def lower_instance_norm(ctx: LowerCtx, node: Node) -> None:
     eps = float(node.attrs.get("epsilon", 1e-5))
 
     def body(prog: Program, p: int, n: int, x: TileAccess, y: TileAccess, extra: list[HbmView]) -> None:
-        normalize_rows(prog, p, n, x, y, eps)
+        normalize_rows(prog, p, n, x, y, eps, keep_mean=False)
         _apply_affine(prog, p, n, y, extra, [AluOp.multiply, AluOp.add])
 
     def streamed(prog: Program, p: int, n: int, row: HbmView, dst: HbmView, extra: list[HbmView],
@@ -326,7 +374,7 @@ def lower_instance_norm(ctx: LowerCtx, node: Node) -> None:
 @lowering("MeanVarianceNormalization", check=_check, floats=True)
 def lower_mvn(ctx: LowerCtx, node: Node) -> None:
     def body(prog: Program, p: int, n: int, x: TileAccess, y: TileAccess, _: list[HbmView]) -> None:
-        normalize_rows(prog, p, n, x, y, 1e-9)
+        normalize_rows(prog, p, n, x, y, 1e-9, keep_mean=False)
 
     def streamed(prog: Program, p: int, n: int, row: HbmView, dst: HbmView, _: list[HbmView], budget: int) -> None:
         normalize_streamed(prog, p, n, row, dst, [], budget, 1e-9, True, node.name)

@@ -33,6 +33,7 @@ MAX_BLOCKS = 8192  # PE transposes one copy may take; beyond, the instruction co
 # A copy of at least SPREAD_BYTES on few rows is cut into rows of at least SPREAD_ROW_BYTES (`_spread`).
 SPREAD_BYTES = 32 * 1024
 SPREAD_ROW_BYTES = 2048
+LOOP_ROWS = 16  # a copy left on fewer rows is a transfer per index of another axis
 
 
 def copy_hbm(prog: Program, dst: HbmView, src: HbmView) -> None:
@@ -109,7 +110,7 @@ def dma_hbm(prog: Program, dst: HbmView, src: HbmView) -> None:
     a four-dimensional pattern. When a tensor's producer recorded how it lays it out on partitions, the axis of
     its rows goes on partitions instead: then keep-on-chip can map the copy onto that tensor's home (a Concat of
     slices of a matmul's result along the head axis stays on chip)."""
-    rows = _rows_axis(dst, src)
+    rows = _rows_axis(dst, src, prog.target.partitions)
     if rows is not None:
         order = (rows, *(a for a in range(len(dst.shape)) if a != rows))
         dst, src = dst.transpose(order), src.transpose(order)
@@ -123,6 +124,14 @@ def dma_hbm(prog: Program, dst: HbmView, src: HbmView) -> None:
         shape, d_strides, s_strides = _spread(shape, d_strides, s_strides, pmax, dst.dtype.size)
     free, d_free, s_free = shape[1:], d_strides[1:], s_strides[1:]
     outer = max(0, len(free) - MAX_FREE_DIMS)
+    if rows is None and shape[0] < LOOP_ROWS and len(free) > 1 and \
+            math.prod(shape) * dst.dtype.size >= SPREAD_BYTES:
+        # still few rows (a permuting copy's axes are all short: Swin's 8 x 8 windows of 7 x 7): a transfer for
+        # each index of the longest other axis, so that the transfers stage spreads more of them over the queues
+        k = max(range(len(free) - 1), key=lambda a: free[a])
+        order = (k, *(a for a in range(len(free)) if a != k))
+        free, d_free, s_free = (tuple(t[a] for a in order) for t in (free, d_free, s_free))
+        outer = max(outer, 1)
     for r0 in range(0, shape[0], pmax):
         rows = min(pmax, shape[0] - r0)
         for index in itertools.product(*(range(n) for n in free[:outer])):
@@ -166,17 +175,21 @@ def _spread(shape: tuple[int, ...], d_strides: tuple[int, ...], s_strides: tuple
     return (rows, *(shape[k] for k in keep), last), moved(d_strides), moved(s_strides)
 
 
-def _rows_axis(dst: HbmView, src: HbmView) -> int | None:
-    """The axis of the views that walks the rows of the source's recorded layout (else the destination's):
-    the one whose stride is the layout's row length."""
+def _rows_axis(dst: HbmView, src: HbmView, pmax: int) -> int | None:
+    """The axis of the views that walks the rows of the source's recorded layout (else the destination's): the one
+    whose stride is the layout's row length, when the copy could then map onto that tensor's home: every other axis
+    steps within a row or by whole blocks of pmax rows (codegen/on_chip.home_access). Swin's windows (7 tokens of a
+    row, the next window 7 tokens on) map onto no home, and a copy on their 7 rows moved at 7 queues' pace."""
     for view in (src, dst):
         layout = view.tensor.layout
         if layout is None or layout[1] <= 1:
             continue
-        row = layout[2]
+        _, rows, row = layout
         for axis, (n, stride) in enumerate(zip(view.shape, view.strides)):
             if n > 1 and stride == row:
-                return axis
+                others = [st for k, (m, st) in enumerate(zip(view.shape, view.strides)) if k != axis and m > 1]
+                if all(st % (rows * row) // row % pmax == 0 for st in others):
+                    return axis
     return None
 
 

@@ -54,16 +54,25 @@ def row_boxes(views: list[HbmView], row_rank: int, pmax: int, first: int | None 
 
 def segment_boxes(views: list[HbmView], row_rank: int, first: int, pmax: int, segments: int
                   ) -> Iterator[list[HbmView]] | None:
-    """Like row_boxes with `first`, for rows that fit one block of partitions (row axes first .. row_rank - 1):
-    the axes before them are not loops but segments side by side in the free dimension, up to `segments` of
-    them a box (innermost whole first), each view cut to shape (rows, *segment axes, *its free part). None when
-    the rows do not fit or a view does not walk them as one."""
+    """Like row_boxes with `first`, with several rows to a partition, side by side in the free dimension, up to
+    `segments` of them a box; each view cut to shape (rows, *segment axes, *its free part). Where the producer laid
+    them out (codegen/on_chip.py keeps a home of element (a, b, d) at partition b % pmax, element
+    ((b // pmax) * A + a) * D + d), so that a box is one run of each partition of the home:
+    - rows that fit one block of partitions (row axes first .. row_rank - 1): the axes before them are the
+      segments (a batched product's results: Swin's 64 windows x 3 heads of 49 rows), innermost whole first;
+    - more rows than partitions, with no axis before them: blocks of pmax rows are the segments (Swin's 3,136
+      tokens of 96 features: 25 blocks), the rows of a short last block a box of their own.
+    None when a view does not walk the rows as one."""
     row_shape = views[0].shape[:row_rank]
     rows = math.prod(row_shape[first:])
     merged = [_merged(row_shape[first:], v.strides[first:row_rank]) for v in views]
-    if not 0 < first < row_rank or rows > pmax or any(m is None for m in merged) or math.prod(row_shape) == 0:
+    if any(m is None for m in merged) or math.prod(row_shape) == 0 or not first < row_rank:
         return None
     outer = row_shape[:first]
+    if rows > pmax:
+        return _block_boxes(views, merged, row_rank, rows, pmax, segments) if math.prod(outer) == 1 else None
+    if not first:
+        return None
     chunks = chunk_sizes(outer, segments)
 
     def generate() -> Iterator[list[HbmView]]:
@@ -75,6 +84,21 @@ def segment_boxes(views: list[HbmView], row_rank: int, first: int, pmax: int, se
                    for v, m in zip(views, merged)]
 
     return generate()
+
+
+def _block_boxes(views: list[HbmView], merged: list[tuple[int, int] | None], row_rank: int, rows: int, pmax: int,
+                 segments: int) -> Iterator[list[HbmView]]:
+    """segment_boxes' boxes of whole blocks of pmax rows, `segments` blocks at most, then the last rows."""
+    whole = rows // pmax
+    for b0 in range(0, whole, segments):
+        g = min(segments, whole - b0)
+        yield [HbmView(v.tensor, v.dtype, (pmax, g, *v.shape[row_rank:]),
+                       (m[1], pmax * m[1], *v.strides[row_rank:]), v.offset + b0 * pmax * m[1])  # type: ignore[index]
+               for v, m in zip(views, merged)]
+    if rows % pmax:
+        yield [HbmView(v.tensor, v.dtype, (rows % pmax, 1, *v.shape[row_rank:]),
+                       (m[1], 0, *v.strides[row_rank:]), v.offset + whole * pmax * m[1])  # type: ignore[index]
+               for v, m in zip(views, merged)]
 
 
 def free_chunks(view: HbmView, budget: int) -> Iterator[tuple[int, HbmView]]:
