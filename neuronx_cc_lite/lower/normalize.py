@@ -116,6 +116,16 @@ def per_row(ctx: LowerCtx, node: Node, axes: tuple[int, ...], extra: list[HbmVie
         prog.dma(dst, yt.ap())
 
 
+def _rows(t: TileAccess, g: int, n: int) -> TileAccess:
+    """A tile of g rows of n side by side in each partition, as [g, n] (a segmented body's reductions take n)."""
+    return replace(t, dims=((g, n), (n, 1)))
+
+
+def _along_rows(column: TileAccess, g: int, n: int) -> TileAccess:
+    """A [p, g] tile of one value per row, read back along each of the g rows (stride 0)."""
+    return replace(column, dims=((g, 1), (n, 0)))
+
+
 def _pieces(views: list[HbmView], budget: int) -> list[tuple[HbmView, ...]]:
     """The views of one row group, cut alike into pieces of at most `budget` elements per row."""
     return list(zip(*[[piece for _, piece in free_chunks(v, budget)] for v in views]))
@@ -199,15 +209,13 @@ def lower_softmax(ctx: LowerCtx, node: Node) -> None:
     def segmented(prog: Program, p: int, g: int, n: int, x: TileAccess, y: TileAccess, _: list[HbmView]) -> None:
         """Softmax of g rows a partition, each its own max and sum (one shift for all would underflow a row
         far below another to zeros): per-row columns [p, g] read back with stride 0 along each row."""
-        rows = ((g, n), (n, 1))
         peak, total = prog.sbuf(p, g, DType.fp32, "max").ap(), prog.sbuf(p, g, DType.fp32, "sum").ap()
-        prog.emit("tensor_reduce", Engine.DVE, dst=peak, src=replace(x, dims=rows), op=AluOp.maximum, axes=1)
         e = prog.sbuf(p, g * n, DType.fp32, "exp").ap()
-        tt(prog, replace(e, dims=rows), replace(x, dims=rows), replace(peak, dims=((g, 1), (n, 0))), AluOp.subtract,
-           engine=Engine.POOL)
+        prog.emit("tensor_reduce", Engine.DVE, dst=peak, src=_rows(x, g, n), op=AluOp.maximum, axes=1)
+        tt(prog, _rows(e, g, n), _rows(x, g, n), _along_rows(peak, g, n), AluOp.subtract, engine=Engine.POOL)
         act(prog, e, e, ActFunc.exp)
-        prog.emit("tensor_reduce", Engine.POOL, dst=total, src=replace(e, dims=rows), op=AluOp.add, axes=1)
-        tt(prog, replace(y, dims=rows), replace(e, dims=rows), replace(total, dims=((g, 1), (n, 0))), AluOp.divide)
+        prog.emit("tensor_reduce", Engine.POOL, dst=total, src=_rows(e, g, n), op=AluOp.add, axes=1)
+        tt(prog, _rows(y, g, n), _rows(e, g, n), _along_rows(total, g, n), AluOp.divide)
 
     plain = not log and not guarded and ctx.view(node.inputs[0]).dtype is DType.fp32
     per_row(ctx, node, _normalized_axes(node, ctx.graph), [], body, streamed, segmented if plain else None)
@@ -321,28 +329,23 @@ def lower_layer_norm(ctx: LowerCtx, node: Node) -> None:
     def segmented(prog: Program, p: int, g: int, n: int, x: TileAccess, y: TileAccess, extra: list[HbmView]) -> None:
         """g rows a partition, each normalised by its own statistics: sums along each row ([p, g] columns read
         back with stride 0 along it), the scale and shift loaded once and read with stride 0 across the rows."""
-        rows = ((g, n), (n, 1))
-
-        def col(t: TileAccess) -> TileAccess:
-            return replace(t, dims=((g, 1), (n, 0)))
-
         centered = prog.sbuf(p, g * n, DType.fp32, "centered").ap()
         if not rms:
             sums = prog.sbuf(p, g, DType.fp32, "sum").ap()
-            prog.emit("tensor_reduce", Engine.DVE, dst=sums, src=replace(x, dims=rows), op=AluOp.add, axes=1)
-            prog.emit("scalar_tensor_tensor", Engine.POOL, dst=replace(centered, dims=rows), src=col(sums),
-                      op0=AluOp.multiply, scalar=-1.0 / n, op1=AluOp.add, b=replace(x, dims=rows))
+            prog.emit("tensor_reduce", Engine.DVE, dst=sums, src=_rows(x, g, n), op=AluOp.add, axes=1)
+            prog.emit("scalar_tensor_tensor", Engine.POOL, dst=_rows(centered, g, n), src=_along_rows(sums, g, n),
+                      op0=AluOp.multiply, scalar=-1.0 / n, op1=AluOp.add, b=_rows(x, g, n))
         squares = prog.sbuf(p, g * n, DType.fp32, "squares").ap()
         act(prog, squares, x if rms else centered, ActFunc.square)
         rstd = prog.sbuf(p, g, DType.fp32, "rstd").ap()
-        prog.emit("tensor_reduce", Engine.POOL, dst=rstd, src=replace(squares, dims=rows), op=AluOp.add, axes=1)
+        prog.emit("tensor_reduce", Engine.POOL, dst=rstd, src=_rows(squares, g, n), op=AluOp.add, axes=1)
         ts(prog, rstd, rstd, AluOp.multiply, 1.0 / n, AluOp.add, eps)
         act(prog, rstd, rstd, ActFunc.rsqrt)
         work = y if y.tile.dtype is DType.fp32 or not affine else centered  # rounded once, after the shift
-        tt(prog, replace(work, dims=rows), replace(x if rms else centered, dims=rows), col(rstd), AluOp.multiply)
+        tt(prog, _rows(work, g, n), _rows(x if rms else centered, g, n), _along_rows(rstd, g, n), AluOp.multiply)
         for k, (view, op) in enumerate(zip(extra, (AluOp.multiply, AluOp.add))):
             last = k == len(extra) - 1
-            tt(prog, replace(y if last else work, dims=rows), replace(work, dims=rows),
+            tt(prog, _rows(y if last else work, g, n), _rows(work, g, n),
                replace(parameter(prog, view, p, n), dims=((g, 0), (n, 1))), op)
 
     whole = all(view.strides[:len(kept)] == (0,) * len(kept) for view in affine)  # one scale for every row
