@@ -40,17 +40,19 @@ if TYPE_CHECKING:
 
 def fits(ctx: LowerCtx, a: object, b: object, epilogue: Epilogue, dtype: DType) -> bool:
     """Whether a batched product ([*batch, m, k] @ [*batch, k, n], operands computed at run time) goes in groups:
-    one K tile, one row block, at least two products a bank, an epilogue of alpha and a function alone, and, by
-    the cost model, the evacuations a group saves outweigh what its first evacuation waits for (the group's other
-    products). BERT's 128 x 128 scores in fp32 do not pay: PE takes as long over one as ScalarE to evacuate it,
-    and one at a time the two overlap (grouped, BERT-base ran 1,366.5 -> 1,430.4 us); Swin's 49 x 49 do."""
+    one K tile, products of at most half the partitions' rows (a full-height one keeps the engines busy on its
+    own, and one head at a time a product starts as soon as its own operands are ready, not the group's), at
+    least two products a bank, an epilogue of alpha and a function alone, and, by the cost model, the evacuations
+    a group saves outweigh what its first evacuation waits for (the group's other products). BERT's 128 x 128
+    scores do not pay (grouped, BERT-base in fp32 ran 1,366.5 -> 1,430.4 us, the 4-head BERT-12 of
+    benchmarks/run.py 273.3 -> 279.5); Swin's 49 x 49 do."""
     t = ctx.program.target
     if not isinstance(a, HbmView) or not isinstance(b, HbmView) or len(a.shape) < 3:
         return False
     (m, k), n = a.shape[-2:], b.shape[-1]
     e = epilogue
     plain = not e.addends and e.gate is None and e.bias is None and e.hard is None
-    if not plain or math.prod(a.shape[:-2]) < 2 or m > t.gemm_stationary_fmax or k > t.partitions or \
+    if not plain or math.prod(a.shape[:-2]) < 2 or 2 * m > t.partitions or k > t.partitions or \
             2 * n > t.psum_bank_fmax:
         return False
     count = min(math.prod(a.shape[:-2]), t.psum_bank_fmax // n)
