@@ -1,6 +1,6 @@
 """Many small matrix products at once: a batched MatMul whose every product fits one PSUM bank a few times over.
 
-    out[i] = alpha * func(A[i] @ B[i])      i over the batch axes; A[i] [m <= 128, k <= 128], B[i] [k, n]
+    out[i] = func(alpha * A[i] @ B[i])      i over the batch axes; A[i] [m <= 64, k <= 128], B[i] [k, n <= 256]
 
 Swin's window attention makes such products by the thousand (64 windows x 3 heads of 49 x 49 scores in its first
 stage). Taken one at a time, each pays the fixed costs of its operands' turns out of PSUM and of its evacuation
