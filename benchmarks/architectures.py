@@ -50,14 +50,19 @@ def _image(size: int, channels: int = 3) -> dict[str, Any]:
 
 
 def _healthy(model: Any) -> Any:
-    """Batch norms with trained-looking statistics and affine parameters (scale 0.5 to 1.5, shift within 0.2)."""
+    """Batch norms with trained-looking statistics and affine parameters (scale 0.5 to 1.5, shift within 0.2).
+    LeViT's one-dimensional ones too: transformers zero-initialises the last of each residual branch, which left
+    its outputs at 4e-4, too small to tell a working network from a dead one."""
     import torch
 
     with torch.no_grad():
         for m in model.modules():
-            if isinstance(m, torch.nn.BatchNorm2d):
+            if isinstance(m, (torch.nn.BatchNorm1d, torch.nn.BatchNorm2d)):
                 m.weight.uniform_(0.5, 1.5)
                 m.bias.uniform_(-0.2, 0.2)
+                if isinstance(m, torch.nn.BatchNorm1d):
+                    m.running_mean.uniform_(-0.1, 0.1)
+                    m.running_var.uniform_(0.5, 1.5)
     return _trained_batch_norm(model)
 
 
