@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from isa.dtypes import DType
 from isa.operand import Engine, Mem
 from isa.tensor_kind import TensorKind
-from neuronx_cc_lite.tile.hbm import HbmTensor
+from neuronx_cc_lite.tile.hbm import HbmTensor, coalesce
 from neuronx_cc_lite.tile.program import ALIGN, HbmAccess, PendingInstr, Program, Tile, TileAccess
 
 # Bytes per partition the homes together may take; the rest of SBUF is the operators' working space.
@@ -127,17 +127,10 @@ def home_access(layout: Layout, access: HbmAccess, home: Tile, pmax: int) -> Til
 def _merged(dims: list[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
     """The pattern with each pair of axes walked as one merged (a box of several outer rows of the layout, whole
     inner rows each, is one run of the home): its transfers then map as one region."""
-    live = [(n, st) for n, st in dims if n > 1]
-    if len(live) < 2:
+    if sum(n > 1 for n, _ in dims) < 2:
         return tuple(dims)
-    out = [live[-1]]
-    for n, st in reversed(live[:-1]):
-        inner_n, inner_st = out[-1]
-        if st == inner_n * inner_st:
-            out[-1] = (n * inner_n, inner_st)
-        else:
-            out.append((n, st))
-    return tuple(reversed(out))
+    shape, (strides,) = coalesce([(tuple(n for n, _ in dims), tuple(st for _, st in dims))])
+    return tuple(zip(shape, strides))
 
 
 def _dense_whole(a: TileAccess) -> bool:

@@ -28,7 +28,7 @@ from isa.dtypes import DType
 from isa.operand import Engine, Mem
 from neuronx_cc_lite.lower.context import LowerCtx
 from neuronx_cc_lite.lower.instr import act
-from neuronx_cc_lite.lower.operands import k_on_partitions
+from neuronx_cc_lite.lower.operands import a_rows_along_k, b_rows_along_k
 from neuronx_cc_lite.lower.tiling import chunk_sizes
 from neuronx_cc_lite.lower.transpose import Piece, transpose_pieces
 from neuronx_cc_lite.tile.hbm import HbmView
@@ -79,9 +79,9 @@ def fits(ctx: LowerCtx, a: object, b: object, epilogue: Epilogue, dtype: DType) 
                       moving=Tile(Mem.SBUF, k, n, dtype, "B").ap(), accumulate=False)
     gain = saved("activation", m, n, DType.fp32)
     first_a, first_b = a.at((0,) * (len(a.shape) - 2)), b.at((0,) * (len(b.shape) - 2))
-    if _a_turned(first_a):
+    if a_rows_along_k(first_a):
         pe, gain = pe + turn(m, k), gain + saved("tensor_copy", k, m, dtype)
-    if _b_turned(first_b):
+    if b_rows_along_k(first_b):
         pe, gain = pe + turn(n, k), gain + saved("tensor_copy", k, n, dtype)
     return gain > (count - 1) * pe
 
@@ -122,7 +122,7 @@ def _a_transposed(ctx: LowerCtx, a: HbmView, at: Tile, offset: int, dtype: DType
     loaded and returned as a piece to turn."""
     prog = ctx.program
     m, k = a.shape
-    if not _a_turned(a):
+    if not a_rows_along_k(a):  # K on partitions already
         prog.dma(at.region(offset, m, 0, k), a.transpose((1, 0)))
         return []
     rows = prog.sbuf(m, k, dtype, f"{prog.node}/A")
@@ -135,19 +135,10 @@ def _b_tile(ctx: LowerCtx, b: HbmView, bt: Tile, offset: int, dtype: DType) -> l
     else loaded as B^T [n, k] and returned as a piece to turn."""
     prog = ctx.program
     k, n = b.shape
-    if not _b_turned(b):
+    if not b_rows_along_k(b):
         prog.dma(bt.region(offset, n, 0, k), b)
         return []
     rows = prog.sbuf(n, k, dtype, f"{prog.node}/B^T")
     prog.dma(rows.ap(), b.transpose((1, 0)))
     return [Piece(rows.ap(), bt, offset)]
 
-
-def _a_turned(a: HbmView) -> bool:
-    """Whether A [m, k] lies by rows along K (turned on PE), not with K on partitions already."""
-    return not k_on_partitions(a, 1) and (a.strides[1] == 1 or a.shape[1] == 1)
-
-
-def _b_turned(b: HbmView) -> bool:
-    """Whether B [k, n] lies by rows along K (loaded as B^T and turned on PE)."""
-    return not (k_on_partitions(b, 0) or b.strides[1] == 1 or b.shape[1] == 1 or b.strides[0] != 1)

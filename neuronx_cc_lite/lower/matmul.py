@@ -70,7 +70,7 @@ def matmul_2d(ctx: LowerCtx, a: Operand, b: Operand, out: HbmView, epilogue: Epi
     (m_size, k_size), n_size = a.shape, b.shape[1]
     assert b.shape[0] == k_size and out.shape == (m_size, n_size), (a.shape, b.shape, out.shape)
     name = prog.node
-    dtype = prog.operand_dtype(_dtype(ctx, a, b))
+    dtype = operand_type(ctx, a, b)
     k_tiles = blocks(k_size, t.partitions)
     b_source = BSource(ctx, b, dtype, k_tiles, n_size, name, keys[1])
     bias_tiles: dict[tuple[int, int], Tile] = {}
@@ -115,7 +115,7 @@ def matmul_2d_transposed(ctx: LowerCtx, a: Operand, b: Operand, out: HbmView, ep
     assert b.shape[0] == k_size and out.shape == (m_size, n_size), (a.shape, b.shape, out.shape)
     assert all(scale == 1.0 for _, scale in epilogue.addends) and len(epilogue.addends) <= 1
     name = prog.node
-    dtype = prog.operand_dtype(_dtype(ctx, a, b))
+    dtype = operand_type(ctx, a, b)
     k_tiles = blocks(k_size, t.partitions)
     b_source = BSource(ctx, b, dtype, k_tiles, n_size, name, keys[1])
     columns = bias_columns(ctx, epilogue.bias * epilogue.alpha) if epilogue.bias is not None else None
@@ -234,7 +234,7 @@ def _harden(epilogue: Epilogue, res: Tile, pre: Tile) -> None:
         epilogue.hard(res.ap(), pre.ap())
 
 
-def prog_dtype(ctx: LowerCtx, a: Operand, b: Operand) -> DType:
+def operand_type(ctx: LowerCtx, a: Operand, b: Operand) -> DType:
     """The type the Tensor engine reads the operands in."""
     return ctx.program.operand_dtype(_dtype(ctx, a, b))
 
@@ -348,7 +348,7 @@ def lower_matmul_into(ctx: LowerCtx, node: Node, epilogue: Epilogue) -> None:
     a_batch, b_batch = a.shape[:-2], b.shape[:-2]
     a = _broadcast(a, batch + a.shape[-2:])
     b = _broadcast(b, batch + b.shape[-2:])
-    dtype = prog_dtype(ctx, a, b)
+    dtype = operand_type(ctx, a, b)
     if batched.fits(ctx, a, b, epilogue, dtype):  # many small products: a group of them a bank
         batched.products(ctx, a, b, out, epilogue, dtype)  # type: ignore[arg-type]
         return

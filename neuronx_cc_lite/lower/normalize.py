@@ -34,9 +34,9 @@ from neuronx_cc_lite.tile.program import Program, TileAccess
 Body = Callable[[Program, int, int, TileAccess, TileAccess, list[HbmView]], None]
 # streamed(prog, rows, row length, x rows view, y rows view, extra views cut to these rows, elements per piece)
 Streamed = Callable[[Program, int, int, HbmView, HbmView, list[HbmView], int], None]
-# Elements per partition of a box of rows side by side (per_row's `segmented`): enough that an instruction's fixed
-# cost is a fraction of it, few enough that the boxes of one operator pipeline across the engines and with the
-# operators around it. Swin-T on trn1 (bf16 / fp32 us): 256 1498.6 / 1804.9, 512 1427.5 / 1765.4, 1024 1437.9 /
+# Elements per partition of a box of rows side by side (per_row's `segmented`; an eighth of a tile, or less):
+# enough that an instruction's fixed cost is a fraction of it, few enough that the boxes of one operator pipeline
+# across the engines and with the operators around it. Swin-T on trn1 (bf16 / fp32 us): 256 1498.6 / 1804.9, 512 1427.5 / 1765.4, 1024 1437.9 /
 # 1797.0, 2048 (half a tile) 1486.5 / 1857.0.
 SEGMENT_ELEMENTS = 512
 # segmented(prog, rows, segments, row length, x tile, y tile, extra views cut to the box): each partition holds
@@ -89,7 +89,7 @@ def per_row(ctx: LowerCtx, node: Node, axes: tuple[int, ...], extra: list[HbmVie
     # only rows shorter than an instruction's efficient size (the cost model's small-instruction overhead): rows of
     # 128 or more are better one to a partition (softmax's exp sums its row as it goes; T5's 128 x 128 attention
     # ran 223.2 -> 224.7 us in bf16 with its heads side by side)
-    segments = max(1, min(budget // 2, SEGMENT_ELEMENTS) // length)
+    segments = max(1, SEGMENT_ELEMENTS // length)
     grouped = segment_boxes(views, rank, first, prog.target.partitions, segments) \
         if segmented is not None and first is not None and segments > 1 and \
         length < prog.target.min_efficient_elements else None

@@ -55,6 +55,17 @@ def k_on_partitions(view: HbmView, axis: int) -> bool:
     return layout is not None and layout[2] == 1 and view.strides[axis] == 1 and view.shape[axis] > 1
 
 
+def a_rows_along_k(a: HbmView) -> bool:
+    """Whether A [m, k] lies by rows along K (loaded as it is and turned on PE), not with K on partitions."""
+    return not k_on_partitions(a, 1) and (a.strides[1] == 1 or a.shape[1] == 1)
+
+
+def b_rows_along_k(b: HbmView) -> bool:
+    """Whether B [k, n] lies by rows along K (a transposed view, K^T in attention: loaded as B^T and turned on
+    PE), not along N or with K on partitions."""
+    return not (k_on_partitions(b, 0) or b.strides[1] == 1 or b.shape[1] == 1) and b.strides[0] == 1
+
+
 def bias_rows(ctx: LowerCtx, bias: np.ndarray, key: str) -> Tile:
     """The bias as the moving operand of a matmul against ones: three bf16 rows whose sum is the fp32 bias
     exactly (hi, mid and lo parts of its 24-bit mantissa), so that PE adds it at the bf16 rate; one fp32 row when
@@ -177,17 +188,15 @@ class BSource:
         assert isinstance(b, HbmView)
         k0, kt = self.k_tiles[j]
         t = prog.sbuf(kt, gn, self.dtype, f"{self.name}/B")
-        if k_on_partitions(b, 0) or b.strides[1] == 1 or b.shape[1] == 1:  # K on partitions, or rows along N
-            prog.dma(t.ap(), b.box((k0, g0), (kt, gn)))
-        elif b.strides[0] == 1:  # rows along K: load B^T [n, K] and turn it
+        if b_rows_along_k(b):  # load B^T [n, K] and turn it
             pieces = []
             for c0, cn in blocks(gn, prog.target.partitions):
                 rows = prog.sbuf(cn, kt, self.dtype, f"{self.name}/B^T")
                 prog.dma(rows.ap(), b.box((k0, g0 + c0), (kt, cn)).transpose((1, 0)))
                 pieces.append(Piece(rows.ap(), t, c0))
             transpose_pieces(prog, pieces, self.name)
-        else:
-            prog.dma(t.ap(), b.box((k0, g0), (kt, gn)))  # an access pattern strided both ways: as it comes
+        else:  # K on partitions, rows along N, or a pattern strided both ways: as it comes
+            prog.dma(t.ap(), b.box((k0, g0), (kt, gn)))
         return t
 
 
@@ -206,7 +215,7 @@ def a_transposed(ctx: LowerCtx, a: Operand, dtype: DType, m0: int, mt: int, k_ti
             prog.dma(t.ap(), HbmView(weight, dtype, (kt, mt), (mt, 1), offsets[j]))
             tiles.append(t.ap())
         return tiles
-    if not k_on_partitions(a, 1) and (a.strides[1] == 1 or a.shape[1] == 1):  # rows along K: turn them on PE
+    if a_rows_along_k(a):  # turn them on PE
         if a.tensor.kind is TensorKind.STATE:  # device state may be written in place between two reads: turned each time
             return _turned_rows(ctx, a, dtype, m0, mt, k_tiles, name)
         turned = (id(a.tensor), a.offset, a.shape, a.strides, dtype, m0, mt, tuple(k_tiles))

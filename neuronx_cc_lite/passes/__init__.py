@@ -71,8 +71,9 @@ PIPELINE: list[Pass] = [
          "an LSTM, GRU or RNN over a static sequence length is a chain of matmuls and activations, one step each, "
          "which the fusion after it folds together"),
     Pass("canonicalize", "canonicalize",
-         "older exporters spell LayerNorm and GELU as chains of small ops: one op each lowers far better; a pool "
-         "whose one window covers its input is a global pool"),
+         "older exporters spell LayerNorm and GELU as chains of small ops: one op each lowers far better; SiLU "
+         "is x * Sigmoid(x), one ScalarE pass an epilogue can take; a pool whose one window covers its input is a "
+         "global pool"),
     Pass("simplify-views", "simplify_views",
          "exporters spell one transpose as Reshape, Transpose, Reshape, and scale both operands of a MatMul: one "
          "transpose lowers as a layout, one scale after the MatMul as part of its evacuation; after canonicalize, "
