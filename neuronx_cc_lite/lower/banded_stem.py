@@ -39,7 +39,7 @@ from neuronx_cc_lite.lower.conv_epilogue import Epilogue
 from neuronx_cc_lite.lower.conv_geometry import ConvGeometry, conv_geometry, window_budget
 from neuronx_cc_lite.lower.depthwise import BandWindows, band_plan, band_windows
 from neuronx_cc_lite.lower.patterns import dma_tile
-from neuronx_cc_lite.lower.windows import Axis, Block, short_rows, window_ap, window_strides
+from neuronx_cc_lite.lower.windows import Axis, Block, row_phase, short_rows, window_ap, window_strides
 from neuronx_cc_lite.tile.hbm import HbmView
 from neuronx_cc_lite.tile.program import Program, Tile
 
@@ -70,16 +70,35 @@ def stem_bands(ctx: LowerCtx, node: Node, geo: ConvGeometry, packed: int, window
     return bands, per_band
 
 
-def _banded_weights(ctx: LowerCtx, node: Node, geo: ConvGeometry, packed: int, bands: int,
+def stem_phases(geo: ConvGeometry, packed: int, bands: int, pmax: int) -> int:
+    """Row phases of a banded stem (windows.row_phase): with a stride s along the rows, the window's rows
+    split into s phases (rows ph, ph + s, ...) on their own partitions, and a pass reads kernel rows s * k + ph of
+    every phase, so that the passes fall from the kernel's rows to ceil(rows / s) for the same bytes loaded (each
+    input row still loaded once, into its phase): MobileNetV3's 3x3 stride-2 stem takes 6 passes, not 9. Where
+    the phases' rows fit the partitions beside the bands'; else 1."""
+    rows = geo.axes[0]
+    phases = min(rows.stride, rows.kernel)
+    if phases < 2 or rows.dilation != 1 or rows.up != 1 or bands * phases * packed * geo.channels > pmax:
+        return 1
+    return phases
+
+
+def _banded_weights(ctx: LowerCtx, node: Node, geo: ConvGeometry, packed: int, bands: int, phases: int,
                     groups: list[tuple[int, int, int]]) -> Tile:
-    """[K * B, groups x B * M]: group q's block holds, for band b, rows (j * C + c) * B + b and columns b * M + m:
-    W[m, c, kh, w0 + j] of the group's kernel row kh and first column w0 (zero past the kernel's last column)."""
-    c, m, k = geo.channels, geo.outputs, packed * geo.channels
+    """[K * B, groups x B * M] (K = phases x packed x C): group q's block holds, for band b, rows
+    ((ph * packed + j) * C + c) * B + b and columns b * M + m: W[m, c, kh, w0 + j] of the group's kernel row kh
+    (with phases, phase ph's kernel row k is kh = s * k + ph; zero past the kernel's last row) and first column
+    w0 (zero past the kernel's last column)."""
+    c, m, k = geo.channels, geo.outputs, phases * packed * geo.channels
+    stride = geo.axes[0].stride if phases > 1 else 1
     w = ctx.graph.tensors[node.inputs[1]].value.astype(np.float64)  # [M, C, KH, KW]
     block = np.zeros((bands * k, len(groups), bands * m))
-    for q, (kh, w0, count) in enumerate(groups):
-        for b, j in itertools.product(range(bands), range(count)):
-            rows = [(j * c + ci) * bands + b for ci in range(c)]
+    for q, (kr, w0, count) in enumerate(groups):
+        for ph, b, j in itertools.product(range(phases), range(bands), range(count)):
+            kh = stride * kr + ph
+            if kh >= geo.kernel[0]:
+                continue
+            rows = [((ph * packed + j) * c + ci) * bands + b for ci in range(c)]
             block[rows, q, b * m:(b + 1) * m] = w[:, :, kh, w0 + j].T
     prog = ctx.program
     dtype = prog.operand_dtype(DType.fp32)  # auto-cast: stored in the type the matmul reads
@@ -92,33 +111,45 @@ def _banded_weights(ctx: LowerCtx, node: Node, geo: ConvGeometry, packed: int, b
 
 
 class _Bands:
-    """What every pass of a banded stem shares: the bands' weights, the epilogue and its bias column."""
+    """What every pass of a banded stem shares: the bands' weights, the epilogue and its bias column, and where the
+    windows read the input: per row phase (stem_phases), the phase's axes and rows of the input."""
 
     def __init__(self, ctx: LowerCtx, node: Node, geo: ConvGeometry, packed: int, bands: int) -> None:
         self.prog, self.geo, self.packed, self.bands, self.name = ctx.program, geo, packed, bands, node.name
-        m = geo.outputs
-        self.src = ctx.view(node.inputs[0]).transpose((1, 0, 2, 3))  # (C, batch, rows, columns)
-        self.groups = [(kh, w0, min(packed, geo.kernel[1] - w0)) for kh in range(geo.kernel[0])
+        m, (rows, cols) = geo.outputs, geo.axes
+        src = ctx.view(node.inputs[0]).transpose((1, 0, 2, 3))  # (C, batch, rows, columns)
+        self.phases = stem_phases(geo, packed, bands, ctx.program.target.partitions)
+        self.views = [(geo.axes, src)]
+        if self.phases > 1:
+            self.views = []
+            for ph in range(self.phases):
+                axis, first = row_phase(rows, ph)
+                self.views.append(([axis, cols], src.slice(2, first, src.shape[2], rows.stride)))
+        self.images = src.shape[1]
+        # the windows' geometry: with phases, that of phase 0 (each phase holds its rows, alike)
+        self.axes = self.views[0][0]
+        self.groups = [(kh, w0, min(packed, geo.kernel[1] - w0)) for kh in range(self.axes[0].kernel)
                        for w0 in range(0, geo.kernel[1], packed)]
-        self.weights = _banded_weights(ctx, node, geo, packed, bands, self.groups)
+        self.weights = _banded_weights(ctx, node, geo, packed, bands, self.phases, self.groups)
         self.epilogue = Epilogue(ctx, node, bands)
         self.column = self.epilogue.bias_column(bands * m, [(b * m, 0, m) for b in range(bands)])
-        self.shifts = [j * geo.axes[1].dilation for j in range(packed)]
+        self.shifts = [j * cols.dilation for j in range(packed)]
 
     def products(self, whole: list[Block]) -> Tile:
         """A bank [B * M, outputs of a block] of the bands' outputs, band b's block whole[b] (the blocks alike,
         their first rows evenly spaced): the bands' windows loaded, then a matmul per tap group."""
         prog, geo, bands = self.prog, self.geo, self.bands
-        c, k, p = geo.channels, self.packed * geo.channels, bands * geo.outputs
-        strides, image = window_strides(whole[0], geo.axes)
+        c, k, p = geo.channels, self.phases * self.packed * geo.channels, bands * geo.outputs
+        strides, image = window_strides(whole[0], self.axes)
         window = prog.sbuf(bands * k, image, prog.operand_dtype(DType.fp32), f"{self.name}/x")
-        _fill_edges(prog, window, whole, geo.axes, self.shifts, (image, *strides))
-        for j, shift in enumerate(self.shifts):
-            _load_bands(prog, window, self.src, whole, geo.axes, shift, j, c, strides[0])
+        _fill_edges(prog, window, whole, [axes for axes, _ in self.views], self.shifts, (image, *strides))
+        for ph, (axes, src) in enumerate(self.views):
+            for j, shift in enumerate(self.shifts):
+                _load_bands(prog, window, src, whole, axes, shift, ph * self.packed + j, c, strides[0])
         acc = prog.psum(p, whole[0].size, f"{self.name}/acc")
         for q, (kh, w0, _) in enumerate(self.groups):
             prog.emit("nc_matmul", Engine.PE, dst=acc.ap(), stationary=self.weights.ap(((p, 1),), q * p),
-                      moving=window_ap(window, (image, *strides), whole[0], geo.axes, (kh, w0), bands * k),
+                      moving=window_ap(window, (image, *strides), whole[0], self.axes, (kh, w0), bands * k),
                       accumulate=q > 0)
         return acc
 
@@ -127,7 +158,7 @@ def lower_banded_stem(ctx: LowerCtx, node: Node, geo: ConvGeometry, packed: int,
     """`packed`: the shifted copies of the window a pass reads (1: a tap a pass; lower/conv.py decides)."""
     stem, m = _Bands(ctx, node, geo, packed, bands), geo.outputs
     rows, cols = geo.axes
-    for n in range(stem.src.shape[1]):
+    for n in range(stem.images):
         for r0 in range(0, rows.out, bands * per_band):
             # every band's window laid out as a whole band's, past the last output row too
             whole = [Block(n, 1, (r0 + b * per_band, 0), (per_band, cols.out)) for b in range(bands)]
@@ -212,7 +243,7 @@ def lower_stem_into_windows(ctx: LowerCtx, node: Node, geo: ConvGeometry, packed
     per_pass = _stem_rows(prog.target, geo.axes[1].out, span)
     first_col = 0 if row_len == cols.size else cols.offset
     written: dict[tuple[int, int], Tile] = {}
-    for n, r0 in reader.groups(stem.src.shape[1]):
+    for n, r0 in reader.groups(stem.images):
         blocks = reader.blocks(n, r0)
         window = prog.sbuf(p, reader.image, reader.dtype, f"{node.name}/window")
         if row_len != cols.size:  # the padding columns
@@ -270,12 +301,13 @@ def _load_bands(prog: Program, window: Tile, src: HbmView, whole: list[Block], a
                      (j * channels + c) * bands + run[0])
 
 
-def _fill_edges(prog: Program, window: Tile, whole: list[Block], axes: list[Axis], shifts: list[int],
+def _fill_edges(prog: Program, window: Tile, whole: list[Block], views: list[list[Axis]], shifts: list[int],
                 strides: tuple[int, ...]) -> None:
     """Zero what no load of the group writes: the columns before the first input column and after the last of any
-    shift (every band alike), and the rows before and after each band's input rows, on every partition (a band
-    past the image's last row: its whole window). The loads, which write over the other bands' rows, follow."""
-    rows, cols = axes
+    shift (every band alike), and the rows before and after each band's input rows of any phase (`views`: each
+    phase's axes, alike but for where the input's rows fall), on every partition (a band past the image's last
+    row: its whole window). The loads, which write over the other bands' and phases' rows, follow."""
+    rows, cols = views[0]
     row_span, col_span = rows.span(whole[0].counts[0]), cols.span(cols.out)
     runs = [cols.interior(0, cols.out, shift) for shift in shifts]
     before = max(pos if n else col_span for _, n, pos in runs)
@@ -285,8 +317,8 @@ def _fill_edges(prog: Program, window: Tile, whole: list[Block], axes: list[Axis
         if hi > lo:
             prog.emit("memset", Engine.POOL, dst=window.ap(((row_span, row_stride), (hi - lo, 1)), lo), value=0.0)
     slabs = set()
-    for block in whole:
-        _, count, pos = rows.interior(block.starts[0], block.counts[0])
+    for (phase_rows, _), block in itertools.product(views, whole):
+        _, count, pos = phase_rows.interior(block.starts[0], block.counts[0])
         slabs |= {(0, pos), (pos + count, row_span)} if count else {(0, row_span)}
     for lo, hi in sorted(slabs):
         if hi > lo:

@@ -37,14 +37,14 @@ from neuronx_cc_lite.lower.conv_epilogue import Epilogue
 from neuronx_cc_lite.lower.conv_geometry import (ConvGeometry, conv_geometry, conv_transpose_geometry, weight_budget,
                                                  window_budget)
 from neuronx_cc_lite.lower.depthwise import (DiagonalWeights, band_plan, diagonal_products, lower_banded_depthwise,
-                                             vector_taps)
+                                             remainder_bands, vector_taps)
 from neuronx_cc_lite.lower.patterns import dma_tile
 from neuronx_cc_lite.ops.registry import lowering
 from neuronx_cc_lite.tile.hbm import HbmView
 from neuronx_cc_lite.tile.program import Columns, Program, Tile, TileAccess
 from neuronx_cc_lite.lower.windows import (Axis, Block, blocks, flat_window, load_moved_windows, load_tight,
-                                           load_windows, short_rows, tight_taps, tight_window, window_ap,
-                                           window_taps)
+                                           load_windows, row_phase, short_rows, tight_taps, tight_window,
+                                           window_ap, window_taps)
 
 
 # check() runs before a target is chosen: it judges by the target with the least SBUF.
@@ -241,14 +241,6 @@ def _packing_pays(target: Target, geo: ConvGeometry, packed: int, outputs: float
     return saved_ns > margin * loads_ns
 
 
-def row_phase(ax: Axis, ph: int) -> tuple[Axis, int]:
-    """The axis seen through phase ph of its stride s (rows ph, ph + s, ... of the padded input): an axis of
-    stride 1 over those rows and its first input element. Output o's tap s * k + ph is the phase's tap k."""
-    s = ax.stride
-    first = (ph - ax.offset) % s
-    return Axis(len(range(first, ax.size, s)), ax.out, -(-ax.kernel // s), 1, 1, (ax.offset + first - ph) // s), first
-
-
 def _packed_weights(ctx: LowerCtx, node: Node, geo: ConvGeometry, packed: int, phases: int,
                     groups: list[tuple[tuple[int, ...], int, int]], co0: int, mt: int) -> Tile:
     """[phases * packed * C, groups x mt]: for tap group q, rows (ph * packed + j) * C + c hold
@@ -285,10 +277,14 @@ def lower_windowed_matmul(ctx: LowerCtx, node: Node, geo: ConvGeometry) -> None:
     x = ctx.view(node.inputs[0])
     rank, batch, pmax = len(geo.kernel), x.shape[0], target.partitions
     mt_max = geo.output_tile(target)
-    co_tiles = [(co0, min(mt_max, geo.outputs - co0)) for co0 in range(0, geo.outputs, mt_max)]
+    scaled = len(node.inputs) > 4 and bool(node.inputs[4])  # a ConvEpilogue's input scale (_scaled_rows)
+    constant = ctx.graph.tensors[node.inputs[1]].is_constant
+    # a depthwise convolution's last tile of few channels in bands of rows, after the whole tiles
+    remainder = remainder_bands(ctx, node, geo, window_budget(target)) if constant and not scaled else None
+    whole_tiles = geo.outputs - remainder[0].channels if remainder is not None else geo.outputs
+    co_tiles = [(co0, min(mt_max, whole_tiles - co0)) for co0 in range(0, whole_tiles, mt_max)]
     packed, phases = packed_taps(ctx, node, geo)
     bands, per_band = stem_bands(ctx, node, geo, packed, window_budget(target))
-    scaled = len(node.inputs) > 4 and bool(node.inputs[4])  # a ConvEpilogue's input scale (_scaled_rows)
     if bands > 1 and not scaled:  # a stem over few output channels: bands of output rows share the partitions
         x_info = ctx.graph.tensors[node.inputs[0]]
         columns = batch * math.prod(ax.out for ax in geo.axes) / bands
@@ -307,7 +303,6 @@ def lower_windowed_matmul(ctx: LowerCtx, node: Node, geo: ConvGeometry) -> None:
         lo, hi = geo.input_range(co0, mt)
         chunks[co0] = [(c0, min(pmax, hi - c0)) for c0 in range(lo, hi, pmax)]
     pairs = [(c0, ct, co0, mt) for co0, mt in co_tiles for c0, ct in chunks[co0]]
-    constant = ctx.graph.tensors[node.inputs[1]].is_constant
     diagonal = geo.depthwise and constant  # each tap's weights a diagonal, loaded without its zeros
     out_max = min(target.psum_bank_fmax, target.gemm_moving_fmax)
     plan = blocks(batch, window_axes_, out_max, window_budget(target))
@@ -373,6 +368,9 @@ def lower_windowed_matmul(ctx: LowerCtx, node: Node, geo: ConvGeometry) -> None:
                 epilogue.finish(acc, column, [(block, 0, co0, mt)], co0)
     if bank is not None:
         epilogue.finish_side_by_side(bank, plan[0], co_tiles)
+    if remainder is not None:
+        part, bands, per_band = remainder
+        lower_banded_depthwise(ctx, node, part, bands, per_band, first=whole_tiles)
 
 
 def _shared_bank(prog: Program, node: Node, plan: list[Block], co_tiles: list[tuple[int, int]], epilogue: Epilogue,

@@ -45,11 +45,13 @@ def pe_has_room(prog: Program) -> bool:
 
 class Epilogue:
     """The epilogue of one convolution node; `repeat`: the bias repeated that many times down the partitions
-    (bands of a depthwise convolution)."""
+    (bands of a depthwise convolution), of output channels `channels` (first, count; all by default), into the
+    output another epilogue of the node made (`out`), else a new one."""
 
-    def __init__(self, ctx: LowerCtx, node: Node, repeat: int = 1) -> None:
+    def __init__(self, ctx: LowerCtx, node: Node, repeat: int = 1, channels: tuple[int, int] | None = None,
+                 out: HbmView | None = None) -> None:
         self.ctx, self.node = ctx, node
-        self.out = ctx.output(node.outputs[0], (1, 2))  # output channels on partitions
+        self.out = out or ctx.output(node.outputs[0], (1, 2))  # output channels on partitions
         self.bias = ctx.view(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else None
         self.residual = ctx.view(node.inputs[3]) if len(node.inputs) > 3 and node.inputs[3] else None
         self.func = fused_function(node.attrs.get("activation", ""))  # a hard one: after it
@@ -61,7 +63,9 @@ class Epilogue:
         self.pe_bias: tuple[Tile, Tile] | None = None
         if self.direct and value is not None:
             prog = ctx.program
-            rows = bias_rows(ctx, np.tile(value, repeat), f"{node.name}/bias")
+            first, count = channels or (0, len(value))
+            rows = bias_rows(ctx, np.tile(np.asarray(value).reshape(-1)[first:first + count], repeat),
+                             f"{node.name}/bias{first or ''}")
             ones = prog.filled(rows.partitions, min(prog.target.psum_bank_fmax, prog.target.gemm_moving_fmax),
                                rows.dtype, 1.0)
             self.pe_bias = rows, ones

@@ -101,6 +101,14 @@ def blocks(batch: int, axes: list[Axis], out_max: int, in_max: int) -> list[Bloc
             for n0, *starts in itertools.product(*ranges)]
 
 
+def row_phase(ax: Axis, ph: int) -> tuple[Axis, int]:
+    """The axis seen through phase ph of its stride s (rows ph, ph + s, ... of the padded input): an axis of
+    stride 1 over those rows and its first input element. Output o's tap s * k + ph is the phase's tap k."""
+    s = ax.stride
+    first = (ph - ax.offset) % s
+    return Axis(len(range(first, ax.size, s)), ax.out, -(-ax.kernel // s), 1, 1, (ax.offset + first - ph) // s), first
+
+
 def window_strides(block: Block, axes: list[Axis], flat: bool = False) -> tuple[tuple[int, ...], int]:
     """(strides of the window tile per spatial axis, elements per image) of a block's windows; `flat`: rows as
     long as the input's (flat_rows)."""

@@ -18,11 +18,16 @@ from tests.conftest import assert_close, compile_to_model, make_model
 
 BF16 = Options(auto_cast="matmult", auto_cast_type="bf16")
 
-STEMS = {  # (case, partitions a matmul contracts over: shifts x channels x bands, outputs on: channels x bands)
+STEMS = {  # (case, partitions a matmul contracts over: phases x shifts x channels x bands, outputs on: channels x
+    # bands)
     # MobileNetV3's stem at a smaller size: 12 x 80 outputs, 6 bands of 2 rows (rows of 160 fp32: 640 bytes), its
-    # taps packed (a small image: the copies load faster than the passes they save; at 224 x 224, below, not)
+    # taps packed (a small image: the copies load faster than the passes they save; at 224 x 224, below, not),
+    # both row phases on partitions of their own (stem_phases): 2 passes, not 3
     "3x3-stride2": (dict(n=1, c=3, spatial=[24, 160], m=16, kernel=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
-                    54, 96),
+                    108, 96),
+    # an odd number of input rows: the last band's phase 1 ends a row before its phase 0 (its last row a fill)
+    "3x3-stride2-odd-rows": (dict(n=1, c=3, spatial=[63, 226], m=16, kernel=[3, 3], strides=[2, 2],
+                                  pads=[1, 1, 1, 1]), 48, 128),
     # 13 x 150 outputs, two images: 4 bands of a row (32 output channels), the last group of one band
     "odd-rows-batch2": (dict(n=2, c=3, spatial=[13, 150], m=32, kernel=[3, 3], pads=[1, 1, 1, 1]), 36, 128),
     # a 5x5 stem without bias, padding 2 (two bands at each edge read padding rows)
@@ -47,12 +52,13 @@ def test_banded_stem(tmp, case, contracted, outputs):
 
 def test_a_banded_stem_takes_each_tap_for_all_its_bands():
     """MobileNetV3's stem shape: 112 x 112 outputs over 16 channels, 8 bands of 2 rows a group of matmuls: 7
-    groups of 9 passes over 1,792 columns, where 28 banks of 4 rows on 16 partitions took 3 passes each (taps
-    packed: three copies of the window each) over 12,544."""
+    groups over 1,792 columns, where 28 banks of 4 rows on 16 partitions took 3 passes each (taps packed: three
+    copies of the window each) over 12,544. Each band's rows in their two phases (stride 2) on 24 partitions
+    each: a pass reads kernel rows 0 and 1 of a column, another row 2, 6 passes a group where they were 9."""
     model = conv("Conv", n=1, c=3, spatial=[224, 224], m=16, kernel=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
     pe = compile_model(model, BF16).cores[0]["PE"].instructions
-    assert len(pe) == 7 * 9
-    assert {(i.args["moving"].num_partitions, i.args["dst"].num_partitions) for i in pe} == {(24, 128)}
+    assert len(pe) == 7 * 6
+    assert {(i.args["moving"].num_partitions, i.args["dst"].num_partitions) for i in pe} == {(48, 128)}
 
 
 def _stem_block(epilogue: list, residual: bool = False) -> object:

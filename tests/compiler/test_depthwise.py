@@ -5,6 +5,7 @@ under auto-cast)."""
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 import pytest
@@ -206,3 +207,43 @@ def test_a_spatial_mean_of_banded_depthwise_outputs(tmp, size, fused, pool):
     compiled = compile_to_model(model, tmp, options)
     inputs = seeded_inputs(compiled.inputs)
     assert_close(compiled.run(inputs), onnxruntime_outputs(bf16_operands(model), inputs), rtol=1e-5)
+
+
+def _remainder_block(channels: int, hard: bool) -> "object":
+    """A depthwise 3x3 convolution over `channels` at 24 x 24 and its bias, then a residual Add and a Relu, or a
+    HardSwish (which reads the bank, PE adding the bias)."""
+    rng = np.random.default_rng(8)
+    weights = {"w": rng.standard_normal((channels, 1, 3, 3)).astype(np.float32),
+               "b": rng.standard_normal(channels).astype(np.float32)}
+    after = [helper.make_node("HardSwish", ["c"], ["y"])] if hard else \
+        [helper.make_node("Add", ["c", "x"], ["r"]), helper.make_node("Relu", ["r"], ["y"])]
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], group=channels, pads=[1, 1, 1, 1]), *after]
+    shape = [1, channels, 24, 24]
+    return make_model(nodes, {"x": (shape, TensorProto.FLOAT)}, {"y": (shape, TensorProto.FLOAT)}, weights)
+
+
+@pytest.mark.parametrize("hard", [False, True], ids=["residual-relu", "hard-swish"])
+@pytest.mark.parametrize("options", [None, Options(auto_cast="matmult", auto_cast_type="bf16")], ids=["fp32", "bf16"])
+def test_the_last_tile_of_few_channels_takes_bands(tmp, options, hard):
+    """144 channels: the first 128 a diagonal per tap over the image's 576 columns, the last 16 in 4 bands of 6
+    rows on 64 partitions, a tap's matmul over 144 columns (lower/depthwise.py remainder_bands), where they took
+    a 128-column pass like the first tile's; its bias (a column, or rows PE adds), residual and outputs those of
+    channels 128 .. 143."""
+    model = _remainder_block(144, hard)
+    pe = compile_model(model, options).cores[0]["PE"].instructions
+    columns: dict[int, int] = {}  # PE's columns, by the partitions a matmul reads
+    for i in pe:
+        p = i.args["moving"].num_partitions
+        if p <= 3:  # the bias added by PE: its rows against ones
+            continue
+        if p != 128:
+            assert p == i.args["dst"].num_partitions == 64
+        columns[p] = columns.get(p, 0) + math.prod(n for n, _ in i.args["moving"].dims)
+    # (per tap the first tile's 576 columns against the bands' 144; in fp32 VectorE takes a share of the taps)
+    assert 0 < 3 * columns[64] < columns[128]
+    if options is None:
+        check(model, tmp)
+    else:
+        compiled = compile_to_model(model, tmp, options)
+        inputs = seeded_inputs(compiled.inputs)
+        assert_close(compiled.run(inputs), onnxruntime_outputs(bf16_operands(model), inputs), rtol=1e-5)
