@@ -30,6 +30,7 @@ import itertools
 import numpy as np
 
 from isa.dtypes import DType
+from isa.instructions import pe_rate
 from isa.operand import Engine
 from isa.target import Target
 from isa.tensor_kind import TensorKind
@@ -81,6 +82,30 @@ def stem_phases(geo: ConvGeometry, packed: int, bands: int, pmax: int) -> int:
     if phases < 2 or rows.dilation != 1 or rows.up != 1 or bands * phases * packed * geo.channels > pmax:
         return 1
     return phases
+
+
+def stem_packing(target: Target, geo: ConvGeometry, packed: int, bands: int, per_band: int, images: int,
+                 input_bytes: int, dtype: DType) -> int:
+    """The shifted copies of its window a banded stem loads: `packed` (lower/conv.py packed_taps) or 1, whichever
+    takes less by the cost model, the longer of PE's passes and the window loads. Each copy is another load of
+    the input (its bands' rows and the rows around them) in a transfer per channel, phase and group of bands, and
+    short transfers pay the DMA latency, two in flight a queue: MobileNetV2's stem (32 channels, 4 bands of 2
+    rows) packed loaded its input 4.5 times in 315 transfers of 9 KB, 34 us before its first matmul, for passes
+    that take 6.7 us unpacked. Row phases (stem_phases) fit beside fewer copies, which take fewer passes then."""
+    rows, cols = geo.axes
+    columns = images * rows.out * cols.out / bands
+    groups = images * -(-rows.out // (bands * per_band))
+    halo = rows.span(per_band) / (per_band * rows.stride)  # input rows a group's windows load, per input row
+    found = []
+    for copies in sorted({1, packed}):
+        phases = stem_phases(geo, copies, bands, target.partitions)
+        passes = -(-geo.kernel[0] // phases) * -(-geo.kernel[1] // copies)
+        pe_ns = passes * columns / pe_rate(dtype, target) / target.pe_ghz
+        transfers = groups * phases * copies * geo.channels
+        each_ns = copies * input_bytes * halo / transfers / target.dma_queue_gbps + target.dma_latency_ns
+        dma_ns = transfers * each_ns / (target.dma_queue_depth * target.dma_queues)
+        found.append((max(pe_ns, dma_ns), copies))
+    return min(found)[1]
 
 
 def _banded_weights(ctx: LowerCtx, node: Node, geo: ConvGeometry, packed: int, bands: int, phases: int,
@@ -171,9 +196,8 @@ def lower_banded_stem(ctx: LowerCtx, node: Node, geo: ConvGeometry, packed: int,
 def depthwise_reader(ctx: LowerCtx, node: Node, geo: ConvGeometry, packed: int) -> BandWindows | None:
     """The windows of the banded depthwise convolution that alone reads the stem's output (MobileNetV3's first
     block), when the stem may compute its bands straight into them (lower_stem_into_windows): its bands fit the
-    stem's partitions, a pass of the stem covers whole rows of a window, and the only windows' rows outside the
-    input that an output reads are those of a group's first band (the padding above the image), which the
-    engines can zero (band 0 starts on partition 0; the other bands' start elsewhere)."""
+    stem's partitions, a pass of the stem covers whole rows of a window, and the engines can zero the windows'
+    rows outside the input that an output reads (_writable)."""
     g, out, target = ctx.graph, node.outputs[0], ctx.program.target
     readers = ctx.consumers.get(out, [])
     if len(readers) != 1 or out in g.outputs or out in ctx.next_state or (len(node.inputs) > 3 and node.inputs[3]):
@@ -203,22 +227,33 @@ def depthwise_reader(ctx: LowerCtx, node: Node, geo: ConvGeometry, packed: int) 
 
 def _writable(target: Target, geo: ConvGeometry, windows: BandWindows) -> bool:
     """Whether a stem of geometry `geo` can compute its outputs into the windows: a pass covers whole rows of a
-    window, and the only windows' rows outside the input that an output reads are those of a group's first band
-    (the padding above the image), which the engines can zero (band 0 starts on partition 0; the other bands'
-    start elsewhere)."""
+    window, and the only windows' rows outside the input that an output reads (_outside_rows) are those of a
+    group's first band (the padding above the image), which the engines can zero (band 0 starts on partition 0).
+    (With 32 channels a band, every band starts where an engine's access may, so that the padding below the image
+    could be zeroed too; MobileNetV2's and EfficientNet-B0's stems would then compute into their depthwise
+    windows, but each band's window computes its halo rows again, 168 rows of 112 where the stem has 112: in bf16
+    EfficientNet-B0 ran 274.8 -> 267.7 us, MobileNetV2 the same, but in fp32 543.5 -> 556.6 and 326.8 -> 345.5.)"""
     rows, cols = windows.geo.axes
     row_len = windows.strides[0]  # a window's row: the input's row whole (flat), or between padding columns
     if row_len != cols.size and not (cols.offset >= 0 and cols.offset + cols.size <= row_len):
         return False
     if _stem_rows(target, geo.axes[1].out, rows.span(windows.per_band)) < 1:
         return False
-    for n, r0 in windows.groups(1):
-        for b, block in enumerate(windows.blocks(n, r0)):
-            outputs = min(windows.per_band, max(0, rows.out - block.starts[0]))  # those it stores
-            _, count, pos = rows.interior(block.starts[0], windows.per_band)
-            if b > 0 and outputs and (pos > 0 or pos + count < rows.span(outputs)):
-                return False
-    return True
+    return all(b == 0 for n, r0 in windows.groups(1) for b, _ in _outside_rows(windows, n, r0))
+
+
+def _outside_rows(windows: BandWindows, n: int, r0: int) -> list[tuple[int, list[tuple[int, int]]]]:
+    """(band, its window's row ranges [lo, hi) outside the input) of each band of the group that stores outputs
+    reading rows outside the input (padding above or below the image)."""
+    rows = windows.geo.axes[0]
+    span = rows.span(windows.per_band)
+    found = []
+    for b, block in enumerate(windows.blocks(n, r0)):
+        outputs = min(windows.per_band, max(0, rows.out - block.starts[0]))  # those it stores
+        _, count, pos = rows.interior(block.starts[0], windows.per_band)
+        if outputs and (pos > 0 or pos + count < rows.span(outputs)):
+            found.append((b, [(lo, hi) for lo, hi in ((0, pos), (pos + count, span)) if hi > lo]))
+    return found
 
 
 def _stem_rows(target: Target, columns: int, rows: int) -> int:
@@ -233,8 +268,8 @@ def lower_stem_into_windows(ctx: LowerCtx, node: Node, geo: ConvGeometry, packed
     tensor is never written: where each band's window was an SBUF-to-SBUF transfer from the stem's layout
     (channels on partitions) after another from the stem's bands into it, each one a DMA latency on the chain,
     the reader's first group waits for the stem's passes alone (MobileNetV3's first block). Rows a window holds
-    outside the image are computed too (from zeros); a group's first band's, which its outputs read, are zeroed
-    after; a window's padding columns before."""
+    outside the image are computed too (from zeros); those an output reads are zeroed after (_outside_rows); a
+    window's padding columns before."""
     prog = ctx.program
     stem, m = _Bands(ctx, node, geo, packed, reader.bands), geo.outputs
     rgeo, p = reader.geo, reader.bands * m
@@ -260,10 +295,9 @@ def lower_stem_into_windows(ctx: LowerCtx, node: Node, geo: ConvGeometry, packed
             acc = stem.products(whole)
             dst = window.ap(((count, row_len), (cols.size, 1)), w0 * row_len + first_col, 0, p)
             stem.epilogue.finish_into(acc, stem.column, dst)
-        _, inside, pos = rows.interior(blocks[0].starts[0], reader.per_band)
-        for lo, hi in ((0, pos), (pos + inside, span)):  # the first band's rows outside the image
-            if hi > lo:
-                prog.emit("memset", Engine.POOL, dst=window.ap((((hi - lo) * row_len, 1),), lo * row_len, 0, m),
+        for b, ranges in _outside_rows(reader, n, r0):  # the rows outside the image that outputs read
+            for lo, hi in ranges:
+                prog.emit("memset", Engine.POOL, dst=window.ap((((hi - lo) * row_len, 1),), lo * row_len, b * m, m),
                           value=0.0)
         written[n, r0] = window
     ctx.windows[node.outputs[0]] = (reader, written)

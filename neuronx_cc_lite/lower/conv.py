@@ -32,7 +32,8 @@ from isa.tensor_kind import TensorKind
 from neuronx_cc_lite.errors import CompileError
 from neuronx_cc_lite.ir import Graph, Node
 from neuronx_cc_lite.lower.context import LowerCtx
-from neuronx_cc_lite.lower.banded_stem import depthwise_reader, lower_banded_stem, lower_stem_into_windows, stem_bands
+from neuronx_cc_lite.lower.banded_stem import (depthwise_reader, lower_banded_stem, lower_stem_into_windows, stem_bands,
+                                               stem_packing)
 from neuronx_cc_lite.lower.conv_epilogue import Epilogue
 from neuronx_cc_lite.lower.conv_geometry import (ConvGeometry, conv_geometry, conv_transpose_geometry, weight_budget,
                                                  window_budget)
@@ -226,19 +227,21 @@ def packed_taps(ctx: LowerCtx, node: Node, geo: ConvGeometry) -> tuple[int, int]
     return packed, phases if matmul_ns > 3 * loads_ns else 1
 
 
+PACKING_MARGIN = 3.0  # (_packing_pays)
+
+
 def _packing_pays(target: Target, geo: ConvGeometry, packed: int, outputs: float, input_bytes: int,
-                  dtype: DType, margin: float = 3.0) -> bool:
+                  dtype: DType) -> bool:
     """Whether packing the taps gains: each extra copy of the window is another load of the input, against the
-    passes it saves (3x3 over 64 channels: 6 passes, not 9), over `outputs` columns a pass, by `margin`. A hidden
-    layer's convolution (more channels than a stem's) asks for 3x: ResNet's 64-channel 3x3 layers in fp32, where PE
+    passes it saves (3x3 over 64 channels: 6 passes, not 9), over `outputs` columns a pass, by PACKING_MARGIN. A
+    hidden layer's convolution (more channels than a stem's) asks for 3x: ResNet's 64-channel 3x3 layers in fp32, where PE
     runs at a quarter of the bf16 rate, save 13 us of matmuls each against 3 us of loads; in bf16 they would save
     3.4 us against 1.5 us: too close to the loads' latency to gain (the issue's arithmetic on a 3x3 64->64
-    convolution in bf16). A banded stem (lower/banded_stem.py) asks for 1x over its bands' columns: MobileNetV3's
-    3x3 stem at 224x224 then loads one copy (116.0 us against 120.0 with three)."""
+    convolution in bf16). A banded stem decides by its own estimate (banded_stem.stem_packing)."""
     saved_passes = math.prod(geo.kernel[:-1]) * (geo.kernel[-1] - -(-geo.kernel[-1] // packed))
     saved_ns = saved_passes * outputs / pe_rate(dtype, target) / target.pe_ghz
     loads_ns = (packed - 1) * input_bytes / (target.dma_queues * target.dma_queue_gbps)
-    return saved_ns > margin * loads_ns
+    return saved_ns > PACKING_MARGIN * loads_ns
 
 
 def _packed_weights(ctx: LowerCtx, node: Node, geo: ConvGeometry, packed: int, phases: int,
@@ -287,14 +290,13 @@ def lower_windowed_matmul(ctx: LowerCtx, node: Node, geo: ConvGeometry) -> None:
     bands, per_band = stem_bands(ctx, node, geo, packed, window_budget(target))
     if bands > 1 and not scaled:  # a stem over few output channels: bands of output rows share the partitions
         x_info = ctx.graph.tensors[node.inputs[0]]
-        columns = batch * math.prod(ax.out for ax in geo.axes) / bands
-        pays = _packing_pays(target, geo, packed, columns, x_info.size * x_info.dtype.itemsize,
-                             prog.operand_dtype(DType.fp32), margin=1.0)
-        reader = depthwise_reader(ctx, node, geo, packed if pays else 1)
+        copies = stem_packing(target, geo, packed, bands, per_band, batch, x_info.size * x_info.dtype.itemsize,
+                              prog.operand_dtype(DType.fp32))
+        reader = depthwise_reader(ctx, node, geo, copies)
         if reader is not None:
-            lower_stem_into_windows(ctx, node, geo, packed if pays else 1, reader)
+            lower_stem_into_windows(ctx, node, geo, copies, reader)
         else:
-            lower_banded_stem(ctx, node, geo, packed if pays else 1, bands, per_band)
+            lower_banded_stem(ctx, node, geo, copies, bands, per_band)
         return
     # the windows' geometry: with row phases, that of one phase (each holds its rows only)
     window_axes_ = [row_phase(geo.axes[0], 0)[0], *geo.axes[1:]] if phases > 1 else geo.axes
