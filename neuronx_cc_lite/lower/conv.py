@@ -234,10 +234,10 @@ def _packing_pays(target: Target, geo: ConvGeometry, packed: int, outputs: float
                   dtype: DType) -> bool:
     """Whether packing the taps gains: each extra copy of the window is another load of the input, against the
     passes it saves (3x3 over 64 channels: 6 passes, not 9), over `outputs` columns a pass, by PACKING_MARGIN. A
-    hidden layer's convolution (more channels than a stem's) asks for 3x: ResNet's 64-channel 3x3 layers in fp32, where PE
-    runs at a quarter of the bf16 rate, save 13 us of matmuls each against 3 us of loads; in bf16 they would save
-    3.4 us against 1.5 us: too close to the loads' latency to gain (the issue's arithmetic on a 3x3 64->64
-    convolution in bf16). A banded stem decides by its own estimate (banded_stem.stem_packing)."""
+    hidden layer's convolution (more channels than a stem's) asks for 3x: ResNet's 64-channel 3x3 layers in fp32,
+    where PE runs at a quarter of the bf16 rate, save 13 us of matmuls each against 3 us of loads; in bf16 they
+    would save 3.4 us against 1.5 us: too close to the loads' latency to gain (the issue's arithmetic on a 3x3
+    64->64 convolution in bf16). A banded stem decides by its own estimate (banded_stem.stem_packing)."""
     saved_passes = math.prod(geo.kernel[:-1]) * (geo.kernel[-1] - -(-geo.kernel[-1] // packed))
     saved_ns = saved_passes * outputs / pe_rate(dtype, target) / target.pe_ghz
     loads_ns = (packed - 1) * input_bytes / (target.dma_queues * target.dma_queue_gbps)
