@@ -1,20 +1,26 @@
-"""How fast a batch-1 convolution network can run on the chip model, whatever the compiler does: the least
-TensorE time its convolutions need, and the dependent instructions of its squeeze-and-excitation blocks that
-nothing else can overlap. The arithmetic behind the README's account of MobileNetV3 (issue 17's 2.0x goal).
+"""How fast a batch-1 convolution network can run on the chip model, whatever the schedule, for the ways of
+computing its depthwise layers this project knows: the least TensorE (and VectorE) time its convolutions need,
+the dependent instructions of its squeeze-and-excitation blocks and of its classifier that nothing else can
+overlap, and the DMA latency before the input arrives and after the output is ready. The arithmetic behind the
+README's account of MobileNetV3 (issue 17's 2.0x goal).
 
     .venv/bin/python benchmarks/pe_floor.py [NAME ...] [--exporter dynamo|torchscript] [--target T]
 
 NAME is a family of benchmarks/exports.py (mobilenet_v3 by default) or an ONNX file. Per model, in bf16 and
 fp32 (a matmul pass each fp32 instruction takes four of, CHIP.md):
-- depthwise convolutions: on PE an output pixel's column through the array does at most one useful multiply-add
-  per partition (each partition holds one input value of that pixel's window; PE sums across partitions, and a
-  depthwise output reads one channel), so PE needs at least MACs / 128 columns; VectorE can take taps too, one
-  scalar_tensor_tensor per tap and 128 channels (its scalar, the tap's weight, is one per partition), each at its
-  cost by the cost model, fixed costs included (isa/costs.py; the accumulator in PSUM, one input a cycle); a layer
-  shared between the two takes at least PE's time and VectorE's for all of it combined as two servers of one
-  divisible job (1 / (1/PE + 1/VectorE)). GpSimdE shares VectorE's SBUF port; ScalarE cannot accumulate. With a
-  diagonal stationary per tap and 128 channels, as lower/depthwise.py lays them out (bands of rows for 64
-  channels or fewer), PE takes taps x channel tiles x max(64, columns) cycles (`diagonal`);
+- depthwise convolutions, the channels on the partitions: an output pixel's column through PE does at most one
+  useful multiply-add per partition (each partition holds one input value of that pixel's window; PE sums across
+  partitions, and a depthwise output reads one channel), so PE needs at least MACs / 128 columns; VectorE can
+  take taps too, one scalar_tensor_tensor per tap and 128 channels (its scalar, the tap's weight, is one per
+  partition), each at its cost by the cost model, fixed costs included (isa/costs.py; the accumulator in PSUM,
+  one input a cycle); a layer shared between the two takes at least PE's time and VectorE's for all of it
+  combined as two servers of one divisible job (1 / (1/PE + 1/VectorE)). GpSimdE shares VectorE's SBUF port;
+  ScalarE cannot accumulate. With a diagonal stationary per tap and 128 channels, as lower/depthwise.py lays
+  them out (bands of rows for 64 channels or fewer), PE takes taps x channel tiles x max(64, columns) cycles
+  (`diagonal`). With a channel's input rows on the partitions instead (`_rows_cycles`: a banded stationary per
+  kernel column), a partition's value feeds several outputs of a column, which MACs / 128 does not bound: the
+  floor takes, layer by layer, the shorter of the two (PE's rows beside VectorE's taps, two servers again). Some
+  other arrangement could do better still: this is a floor over the arrangements above, not over every program;
 - every other convolution and Gemm: its multiply-adds over the full 128 x 128 array, or for one row (a squeeze,
   a classifier) at least min(64 x output blocks, outputs) cycles per 128 input features (a matmul costs
   max(min(64, M), N) cycles);
@@ -26,9 +32,13 @@ fp32 (a matmul pass each fp32 instruction takes four of, CHIP.md):
   mean (trn1's VectorE reduces only beside a scalar operation), the first activation and the HardSigmoid (each
   PE result leaves PSUM before a matmul reads it; the clamp rides with the scaling), the gate's scaling (of the
   projection's weights), the projection's evacuation, and the next expansion's activation (two for a HardSwish)
-  (`se_steps`), each at least a dependent one-element instruction's cost (isa/costs.py) and a hand-off.
-PE work adds up (one engine), and the squeeze-and-excitation chains add to it: their sum is a floor under the
-latency of any schedule, which the goal (2.0x the roofline in bf16, 2.5x in fp32) is set against.
+  (`se_steps`), each at least a dependent one-element instruction's cost (isa/costs.py) and a hand-off;
+- after the last block, a classifier's chain (`_tail_steps`): the global mean, each matmul's result leaving PSUM
+  through its activation, the output's too (a DMA reads no PSUM), each needing the whole of the one before;
+- the input's load and the output's store: nothing computes before the input's first data arrives, a DMA
+  latency after the start, and the output is stored a DMA latency after its last result.
+PE work adds up (one engine), and the chains and latencies add to it: their sum is a floor under the latency of
+any schedule of those arrangements, which the goal (2.0x the roofline in bf16, 2.5x in fp32) is set against.
 
 Then this compiler's own lowering of the model: the longest chain of dependent instructions in its tile program
 (codegen/schedule.py dependency_chain_ns), each at its cost on the fastest engine that can run it and a hand-off
@@ -52,41 +62,52 @@ if ROOT not in sys.path:
 SE_STEPS = 4
 
 
+# what a convolution's or a matmul's result may pass through as it leaves PSUM (_activation_steps)
+ACTIVATIONS = ("HardSwish", "Relu", "Clip", "HardSigmoid", "Sigmoid", "Tanh")
+
+
 def _activation_steps(op: str) -> int:
     """Dependent ScalarE/VectorE instructions a conv's output takes to leave PSUM through `op` (its reader): a
     HardSwish two, any other activation (or none, a plain evacuation) one."""
     return 2 if op == "HardSwish" else 1
 
 
-def _se_steps(model) -> list[int]:  # type: ignore[no-untyped-def]
+def _readers(model) -> dict[str, list]:  # type: ignore[no-untyped-def]
+    found: dict[str, list] = {}
+    for n in model.graph.node:
+        for i in n.input:
+            found.setdefault(i, []).append(n)
+    return found
+
+
+def _gate_chains(model) -> list[tuple[int, str]]:  # type: ignore[no-untyped-def]
     """Per squeeze-and-excitation block (a HardSigmoid gate), its dependent steps (module docstring): SE_STEPS, the
     activation of what the mean reads, and where the gate scales a projection, its evacuation and the activation
-    of the next convolution (the expansion) after it, through a residual Add."""
+    of the next convolution (the expansion) after it, through a residual Add; and the tensor the last of them
+    writes (where _tail_steps goes on from)."""
     nodes = list(model.graph.node)
     producer = {o: n for n in nodes for o in n.output}
-    readers: dict[str, list] = {}
-    for n in nodes:
-        for i in n.input:
-            readers.setdefault(i, []).append(n)
+    readers = _readers(model)
 
     def only_reader(name: str, *ops: str):  # type: ignore[no-untyped-def]
         found = readers.get(name, [])
         return found[0] if len(found) == 1 and found[0].op_type in ops else None
 
-    counts = []
+    chains = []
     for gate in (n for n in nodes if n.op_type == "HardSigmoid"):
-        steps = SE_STEPS
+        steps, end = SE_STEPS, gate.output[0]
         mul = only_reader(gate.output[0], "Mul")
         if mul is None:
-            counts.append(steps)
+            chains.append((steps, end))
             continue
         gated = next(i for i in mul.input if i != gate.output[0])  # what the mean and the gate read
         source = producer.get(gated)
         steps += _activation_steps(source.op_type if source is not None else "")
+        end = mul.output[0]
         projection = only_reader(mul.output[0], "Conv")
         if projection is not None:
             steps += 1
-            out = projection.output[0]
+            out = end = projection.output[0]
             add = only_reader(out, "Add")
             # (a residual sum is read by the next expansion and by the next residual Add)
             convs = [r for r in readers.get(add.output[0] if add is not None else out, []) if r.op_type == "Conv"]
@@ -94,8 +115,62 @@ def _se_steps(model) -> list[int]:  # type: ignore[no-untyped-def]
             if expansion is not None:
                 after = readers.get(expansion.output[0], [])
                 steps += _activation_steps(after[0].op_type if len(after) == 1 else "")
-        counts.append(steps)
-    return counts
+                end = after[0].output[0] if len(after) == 1 and after[0].op_type in ACTIVATIONS else \
+                    expansion.output[0]
+        chains.append((steps, end))
+    return chains
+
+
+def _se_steps(model) -> list[int]:  # type: ignore[no-untyped-def]
+    """Per squeeze-and-excitation block, its dependent steps (_gate_chains)."""
+    return [steps for steps, _ in _gate_chains(model)]
+
+
+def _tail_steps(model) -> int:  # type: ignore[no-untyped-def]
+    """Dependent ScalarE/VectorE instructions from the last squeeze-and-excitation block's steps to the output, when
+    what follows is one chain of a global mean, matmuls and their activations (a classifier): the mean one (it
+    needs every element of what it reads), each matmul's result leaving PSUM through its activation
+    (_activation_steps), the output's too (a DMA reads no PSUM), each reading the whole of the one before (a
+    product of one row: nothing pipelines). 0 where the way from there to the output is anything else."""
+    chains = _gate_chains(model)
+    if not chains:
+        return 0
+    readers, outputs = _readers(model), {o.name for o in model.graph.output}
+    name, steps = chains[-1][1], 0
+    while name not in outputs:
+        found = readers.get(name, [])
+        if len(found) != 1:
+            return 0
+        node = found[0]
+        if node.op_type in ("ReduceMean", "GlobalAveragePool"):
+            steps += 1
+        elif node.op_type in ("Gemm", "MatMul", "Conv"):
+            after = readers.get(node.output[0], [])
+            activation = after[0] if len(after) == 1 and after[0].op_type in ACTIVATIONS else None
+            steps += _activation_steps(activation.op_type if activation is not None else "")
+            node = activation or node
+        elif node.op_type not in ("Reshape", "Flatten", "Squeeze", "Unsqueeze"):
+            return 0
+        name = node.output[0]
+    return steps
+
+
+def _rows_cycles(node, w: list[int], y: list[int], pmax: int) -> float:  # type: ignore[no-untyped-def]
+    """PE cycles (bf16) of a depthwise convolution with each channel's input rows on the partitions instead of its
+    channels: g channels' rows a tile (the input rows a channel's outputs read, and its output rows, each at most
+    pmax / g), for each kernel column a matmul whose stationary holds each channel's kernel as a band (output row
+    r reads input rows r * stride + ky) and whose moving operand is the rows read at that column, over a row's
+    outputs: ceil(C / g) x kernel width x max(64, output columns) cycles. A partition then holds one input value
+    that several of a column's outputs read (one per kernel row), where with the channels on the partitions it
+    holds one that one output reads: the floor's MACs / 128 does not bound this. inf where no channel's rows fit."""
+    attrs = {a.name: list(a.ints) for a in node.attribute}
+    stride = (attrs.get("strides") or [1])[0]
+    dilation = (attrs.get("dilations") or [1])[0]
+    span = (y[2] - 1) * stride + (w[2] - 1) * dilation + 1  # input rows a channel's outputs read
+    g = min(pmax // span, pmax // y[2])
+    if g < 1:
+        return math.inf
+    return y[0] * -(-w[0] // g) * w[3] * max(64, y[3])
 
 
 def _shapes(model) -> dict[str, list[int]]:  # type: ignore[no-untyped-def]
@@ -132,6 +207,7 @@ def floor(path: str, target_name: str) -> dict[str, float]:
         return duration_ns(tap, Engine.DVE, target)
 
     shared = {"bf16": 0.0, "fp32": 0.0}  # depthwise layers on PE and VectorE together, ns
+    rows_or_shared = {"bf16": 0.0, "fp32": 0.0}  # each layer the shorter of that and _rows_cycles', ns
     diagonal = other = 0.0  # PE cycles at the bf16 rate
     for n in model.graph.node:
         if n.op_type == "Conv":
@@ -142,10 +218,13 @@ def floor(path: str, target_name: str) -> dict[str, float]:
                 work = w[0] * taps * columns / pmax  # multiply-adds a partition: PE's columns at the least
                 bands = pmax // w[0] if w[0] <= pmax // 2 else 1
                 diagonal += -(-w[0] // pmax) * taps * max(64, -(-columns // bands))
+                rows = _rows_cycles(n, w, y, pmax)
                 for cast, dtype, passes in (("bf16", DType.bf16, 1), ("fp32", DType.fp32, 4)):
                     pe = passes * work / ghz
                     vector = taps * -(-w[0] * bands // pmax) * vector_tap_ns(-(-columns // bands), dtype)
                     shared[cast] += 1 / (1 / pe + 1 / vector)
+                    # (VectorE's taps, channels on partitions, beside PE's with rows on them: two servers too)
+                    rows_or_shared[cast] += min(1 / (1 / pe + 1 / vector), 1 / (ghz / (passes * rows) + 1 / vector))
             elif columns == 1:
                 other += -(-w[1] * group * taps // pmax) * min(64 * -(-w[0] // pmax), w[0])
             else:
@@ -158,11 +237,14 @@ def floor(path: str, target_name: str) -> dict[str, float]:
     one = Operand(Mem.SBUF, DType.fp32, 0, pmax, 0, ((1, 1),))
     step_ns = duration_ns(make("activation", dst=one, src=one, func=ActFunc.relu, scale=1.0), Engine.ACT, target,
                           dependent=True) + target.semaphore_handoff_ns
-    se_steps = _se_steps(model)
+    se_steps, tail = _se_steps(model), _tail_steps(model)
     return {**{f"depthwise_{cast}_us": ns / 1000 for cast, ns in shared.items()},
+            **{f"depthwise_rows_{cast}_us": ns / 1000 for cast, ns in rows_or_shared.items()},
             "depthwise_diagonal_us": diagonal / ghz / 1000,
             "other_us": other / ghz / 1000, "squeezes": len(se_steps), "se_steps": sum(se_steps),
-            "step_ns": step_ns, "se_chain_us": sum(se_steps) * step_ns / 1000}
+            "step_ns": step_ns, "se_chain_us": sum(se_steps) * step_ns / 1000,
+            "tail_steps": tail, "tail_us": tail * step_ns / 1000,
+            "io_us": 2 * target.dma_latency_ns / 1000}
 
 
 def lowering_chain(path: str, target_name: str) -> dict[str, float]:
@@ -197,10 +279,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  other matmuls: at least {f['other_us']:.1f} us in bf16, {4 * f['other_us']:.1f} in fp32")
         print(f"  squeeze-and-excitation: {f['squeezes']} blocks, {f['se_steps']} dependent instructions x "
               f"{f['step_ns']:.0f} ns = {f['se_chain_us']:.1f} us")
+        print(f"  after the last gate: {f['tail_steps']} dependent instructions to the output = {f['tail_us']:.1f} us; "
+              f"the input's load and the output's store, a DMA latency each: {f['io_us']:.1f} us")
+        print(f"  a depthwise layer with its channels' rows on the partitions where that takes less: at least "
+              f"{f['depthwise_rows_bf16_us']:.1f} us in bf16, {f['depthwise_rows_fp32_us']:.1f} in fp32")
         for cast, passes in (("bf16", 1), ("fp32", 4)):
-            low = f[f"depthwise_{cast}_us"] + passes * f["other_us"] + f["se_chain_us"]
-            lowered = passes * (f["depthwise_diagonal_us"] + f["other_us"]) + f["se_chain_us"]
-            print(f"  {cast}: floor {low:.1f} us; with the depthwise taps as diagonals {lowered:.1f} us")
+            fixed = passes * f["other_us"] + f["se_chain_us"] + f["tail_us"] + f["io_us"]
+            low, rows = f[f"depthwise_{cast}_us"] + fixed, f[f"depthwise_rows_{cast}_us"] + fixed
+            lowered = passes * f["depthwise_diagonal_us"] + fixed
+            print(f"  {cast}: floor {low:.1f} us ({rows:.1f} with rows on the partitions where shorter); with the "
+                  f"depthwise taps as diagonals {lowered:.1f} us")
         chain = lowering_chain(path, args.target)
         print(f"  this compiler's lowering: a dependency chain of {chain['bf16']:.1f} us in bf16, "
               f"{chain['fp32']:.1f} in fp32 (no schedule of it is faster)")

@@ -114,3 +114,43 @@ def test_no_run_beats_its_dependency_chain(tmp):
     for cast, options in (("bf16", Options(auto_cast="matmult", auto_cast_type="bf16")), ("fp32", Options())):
         latency = timed_run(compile_model(path, options), get_target("trn1")).last_run.elapsed_ns / 1000
         assert 0.3 * latency < chain[cast] <= latency, (cast, chain[cast], latency)
+
+
+def test_a_classifier_after_the_last_gate_and_the_dma_latencies_add_to_the_floor(tmp):
+    """After the gate, a global mean, a Gemm through HardSwish and a Gemm to the output: the mean one dependent
+    instruction, the HardSwish two, the last product's evacuation one (a DMA reads no PSUM); and the input's load
+    and the output's store a DMA latency each."""
+    from benchmarks.pe_floor import _tail_steps
+
+    rng = np.random.default_rng(2)
+    model = _squeeze_model()
+    graph = model.graph
+    graph.node[-1].output[0] = "m"
+    for name, shape in (("g1", (128, 64)), ("g2", (64, 10))):
+        graph.initializer.append(onnx.numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32), name))
+    graph.node.extend([helper.make_node("GlobalAveragePool", ["m"], ["p2"]),
+                       helper.make_node("Flatten", ["p2"], ["f"]),
+                       helper.make_node("Gemm", ["f", "g1"], ["h"]), helper.make_node("HardSwish", ["h"], ["a"]),
+                       helper.make_node("Gemm", ["a", "g2"], ["z"])])
+    graph.output[0].CopyFrom(helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 10]))
+    assert _tail_steps(model) == 1 + 2 + 1
+    path = os.path.join(tmp, "m.onnx")
+    onnx.save(model, path)
+    f = floor(path, "trn1")
+    assert f["tail_us"] == pytest.approx(4 * f["step_ns"] / 1000)
+    assert f["io_us"] == pytest.approx(2 * get_target("trn1").dma_latency_ns / 1000)
+    graph.node[-1].input[0] = "f"  # (the product reads the mean too: two readers, no single chain to count)
+    assert _tail_steps(model) == 0
+
+
+def test_a_depthwise_layer_with_rows_on_the_partitions_counted_by_hand():
+    """88 channels, 3x3, stride 1, 28 x 28 outputs (MobileNetV3's third block): a channel's outputs read 30 input
+    rows, so 4 channels' rows a tile (120 partitions, 112 output rows); 22 tiles x 3 kernel columns, each a matmul
+    over a row's 28 outputs, at least 64 cycles: 4,224 cycles, where the diagonals take 9 x 784 = 7,056 and
+    MACs / 128 is 4,851."""
+    from benchmarks.pe_floor import _rows_cycles
+
+    node = helper.make_node("Conv", ["x", "w"], ["y"], group=88, pads=[1, 1, 1, 1], strides=[1, 1])
+    assert _rows_cycles(node, [88, 1, 3, 3], [1, 88, 28, 28], 128) == 22 * 3 * 64
+    wide = helper.make_node("Conv", ["x", "w"], ["y"], group=8, pads=[1, 1, 1, 1], strides=[2, 2])
+    assert _rows_cycles(wide, [8, 1, 3, 3], [1, 8, 100, 100], 128) == float("inf")  # 201 rows: none fit
