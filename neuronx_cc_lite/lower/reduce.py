@@ -126,18 +126,22 @@ PARTITION_REDUCTIONS = {"ReduceSum": AluOp.add, "ReduceMean": AluOp.add, "Reduce
 
 
 def _across_partitions(ctx: LowerCtx, node: Node, x: HbmView, axes: tuple[int, ...]) -> bool:
-    """ReduceSum, ReduceMean or ReduceMax of float data over its leading axes, 2 to pmax rows of them, keeping at
-    least pmax elements: moving the reduced axes to the end would give groups of pmax short strided rows, so the
-    rows load as they lie, one per partition, and GpSimdE's `tensor_partition_reduce` reduces down the partitions
-    (fp32). Returns whether it lowered the node."""
+    """ReduceSum, ReduceMean or ReduceMax of float data over axes that lie outermost in memory (the leading ones,
+    or ones a view moved: Swin's pooling, a mean over the tokens of its [tokens, features] output read through a
+    Transpose), 2 to pmax rows of them, keeping at least pmax elements: moving the reduced axes to the end would
+    give groups of pmax short strided rows (Swin's: 37,632 pieces of 4 bytes), so the rows load as they lie, one
+    per partition, and GpSimdE's `tensor_partition_reduce` reduces down the partitions (fp32). Returns whether it
+    lowered the node."""
     prog = ctx.program
     length = math.prod(x.shape[a] for a in axes)
-    if node.op not in PARTITION_REDUCTIONS or not x.dtype.is_float or axes != tuple(range(len(axes))):
+    if node.op not in PARTITION_REDUCTIONS or not x.dtype.is_float:
         return False
     kept = x.size // length
-    rows = x.reshape((length, kept))
-    if rows is None or not 1 < length <= prog.target.partitions or kept < prog.target.partitions:
-        return False
+    # (the reduced axes first, the kept ones after in their order: the output's)
+    rows = x.transpose((*axes, *(a for a in range(len(x.shape)) if a not in axes))).reshape((length, kept))
+    if rows is None or rows.strides[1] != 1 or not 1 < length <= prog.target.partitions or \
+            kept < prog.target.partitions:
+        return False  # (each partition's row one run: not a mean over a [C, H, W] tensor's rows and columns)
     out = ctx.output(node.outputs[0]).reshape((1, kept))
     assert out is not None  # a fresh output is contiguous
     for start, piece in free_chunks(rows, tile_free_max(ctx)):

@@ -86,3 +86,30 @@ def test_training_dropout_with_ratio_one_is_refused():
 def test_trilu_on_int32_keeps_the_mask():
     model = one_node("Trilu", {"x": ([2, 40, 40], TensorProto.INT32)})
     assert "affine_select" not in {m for ms in streams(model).values() for m in ms}
+
+
+def test_a_mean_over_tokens_read_through_a_transpose_reduces_down_the_partitions(tmp):
+    """Swin's pooling: its [1, 49, 256] tokens transposed to [1, 256, 49], given an axis, then averaged over the
+    last two: in memory the reduced tokens are the outer axis, so each token's row loads as it lies onto a
+    partition and GpSimdE reduces down them, where moving the tokens to the end read a feature at a time (12,544
+    pieces of 4 bytes). A mean over a [C, H, W] tensor's rows and columns keeps its channels on partitions."""
+    from neuronx_cc_lite.compiler import Options
+    from neuronx_cc_lite.reference import onnxruntime_outputs, seeded_inputs
+    from runtime.profile import small_pieces_by_node
+    from tests.conftest import assert_close
+
+    nodes = [helper.make_node("Transpose", ["x"], ["t"], perm=[0, 2, 1]),
+             helper.make_node("Unsqueeze", ["t", "axis"], ["u"]),
+             helper.make_node("ReduceMean", ["u", "axes"], ["y"], keepdims=1)]
+    model = make_model(nodes, {"x": ([1, 49, 256], TensorProto.FLOAT)}, {"y": ([1, 256, 1, 1], TensorProto.FLOAT)},
+                       {"axis": np.array([2], np.int64), "axes": np.array([2, 3], np.int64)}, opset=18)
+    bundle = compile_model(model, Options())
+    assert "tensor_partition_reduce" in {m for ms in streams(model).values() for m in ms}
+    assert sum(small_pieces_by_node(bundle).values()) == 0
+    compiled = compile_to_model(model, tmp)
+    inputs = seeded_inputs(compiled.inputs)
+    assert_close(compiled.run(inputs), onnxruntime_outputs(model, inputs), rtol=1e-5)
+    spatial = helper.make_node("ReduceMean", ["x", "axes"], ["y"], keepdims=1)
+    image = make_model([spatial], {"x": ([1, 256, 7, 7], TensorProto.FLOAT)},
+                       {"y": ([1, 256, 1, 1], TensorProto.FLOAT)}, {"axes": np.array([2, 3], np.int64)}, opset=18)
+    assert "tensor_partition_reduce" not in {m for ms in streams(image).values() for m in ms}
