@@ -39,7 +39,10 @@ def lower_concat(ctx: LowerCtx, node: Node) -> None:
     # the first input's rows stay on partitions when the concatenation runs along other axes: its slices are
     # then copies within the partitions of an on-chip home (codegen/on_chip.py)
     rows = ctx.partition_axes(node.inputs[0])
-    out = ctx.output(node.outputs[0], rows if rows is not None and not rows[0] <= axis < rows[1] else None)
+    # (stored in the order of a Transpose that alone reads it, which then moves nothing: attention's heads,
+    # concatenated after split_attention, on their way to [tokens, heads x head size])
+    out = ctx.output(node.outputs[0], rows if rows is not None and not rows[0] <= axis < rows[1] else None,
+                     follow_transpose=True)
     at = 0
     for name in node.inputs:
         source = ctx.view(name)
