@@ -279,6 +279,41 @@ def transfers(bundle: Bundle, target: Target) -> list[Transfer]:
     return found
 
 
+def _moved(src: HbmTensorInfo | None, dst: HbmTensorInfo | None) -> str:
+    """What a transfer moves, by the HBM tensors it reads and writes."""
+    kinds = {t.kind for t in (src, dst) if t is not None}
+    if not kinds:
+        return "on chip"
+    if TensorKind.SCRATCH in kinds:
+        return "between operators through HBM"
+    if kinds <= {TensorKind.INPUT, TensorKind.OUTPUT}:
+        return "inputs and outputs"
+    if dst is None and src is not None and src.kind is TensorKind.WEIGHT:
+        return "weights"
+    return " and ".join(sorted(k.value for k in kinds))
+
+
+def path_transfers(bundle: Bundle, path: Any) -> list[tuple[str, float, int]]:
+    """The critical path's transfers by what they move (weights, tensors between operators through HBM, inputs and
+    outputs, copies on chip): (what, ns of their data on the path, how many), most first. Their DMA latencies are
+    the path's time between instructions; a model whose chain runs through HBM between its operators (Swin-T's
+    window partitions) shows it here."""
+    tensors = sorted(bundle.hbm_tensors, key=lambda t: t.hbm_offset)
+    starts = [t.hbm_offset for t in tensors]
+    ns: dict[str, float] = {}
+    count: dict[str, int] = {}
+    for e in path.events:
+        instr = bundle.cores[e.core][e.stream].instructions[e.index]
+        if instr.spec.cycles is not None or instr.spec.collective:
+            continue
+        dst, src = instr.args["dst"], instr.args["src"]
+        what = _moved(_tensor_at(tensors, starts, src.offset) if src.mem is Mem.HBM else None,
+                      _tensor_at(tensors, starts, dst.offset) if dst.mem is Mem.HBM else None)
+        ns[what] = ns.get(what, 0.0) + e.end - e.start
+        count[what] = count.get(what, 0) + 1
+    return sorted(((what, t, count[what]) for what, t in ns.items()), key=lambda r: -r[1])
+
+
 def small_pieces_by_node(bundle: Bundle) -> dict[str, int]:
     """ONNX node -> the DMA pieces under 512 bytes its transfers cut where they move more per partition."""
     found: dict[str, int] = {}
@@ -430,6 +465,8 @@ class Summary:
     critical_busy_us: dict[str, float] = field(default_factory=dict)
     critical_waiting_us: float = 0.0
     critical_nodes: list[tuple[str, float]] = field(default_factory=list)
+    # the path's transfers by what they move (path_transfers): (what, us of the transfers, how many)
+    critical_transfers: list[tuple[str, float, int]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
@@ -437,6 +474,7 @@ class Summary:
         d["top_nodes"] = [{"node": name, "busy_us": us, "share": share} for name, us, share in self.top_nodes]
         d["small_piece_nodes"] = [{"node": name, "pieces": n} for name, n in self.small_piece_nodes]
         d["critical_nodes"] = [{"node": name, "us": us} for name, us in self.critical_nodes]
+        d["critical_transfers"] = [{"what": what, "us": us, "transfers": n} for what, us, n in self.critical_transfers]
         return d
 
 
@@ -496,7 +534,8 @@ def summarize(model: Any, top: int = 8) -> Summary:
         hbm_peak_gbps=hbm_peak_gbps(model), spill_bytes=int(bundle.stats.get("spill_bytes", 0)),
         scratch_bytes=scratch, reloads=reloads, top_nodes=top_nodes,
         critical_instructions=path.instructions, critical_busy_us={k: v / 1000 for k, v in path.busy_ns.items()},
-        critical_waiting_us=path.waiting_ns / 1000, critical_nodes=[(n, ns / 1000) for n, ns in path.nodes[:top]])
+        critical_waiting_us=path.waiting_ns / 1000, critical_nodes=[(n, ns / 1000) for n, ns in path.nodes[:top]],
+        critical_transfers=[(what, ns / 1000, n) for what, ns, n in path_transfers(bundle, path)])
 
 
 def summary_text(s: Summary) -> str:
@@ -524,6 +563,7 @@ def summary_text(s: Summary) -> str:
         + f"; {s.critical_waiting_us:.1f} us between them (hand-offs, DMA latency, shared ports)",
     ]
     lines += _listed("  on it", [f"{us:8.2f} us  {name}" for name, us in s.critical_nodes[:3]])
+    lines += _listed("  transfers", [f"{us:8.2f} us  {what} ({n})" for what, us, n in s.critical_transfers])
     lines += _listed("reloaded", [f"{factor:5.1f}x  {name}" for name, factor in s.reloads] or
                      ["no tensor loaded more than once"])
     lines += _listed("top nodes", [f"{us:8.2f} us {share:4.0%}  {name}" for name, us, share in s.top_nodes])

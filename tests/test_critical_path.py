@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 from onnx import TensorProto, helper
 
 from neuronx_cc_lite.cli import main
@@ -108,3 +109,20 @@ def test_over_ranks_the_path_runs_through_the_collectives(tmp):
     assert collectives and all("AllReduce" in ops[e.core, e.stream][e.index].node for e in collectives)
     assert path.busy_ns[StreamId.parse(collectives[0].stream).engine.name] >= sum(e.end - e.start for e in collectives)
     assert abs(sum(path.busy_ns.values()) + path.waiting_ns - path.latency_ns) < 1e-6
+
+
+def test_the_paths_transfers_by_what_they_move(tmp):
+    """The chain of products starts with the input's load and ends with the output's store: the path's transfers
+    name them as inputs and outputs, and together take the DMA time the path spends (runtime/profile.py
+    path_transfers)."""
+    from runtime.profile import path_transfers
+
+    m = compile_to_model(_matmul_chain(6), tmp)
+    m.run(seeded_inputs(m.inputs), trace=True)
+    ops = {(s.core, s.name): s.ops for s in m.simulator.streams}
+    path = critical_path(m.last_run.trace, ops)
+    found = path_transfers(m.bundle, path)
+    assert sum(ns for _, ns, _ in found) == pytest.approx(path.busy_ns["DMA"])
+    what = {w: n for w, _, n in found}
+    assert what.get("inputs and outputs", 0) >= 2, found
+    assert set(what) <= {"inputs and outputs", "weights", "on chip", "between operators through HBM"}
