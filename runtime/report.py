@@ -420,18 +420,22 @@ def _top_nodes(s: Summary) -> str:
 
 def _critical_path(s: Summary) -> str:
     """The chain of instructions that set the latency (runtime/critical_path.py): its time per engine and between
-    its instructions, as shares of the latency, then the nodes with the most time on it."""
+    its instructions, as shares of the latency, then the nodes with the most time on it and its transfers by what
+    they move."""
     latency = s.latency_us or 1.0
     parts = [*s.critical_busy_us.items(), ("between", s.critical_waiting_us)]
     rows = [f'<tr><td>{html.escape(k)}</td><td class="n">{us:.2f}</td><td><div class="bar engine-{html.escape(k)}" '
             f'style="width:{us / latency * 80:.1f}%"></div>{us / latency:.1%}</td></tr>' for k, us in parts]
     nodes = [f'<tr><td>{html.escape(name)}</td><td class="n">{us:.2f}</td><td></td></tr>'
              for name, us in s.critical_nodes]
+    moved = [f'<tr><td>{html.escape(what)}</td><td class="n">{us:.2f}</td><td class="n">{n}</td></tr>'
+             for what, us, n in s.critical_transfers]
     return (f'<p class="hint">{s.critical_instructions} instructions, each started by the end of the one before it '
             "(on its engine or queue, or through a semaphore); between them: hand-offs, DMA latency, shared ports."
             '</p><table class="nodes"><tr><th>engine</th><th>time on the path (us)</th><th>share of the latency'
             "</th></tr>" + "".join(rows) + '</table><table class="nodes"><tr><th>ONNX node</th><th>time on the path '
-            "(us)</th><th></th></tr>" + "".join(nodes) + "</table>")
+            "(us)</th><th></th></tr>" + "".join(nodes) + '</table><table class="nodes"><tr><th>transfers of'
+            "</th><th>time on the path (us)</th><th>transfers</th></tr>" + "".join(moved) + "</table>")
 
 
 def _rollup(rows: list[Rollup], what: str) -> str:

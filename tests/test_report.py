@@ -74,6 +74,10 @@ def test_the_page_shows_the_critical_path(page):
     assert f"<td>between</td><td class=\"n\">{s['critical_waiting_us']:.2f}</td>" in section
     for row in s["critical_nodes"]:
         assert f"<td>{row['node']}</td><td class=\"n\">{row['us']:.2f}</td>" in section
+    assert s["critical_transfers"]  # (the model's input comes in and its output goes out through the path)
+    for row in s["critical_transfers"]:
+        assert f"<td>{row['what']}</td><td class=\"n\">{row['us']:.2f}</td><td class=\"n\">{row['transfers']}</td>" \
+            in section
 
 
 def test_the_timeline_has_a_row_per_stream_and_a_box_per_instruction(page):
