@@ -162,7 +162,10 @@ def _rows_cycles(node, w: list[int], y: list[int], pmax: int) -> float:  # type:
     r reads input rows r * stride + ky) and whose moving operand is the rows read at that column, over a row's
     outputs: ceil(C / g) x kernel width x max(64, output columns) cycles. A partition then holds one input value
     that several of a column's outputs read (one per kernel row), where with the channels on the partitions it
-    holds one that one output reads: the floor's MACs / 128 does not bound this. inf where no channel's rows fit."""
+    holds one that one output reads: the floor's MACs / 128 does not bound this. inf where no channel's rows fit,
+    or the convolution is not 2-D."""
+    if len(w) != 4:
+        return math.inf
     attrs = {a.name: list(a.ints) for a in node.attribute}
     stride = (attrs.get("strides") or [1])[0]
     dilation = (attrs.get("dilations") or [1])[0]

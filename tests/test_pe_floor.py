@@ -154,3 +154,5 @@ def test_a_depthwise_layer_with_rows_on_the_partitions_counted_by_hand():
     assert _rows_cycles(node, [88, 1, 3, 3], [1, 88, 28, 28], 128) == 22 * 3 * 64
     wide = helper.make_node("Conv", ["x", "w"], ["y"], group=8, pads=[1, 1, 1, 1], strides=[2, 2])
     assert _rows_cycles(wide, [8, 1, 3, 3], [1, 8, 100, 100], 128) == float("inf")  # 201 rows: none fit
+    line = helper.make_node("Conv", ["x", "w"], ["y"], group=8, pads=[1, 1])
+    assert _rows_cycles(line, [8, 1, 3], [1, 8, 50], 128) == float("inf")  # (a 1-D layer: not this arrangement)
