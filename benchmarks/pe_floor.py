@@ -24,8 +24,8 @@ fp32 (a matmul pass each fp32 instruction takes four of, CHIP.md):
 - every other convolution and Gemm: its multiply-adds over the full 128 x 128 array, or for one row (a squeeze,
   a classifier) at least min(64 x output blocks, outputs) cycles per 128 input features (a matmul costs
   max(min(64, M), N) cycles);
-- a squeeze-and-excitation block (a global mean, a 1x1 convolution, its activation, another, HardSigmoid, the
-  gate's Mul): every later instruction needs its gate and the gate needs every depthwise output, so from the
+- a squeeze-and-excitation block (a global mean, a 1x1 convolution, its activation, another, HardSigmoid or
+  Sigmoid, the gate's Mul): every later instruction needs its gate and the gate needs every depthwise output, so from the
   last depthwise tap to the next block's first, dependent instructions run one after another on ScalarE and
   VectorE while PE has nothing else to do: the depthwise output's activation (a HardSwish takes two: ScalarE
   has no function for it and VectorE's one-instruction forms hold one scalar operation beside the product), the
@@ -81,10 +81,10 @@ def _readers(model) -> dict[str, list]:  # type: ignore[no-untyped-def]
 
 
 def _gate_chains(model) -> list[tuple[int, str]]:  # type: ignore[no-untyped-def]
-    """Per squeeze-and-excitation block (a HardSigmoid gate), its dependent steps (module docstring): SE_STEPS, the
-    activation of what the mean reads, and where the gate scales a projection, its evacuation and the activation
-    of the next convolution (the expansion) after it, through a residual Add; and the tensor the last of them
-    writes (where _tail_steps goes on from)."""
+    """Per squeeze-and-excitation block (a HardSigmoid gate, or a Sigmoid one: EfficientNet's), its dependent steps
+    (module docstring): SE_STEPS, the activation of what the mean reads, and where the gate scales a projection,
+    its evacuation and the activation of the next convolution (the expansion) after it, through a residual Add;
+    and the tensor the last of them writes (where _tail_steps goes on from)."""
     nodes = list(model.graph.node)
     producer = {o: n for n in nodes for o in n.output}
     readers = _readers(model)
@@ -93,8 +93,16 @@ def _gate_chains(model) -> list[tuple[int, str]]:  # type: ignore[no-untyped-def
         found = readers.get(name, [])
         return found[0] if len(found) == 1 and found[0].op_type in ops else None
 
+    def is_gate(node) -> bool:  # type: ignore[no-untyped-def]
+        """A HardSigmoid, or a Sigmoid whose Mul scales something else (EfficientNet's gates; a SiLU's Sigmoid
+        scales its own input)."""
+        if node.op_type == "HardSigmoid":
+            return True
+        mul = only_reader(node.output[0], "Mul")
+        return node.op_type == "Sigmoid" and mul is not None and node.input[0] not in mul.input
+
     chains = []
-    for gate in (n for n in nodes if n.op_type == "HardSigmoid"):
+    for gate in (n for n in nodes if is_gate(n)):
         steps, end = SE_STEPS, gate.output[0]
         mul = only_reader(gate.output[0], "Mul")
         if mul is None:

@@ -156,3 +156,19 @@ def test_a_depthwise_layer_with_rows_on_the_partitions_counted_by_hand():
     assert _rows_cycles(wide, [8, 1, 3, 3], [1, 8, 100, 100], 128) == float("inf")  # 201 rows: none fit
     line = helper.make_node("Conv", ["x", "w"], ["y"], group=8, pads=[1, 1])
     assert _rows_cycles(line, [8, 1, 3], [1, 8, 50], 128) == float("inf")  # (a 1-D layer: not this arrangement)
+
+
+def test_a_sigmoid_gate_counts_and_a_silus_sigmoid_does_not():
+    """EfficientNet's squeeze-and-excitation gates are Sigmoids scaling the depthwise output; its SiLUs are x *
+    Sigmoid(x), a Sigmoid scaling its own input: the former is a block, the latter an activation."""
+    from benchmarks.pe_floor import _se_steps
+
+    model = _squeeze_model()
+    graph = model.graph
+    gate = next(n for n in graph.node if n.op_type == "HardSigmoid")
+    gate.op_type = "Sigmoid"
+    del gate.attribute[:]
+    assert _se_steps(model) == [SE_STEPS + 1]
+    graph.node.extend([helper.make_node("Sigmoid", ["y"], ["sy"]), helper.make_node("Mul", ["y", "sy"], ["z"])])
+    graph.output[0].CopyFrom(helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 128, 8, 8]))
+    assert _se_steps(model) == [SE_STEPS + 1]  # (the SiLU's Sigmoid is not a gate)
