@@ -25,8 +25,8 @@ fp32 (a matmul pass each fp32 instruction takes four of, CHIP.md):
   a classifier) at least min(64 x output blocks, outputs) cycles per 128 input features (a matmul costs
   max(min(64, M), N) cycles);
 - a squeeze-and-excitation block (a global mean, a 1x1 convolution, its activation, another, HardSigmoid or
-  Sigmoid, the gate's Mul): every later instruction needs its gate and the gate needs every depthwise output, so from the
-  last depthwise tap to the next block's first, dependent instructions run one after another on ScalarE and
+  Sigmoid, the gate's Mul): every later instruction needs its gate and the gate needs every depthwise output, so
+  from the last depthwise tap to the next block's first, dependent instructions run one after another on ScalarE and
   VectorE while PE has nothing else to do: the depthwise output's activation (a HardSwish takes two: ScalarE
   has no function for it and VectorE's one-instruction forms hold one scalar operation beside the product), the
   mean (trn1's VectorE reduces only beside a scalar operation), the first activation and the HardSigmoid (each
@@ -134,13 +134,14 @@ def _se_steps(model) -> list[int]:  # type: ignore[no-untyped-def]
     return [steps for steps, _ in _gate_chains(model)]
 
 
-def _tail_steps(model) -> int:  # type: ignore[no-untyped-def]
+def _tail_steps(model, chains: list[tuple[int, str]] | None = None) -> int:  # type: ignore[no-untyped-def]
     """Dependent ScalarE/VectorE instructions from the last squeeze-and-excitation block's steps to the output, when
     what follows is one chain of a global mean, matmuls and their activations (a classifier): the mean one (it
     needs every element of what it reads), each matmul's result leaving PSUM through its activation
     (_activation_steps), the output's too (a DMA reads no PSUM), each reading the whole of the one before (a
-    product of one row: nothing pipelines). 0 where the way from there to the output is anything else."""
-    chains = _gate_chains(model)
+    product of one row: nothing pipelines). 0 where the way from there to the output is anything else. `chains`:
+    the model's _gate_chains, where the caller has them."""
+    chains = _gate_chains(model) if chains is None else chains
     if not chains:
         return 0
     readers, outputs = _readers(model), {o.name for o in model.graph.output}
@@ -248,7 +249,8 @@ def floor(path: str, target_name: str) -> dict[str, float]:
     one = Operand(Mem.SBUF, DType.fp32, 0, pmax, 0, ((1, 1),))
     step_ns = duration_ns(make("activation", dst=one, src=one, func=ActFunc.relu, scale=1.0), Engine.ACT, target,
                           dependent=True) + target.semaphore_handoff_ns
-    se_steps, tail = _se_steps(model), _tail_steps(model)
+    chains = _gate_chains(model)
+    se_steps, tail = [steps for steps, _ in chains], _tail_steps(model, chains)
     return {**{f"depthwise_{cast}_us": ns / 1000 for cast, ns in shared.items()},
             **{f"depthwise_rows_{cast}_us": ns / 1000 for cast, ns in rows_or_shared.items()},
             "depthwise_diagonal_us": diagonal / ghz / 1000,

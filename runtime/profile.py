@@ -25,7 +25,7 @@ from __future__ import annotations
 import bisect
 import math
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -260,22 +260,34 @@ class Transfer:
     written_bytes: int
 
 
-def transfers(bundle: Bundle, target: Target) -> list[Transfer]:
-    """Every DMA instruction of the bundle, with the HBM tensors it reads and writes."""
+def _is_transfer(instr: Instruction) -> bool:
+    return instr.spec.cycles is None and not instr.spec.collective
+
+
+def _hbm_sides(bundle: Bundle) -> Callable[[Instruction], tuple[HbmTensorInfo | None, HbmTensorInfo | None]]:
+    """A transfer's (source, destination) HBM tensors, None for a side on chip."""
     tensors = sorted(bundle.hbm_tensors, key=lambda t: t.hbm_offset)
     starts = [t.hbm_offset for t in tensors]
+
+    def sides(instr: Instruction) -> tuple[HbmTensorInfo | None, HbmTensorInfo | None]:
+        src, dst = instr.args["src"], instr.args["dst"]
+        return (_tensor_at(tensors, starts, src.offset) if src.mem is Mem.HBM else None,
+                _tensor_at(tensors, starts, dst.offset) if dst.mem is Mem.HBM else None)
+    return sides
+
+
+def transfers(bundle: Bundle, target: Target) -> list[Transfer]:
+    """Every DMA instruction of the bundle, with the HBM tensors it reads and writes."""
+    sides = _hbm_sides(bundle)
     found = []
     for core in bundle.cores:
         for s in core.values():
             for instr in s.instructions:
-                if instr.spec.cycles is not None or instr.spec.collective:
+                if not _is_transfer(instr):
                     continue
-                dst, src, n = instr.args["dst"], instr.args["src"], dma_elements(instr)
-                found.append(Transfer(
-                    dma_cost(instr, target),
-                    _tensor_at(tensors, starts, src.offset) if src.mem is Mem.HBM else None,
-                    _tensor_at(tensors, starts, dst.offset) if dst.mem is Mem.HBM else None,
-                    n * src.dtype.size, n * dst.dtype.size))
+                n = dma_elements(instr)
+                found.append(Transfer(dma_cost(instr, target), *sides(instr),
+                                      n * instr.args["src"].dtype.size, n * instr.args["dst"].dtype.size))
     return found
 
 
@@ -298,17 +310,14 @@ def path_transfers(bundle: Bundle, path: Any) -> list[tuple[str, float, int]]:
     outputs, copies on chip): (what, ns of their data on the path, how many), most first. Their DMA latencies are
     the path's time between instructions; a model whose chain runs through HBM between its operators (Swin-T's
     window partitions) shows it here."""
-    tensors = sorted(bundle.hbm_tensors, key=lambda t: t.hbm_offset)
-    starts = [t.hbm_offset for t in tensors]
+    sides = _hbm_sides(bundle)
     ns: dict[str, float] = {}
     count: dict[str, int] = {}
     for e in path.events:
         instr = bundle.cores[e.core][e.stream].instructions[e.index]
-        if instr.spec.cycles is not None or instr.spec.collective:
+        if not _is_transfer(instr):
             continue
-        dst, src = instr.args["dst"], instr.args["src"]
-        what = _moved(_tensor_at(tensors, starts, src.offset) if src.mem is Mem.HBM else None,
-                      _tensor_at(tensors, starts, dst.offset) if dst.mem is Mem.HBM else None)
+        what = _moved(*sides(instr))
         ns[what] = ns.get(what, 0.0) + e.end - e.start
         count[what] = count.get(what, 0) + 1
     return sorted(((what, t, count[what]) for what, t in ns.items()), key=lambda r: -r[1])
