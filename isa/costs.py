@@ -186,7 +186,7 @@ def small_pieces(instr: Instruction) -> int:
     if n == 0 or pieces == 0:
         return 0
     nbytes = n * max(dst.dtype.size, src.dtype.size)
-    per_partition = nbytes / max(1, dst.num_partitions)
+    per_partition = nbytes / max(1, dst.num_partitions, src.num_partitions)  # (a fan-out's rows: either side's)
     return pieces if nbytes / pieces < min(EFFICIENT_PIECE_BYTES, per_partition) else 0
 
 

@@ -156,7 +156,12 @@ def _per_partition_scalars(instr: Instruction, names: tuple[str, ...]) -> Iterat
 
 
 def _check_dma(instr: Instruction, target: Any) -> Iterator[str]:
-    yield from _same_elements(instr, ("src",))
+    """A transfer moves its elements in order, whatever the shapes of its sides: a DMA engine walks address
+    patterns, so one partition's runs may fan out over several partitions, or gather in (lower/row_depthwise.py)."""
+    d, s = instr.args["dst"], instr.args["src"]
+    if d.num_partitions * d.free_size != s.num_partitions * s.free_size:
+        yield (f"src is {s.num_partitions}x{s.free_size} elements but dst is "
+               f"{d.num_partitions}x{d.free_size}: a transfer moves as many as it reads")
 
 
 def _check_indirect(instr: Instruction, rows_name: str, table_name: str) -> Iterator[str]:

@@ -246,10 +246,11 @@ REDUCE: dict[AluOp, Callable[..., np.ndarray]] = {
 
 def dma_copy(instr: Instruction, v: Views) -> Issue:
     src, store = snapshot(v["src"]), write_to(v["dst"])
+    rows = v["dst"].shape[0]  # (the sides may differ in shape: the elements move in order)
 
     def issue() -> Commit:
         data = src()
-        return lambda: store(data)
+        return lambda: store(data.reshape(rows, -1))
 
     return issue
 

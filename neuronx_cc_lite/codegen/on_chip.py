@@ -93,10 +93,17 @@ def _inferred_layout(tensor: HbmTensor, size: int, access: HbmAccess) -> Layout 
 
 def home_access(layout: Layout, access: HbmAccess, home: Tile, pmax: int) -> TileAccess | None:
     """The same elements as `access`, in the home: None when its rows do not land on consecutive partitions or
-    its free pattern leaves them."""
+    its free pattern leaves them. Rows that all lie in one row of the layout (a channel's image rows, its
+    channels on partitions) are one partition of the home, walked as the access's rows and their runs: a transfer
+    between them and a tile fans a partition's runs out over the tile's partitions, or gathers them in
+    (lower/row_depthwise.py)."""
     a_size, b_size, d_size = layout.outer, layout.rows, layout.inner
     if access.partitions > 1 and access.partition_stride != d_size:
-        return None
+        if access.partition_stride <= 0:
+            return None
+        within = HbmAccess(access.tensor, access.dtype, 1, 0, access.offset,
+                           ((access.partitions, access.partition_stride), *access.dims))
+        return home_access(layout, within, home, pmax)
     e0 = access.offset
     if e0 >= a_size * b_size * d_size:
         return None
@@ -381,7 +388,7 @@ def _rewrite(program: Program, homes: dict[HbmTensor, Tile], layouts: dict[HbmTe
         if isinstance(dst, TileAccess) and isinstance(src, TileAccess):
             if _same_elements(_renamed(dst, renamed), _renamed(src, renamed)):
                 continue  # the tile is the home's region: nothing moves
-            if dst.first == src.first and all(
+            if dst.first == src.first and dst.partitions == src.partitions and all(
                     a.first in target.allowed_start_partitions(a.partitions) for a in (dst, src)):
                 kept.append(PendingInstr("tensor_copy", Engine.DVE, 0, {"dst": dst, "src": src}, p.node))
                 continue
@@ -540,7 +547,7 @@ def _live(a: TileAccess) -> tuple[tuple[int, int], ...]:
 def _placement(tile_side: TileAccess, home_side: TileAccess) -> tuple[int, int] | None:
     """(first partition, element offset) of the home at which the whole tile would make this transfer move
     nothing, or None when its two sides walk different patterns."""
-    if _live(tile_side) != _live(home_side):
+    if _live(tile_side) != _live(home_side) or tile_side.partitions != home_side.partitions:
         return None
     return home_side.first - tile_side.first, home_side.offset - tile_side.offset
 
@@ -601,7 +608,8 @@ def _region(tile_side: TileAccess, home_side: TileAccess, renamed: dict[Tile, Ti
     and the region is contiguous in each partition (maybe on other partitions: its accesses move with it, when
     they may; see _keep_partitions_legal)."""
     t = tile_side.tile
-    if t in renamed or t.mem is not Mem.SBUF or t.dtype is not home_side.tile.dtype or not _dense_whole(tile_side):
+    if t in renamed or t.mem is not Mem.SBUF or t.dtype is not home_side.tile.dtype or not _dense_whole(tile_side) \
+            or home_side.partitions != t.partitions:
         return None
     if not _contiguous_region(home_side, t.free):
         return None

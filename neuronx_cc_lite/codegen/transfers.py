@@ -45,6 +45,28 @@ def _band(a: TileAccess | HbmAccess, first: int, count: int) -> TileAccess | Hbm
     return replace(a, offset=a.offset + first * a.partition_stride, partitions=count)
 
 
+def _fan(p: PendingInstr) -> tuple[int, int] | None:
+    """(dst, src) partitions for each partition of the side with fewer: (1, 1) for a copy between like shapes;
+    (H, 1) for one that fans each source partition's runs out over H destination partitions (a depthwise layer's
+    rows, lower/row_depthwise.py), (1, H) for one that gathers them in; None when the sides' rows do not
+    correspond."""
+    dst, src = p.args["dst"], p.args["src"]
+    if dst.partitions == src.partitions:
+        return 1, 1
+    small, big = sorted((dst, src), key=lambda a: a.partitions)
+    if big.partitions % small.partitions or _free(small) * small.partitions != _free(big) * big.partitions:
+        return None
+    ratio = big.partitions // small.partitions
+    return (ratio, 1) if big is dst else (1, ratio)
+
+
+def _free(a: TileAccess | HbmAccess) -> int:
+    elements = 1
+    for size, _ in a.dims:
+        elements *= size
+    return elements
+
+
 def _exchanged(program: Program, field: str) -> set[int]:
     """The HBM tensors collectives write (field "dst") or read ("src"), by id."""
     return {id(p.args[field].tensor) for p in program.instrs
@@ -58,6 +80,11 @@ def split_transfers(program: Program) -> None:
     for p in program.instrs:
         partitions = p.args["dst"].partitions if p.op in ("dma_copy", "dma_gather") else 0
         src, dst = p.args.get("src"), p.args.get("dst")
+        fan = _fan(p) if p.op == "dma_copy" else (1, 1)
+        if fan is None:  # sides whose partitions do not correspond: whole
+            out.append(p)
+            continue
+        partitions //= fan[0]  # (cut along the side of fewer partitions, each row of it a band of the other's)
         if p.op == "dma_copy" and _bytes(p) > EXCHANGE_PIECE_BYTES and isinstance(src, HbmAccess) and \
                 id(src.tensor) in received:
             band = -(-partitions // min(partitions, -(-_bytes(p) // EXCHANGE_PIECE_BYTES)))
@@ -76,9 +103,9 @@ def split_transfers(program: Program) -> None:
             continue
         for first in range(0, partitions, band):
             count = min(band, partitions - first)
-            args = {**p.args, "dst": _band(p.args["dst"], first, count)}
+            args = {**p.args, "dst": _band(p.args["dst"], first * fan[0], count * fan[0])}
             if p.op == "dma_copy":
-                args["src"] = _band(p.args["src"], first, count)
+                args["src"] = _band(p.args["src"], first * fan[1], count * fan[1])
             else:  # a gather: each partition's row comes from its own index; the table is read whole
                 args["index"] = _band(p.args["index"], first, count)
             out.append(PendingInstr(p.op, p.engine, p.queue, args, p.node))

@@ -39,6 +39,7 @@ from neuronx_cc_lite.lower.conv_geometry import (ConvGeometry, conv_geometry, co
                                                  window_budget)
 from neuronx_cc_lite.lower.depthwise import (DiagonalWeights, band_plan, diagonal_products, lower_banded_depthwise,
                                              remainder_bands, vector_taps)
+from neuronx_cc_lite.lower.row_depthwise import lower_row_depthwise, row_groups
 from neuronx_cc_lite.lower.patterns import dma_tile
 from neuronx_cc_lite.ops.registry import lowering
 from neuronx_cc_lite.tile.hbm import HbmView
@@ -276,6 +277,10 @@ def lower_windowed_matmul(ctx: LowerCtx, node: Node, geo: ConvGeometry) -> None:
         band_plan(ctx, node, geo, window_budget(target))
     if bands > 1:  # a depthwise convolution over few channels: bands of output rows share the partitions
         lower_banded_depthwise(ctx, node, geo, bands, per_band)
+        return
+    groups = row_groups(ctx, node, geo) if written is None else 0
+    if groups:  # a depthwise convolution with each channel's rows on the partitions
+        lower_row_depthwise(ctx, node, geo, groups)
         return
     x = ctx.view(node.inputs[0])
     rank, batch, pmax = len(geo.kernel), x.shape[0], target.partitions

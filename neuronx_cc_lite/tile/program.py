@@ -27,6 +27,10 @@ ALIGN = 64  # bytes: where tiles and HBM tensors start
 # Tiles of depthwise diagonals in turn (Program.diagonals): a tile's next load waits for PE to have read it, so
 # with four the load of tile k + 4 runs while PE multiplies tiles k + 1 .. k + 3.
 DIAGONAL_RING = 4
+# Tiles of the groups of a depthwise convolution with its rows on the partitions (Program.bands, Program.windows):
+# a group's PE work (a matmul a kernel column, 64 cycles or so) is far shorter than its loads' DMA latency, so
+# many groups' loads must be in flight at once.
+ROWS_RING = 16
 
 
 @dataclass(eq=False)
@@ -169,7 +173,7 @@ class Program:
         self.schedule_tries = 0  # list schedules tried until one fitted memory (0: the lowering order was kept)
         self.hbm_size = 0  # bytes, once the HBM layout has placed every tensor
         self._filled: dict[tuple[DType, str, int, int], Tile] = {}  # the constant tiles: ones, scalars, filled
-        self._diagonals: dict[tuple[int, DType], tuple[list[Tile], int]] = {}  # (taps, type) -> (ring, turns)
+        self._rings: dict[tuple, tuple[list[Tile], int]] = {}  # zeroed rings (diagonals, bands) -> (ring, turns)
 
     def operand_dtype(self, dtype: DType) -> DType:
         """The type a matmul operand of type `dtype` is held in on chip: the auto-cast type for fp32."""
@@ -220,10 +224,39 @@ class Program:
         zeroes them, a bank's width at a time (a copy of a zero column read with stride 0): a memset runs on VectorE
         or GpSimdE, whose shared SBUF port a network's first layers hold (MobileNetV3 bf16: 104.5 us, 107.5 with
         GpSimdE's memsets)."""
-        ring, turns = self._diagonals.get((taps, dtype), ([], 0))
-        if len(ring) < DIAGONAL_RING:
+        pmax = self.target.partitions
+        return self._zeroed_ring(("diagonals", taps, dtype), pmax * taps, dtype, f"diagonals/{taps}/{dtype.name}")
+
+    def bands(self, kh: int, kw: int, dtype: DType) -> Tile:
+        """The next of a ring of DIAGONAL_RING [pmax, (pmax + kh) x kw] tiles that hold a depthwise convolution's
+        banded stationary operands when a channel's rows lie on the partitions (lower/row_depthwise.py): element
+        (p, j * kw + kx) is kernel column kx's weight joining input row p to output column j, nonzero for j = p ..
+        p + kh - 1 only. Zeroed once, as the diagonals are; every write after lands on those places."""
+        pmax = self.target.partitions
+        return self._zeroed_ring(("bands", kh, kw, dtype), (pmax + kh) * kw, dtype, f"bands/{kh}x{kw}/{dtype.name}",
+                                 ROWS_RING, memset=True)
+
+    def windows(self, width: int, dtype: DType) -> Tile:
+        """The next of a ring of ROWS_RING [pmax, width] tiles, zeroed once, into which a depthwise convolution with
+        its rows on the partitions loads a group's rows between padding columns (lower/row_depthwise.py): every
+        load of one geometry writes the same interior, so the padding stays zero."""
+        return self._zeroed_ring(("windows", width, dtype), width, dtype, f"rows/{width}/{dtype.name}", ROWS_RING,
+                                 memset=True)
+
+    def _zeroed_ring(self, key: tuple, free: int, dtype: DType, name: str, depth: int = DIAGONAL_RING,
+                     memset: bool = False) -> Tile:
+        """The next tile of a ring of `depth` [pmax, free] tiles, each zeroed when first handed out: by ScalarE in
+        pieces (the diagonals', below), or with `memset` by GpSimdE at once (the rows' rings, handed out in the
+        middle of a network, where ScalarE evacuates every layer: MobileNetV2's 144-channel layer spent 10 us of
+        ScalarE on 48 fills)."""
+        ring, turns = self._rings.get(key, ([], 0))
+        if len(ring) < depth and memset:
+            tile = self.sbuf(self.target.partitions, free, dtype, name)
+            self.emit("memset", Engine.POOL, dst=tile.ap(), value=0.0)
+            ring.append(tile)
+        elif len(ring) < depth:
             pmax = self.target.partitions
-            tile = self.sbuf(pmax, pmax * taps, dtype, f"diagonals/{taps}/{dtype.name}")
+            tile = self.sbuf(pmax, free, dtype, name)
             zero = self.scalar(0.0, dtype)
             # in pieces half a bank's evacuation long: a fill of 3,200 columns held ScalarE 2.3 us at a time, and
             # the list schedule, which cannot interrupt it, started one just before a stem's epilogue was ready
@@ -237,8 +270,8 @@ class Program:
                 self.emit("activation", Engine.ACT, dst=tile.ap(((n, 1),), c0), src=zero.ap(((n, 0),)),
                           func=ActFunc.copy, scale=1.0)
             ring.append(tile)
-        self._diagonals[taps, dtype] = (ring, turns + 1)
-        return ring[turns % DIAGONAL_RING]
+        self._rings[key] = (ring, turns + 1)
+        return ring[turns % depth]
 
     def hbm_tensor(self, name: str, nbytes: int, kind: TensorKind, dtype: DType,
                    data: bytes | None = None) -> HbmTensor:

@@ -138,3 +138,28 @@ def test_a_gate_over_more_channels_than_partitions_is_written_in_its_home(tmp, e
                all(o.mem is not Mem.HBM for _, o in i.operands())]  # (its weights' loads read HBM)
     assert [i.op for i in on_chip if i.op in ("tensor_copy", "dma_copy")] == []
     _matches_onnxruntime(model, tmp, options)
+
+
+def test_rows_of_one_channel_map_to_one_partition_of_its_home():
+    """A transfer of a channel's image rows (a row each) from a home with a channel a partition reads that one
+    partition, its rows as one run: what a depthwise convolution with its rows on the partitions fans out
+    (lower/row_depthwise.py). Rows that step across channels map as before; a transposing read still does not."""
+    from isa.dtypes import DType
+    from isa.operand import Mem
+    from isa.tensor_kind import TensorKind
+    from neuronx_cc_lite.codegen.on_chip import Layout, home_access
+    from neuronx_cc_lite.tile.hbm import HbmTensor
+    from neuronx_cc_lite.tile.program import HbmAccess, Tile
+
+    c, h, w = 6, 5, 7
+    tensor = HbmTensor("x", c * h * w * 4, TensorKind.SCRATCH, DType.fp32)
+    layout = Layout(1, c, h * w)  # [C, H x W]: a channel a partition
+    home = Tile(Mem.SBUF, c, h * w, DType.fp32, "x@home")
+    rows = HbmAccess(tensor, DType.fp32, h, w, 2 * h * w, ((w, 1),))  # channel 2's rows, one a partition
+    mapped = home_access(layout, rows, home, 128)
+    assert (mapped.first, mapped.partitions, mapped.offset, mapped.dims) == (2, 1, 0, ((h * w, 1),))
+    channels = HbmAccess(tensor, DType.fp32, 3, h * w, h * w, ((h * w, 1),))  # channels 1..3, whole
+    assert (home_access(layout, channels, home, 128).first, home_access(layout, channels, home, 128).partitions) \
+        == (1, 3)
+    transposing = HbmAccess(tensor, DType.fp32, h * w, 1, 0, ((c, h * w),))  # a pixel a partition
+    assert home_access(layout, transposing, home, 128) is None

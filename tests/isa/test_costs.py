@@ -206,3 +206,16 @@ def test_core_dma_bandwidth_and_pe_peak():
     assert TRN1.pe_tflops("fp32") == pytest.approx(91.75 / 4, rel=1e-3)
     assert TRN2.pe_tflops("fp8_e4m3") == pytest.approx(2 * TRN2.pe_tflops("bf16"))
     assert math.isclose(TRN2.pe_tflops("bf16"), 78.6, rel_tol=1e-2)
+
+
+def test_rows_gathered_into_one_partition_are_as_long_as_their_data_allows():
+    """Gathering 56 partitions' rows of 56 into one partition's run cuts 56 pieces of 224 bytes: the rows are no
+    longer on either side, so none counts as a small piece; an element-strided (transposing) copy still does."""
+    from isa.costs import small_pieces
+
+    one = Operand(Mem.SBUF, DType.fp32, 3, 1, 0, ((3136, 1),))
+    rows = Operand(Mem.SBUF, DType.fp32, 0, 56, 0, ((56, 1),))
+    assert small_pieces(make("dma_copy", dst=one, src=rows)) == 0
+    assert small_pieces(make("dma_copy", dst=rows, src=one)) == 0
+    hbm = Operand(Mem.HBM, DType.fp32, 0, 56, 0, ((56, 56),), 1)  # a column of the HBM side a partition
+    assert small_pieces(make("dma_copy", dst=rows, src=hbm)) == 56 * 56

@@ -99,3 +99,15 @@ def test_semaphore_ids_are_bounded_by_the_target():
 def test_unknown_target_is_an_error_not_a_default():
     with pytest.raises(KeyError, match="unknown target"):
         get_target("trn9")
+
+
+def test_a_dma_may_fan_a_partition_out_over_several():
+    """A transfer moves its elements in order: one partition's 56 x 56 run onto 56 partitions of 56, and back;
+    only the element counts must agree."""
+    one = Operand(Mem.SBUF, DType.fp32, 3, 1, 0, ((3136, 1),))
+    rows = Operand(Mem.SBUF, DType.fp32, 0, 56, 8, ((56, 1),))
+    assert problems(make("dma_copy", dst=rows, src=one), Engine.DMA, TRN1) == []
+    assert problems(make("dma_copy", dst=one, src=rows), Engine.DMA, TRN1) == []
+    short = Operand(Mem.SBUF, DType.fp32, 0, 55, 8, ((56, 1),))
+    assert any("a transfer moves as many as it reads" in p
+               for p in problems(make("dma_copy", dst=short, src=one), Engine.DMA, TRN1))
