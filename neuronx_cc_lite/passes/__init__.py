@@ -87,6 +87,9 @@ PIPELINE: list[Pass] = [
     Pass("fold-linear-convs", "fold_linear_convs",
          "two 1x1 convolutions with nothing between them are one product (W2 W1): the first's pass over the "
          "pixels and its evacuation disappear, where the product does no more arithmetic than the pair"),
+    Pass("fold-column-scales", "fold_column_scales",
+         "a constant scale of each column after a matmul with constant weights (ConvNeXt's layer scale) is a scaling "
+         "of the weights' columns and the bias: no pass of its own over the result"),
     Pass("fuse-epilogues", "fuse_epilogues",
          "a bias, a residual and an activation after a matmul are applied as its result leaves PSUM: no passes of "
          "their own over the result"),
