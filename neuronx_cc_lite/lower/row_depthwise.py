@@ -9,10 +9,12 @@ same layer takes 7 matmuls of 56 columns for a group of two channels, 48 groups 
 `_rows_cycles`).
 
     g = pmax // H channels a group (H rows each; the output has H rows too: "same" padding)
-    for each image, for each group of g channels:
-        window [g * H, padded row] = the group's rows, between zero columns (one transfer)
-        acc [g * H, W] = sum over kernel columns kx of band_kx.T @ (window read kx columns on)
-        ScalarE evacuates (bias, activation); the group's output rows stored (one transfer)
+    for each image, for each bank of groups of g channels (W columns each, side by side):
+        for each group:
+            window [g * H, padded row] = the group's rows, between zero columns (one transfer)
+            acc[group] [g * H, W] = bias (PE: the bias rows against ones)
+                                    + sum over kernel columns kx of band_kx.T @ (window read kx columns on)
+        ScalarE evacuates the bank (the activation); each group's output rows stored (one transfer)
 
 Partition p = c * H + i holds input row i of the group's channel c, and output row o of channel c lands on
 partition c * H + o. The stationary of kernel column kx holds, in row p, that row's weights for the outputs it
@@ -65,8 +67,9 @@ def row_groups(ctx: LowerCtx, node: Node, geo: ConvGeometry) -> int:
     """Channels a group when the rows take this layer (module docstring), else 0: a 2-D depthwise convolution of
     stride 1 with "same" padding, no dilation or zero insertion, constant weights and bias, no residual or input
     scale in its epilogue, whose output row fits a bank and whose input's rows lie in runs (_rows_in_runs), and
-    whose PE time with the rows (a matmul a kernel column and group, at least 64 cycles) and transfers are at most
-    MIN_GAIN of PE's time with the diagonals (a matmul a tap and 128 channels over every output)."""
+    whose PE time with the rows (a matmul a kernel column and group, and the bias's, each at least 64 cycles) and
+    transfers are at most MIN_GAIN of the diagonals' time (a matmul a tap and 128 channels over every output, or
+    VectorE's share of the taps: depthwise.diagonal_block)."""
     pmax, target = ctx.program.target.partitions, ctx.program.target
     if not geo.depthwise or geo.transposed or len(geo.axes) != 2:
         return 0

@@ -31,6 +31,11 @@ def run(g: Graph) -> Graph:
         transpose = work.pop()
         if transpose in g.nodes:
             work.extend(_sink(g, transpose))
+    # a Transpose whose reader took the other operand's Transpose instead (Add(T(a), T(b)) -> T(Add(a, b)), moved
+    # from b's side while a's stays for its other readers) is read by nobody: gone now, not at the end of the
+    # pipeline, so that fuse-epilogues sees a's producer read by the Add alone (ConvNeXt's first block)
+    read = {i for n in g.nodes for i in n.inputs}
+    g.nodes = [n for n in g.nodes if n.op != "Transpose" or n.outputs[0] in read or n.outputs[0] in g.outputs]
     return g
 
 

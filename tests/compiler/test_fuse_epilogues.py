@@ -347,3 +347,34 @@ def test_relu6_and_silu_join_a_matmul():
     twice = make_model(nodes, {"x": ([40, 64], TensorProto.FLOAT)},
                        {"y": ([40, 96], TensorProto.FLOAT), "z": ([40, 32], TensorProto.FLOAT)}, weights)
     assert "Sigmoid" in [n.op for n in prepare(twice, Options()).nodes]
+
+
+def _channels_last_block() -> onnx.ModelProto:
+    """ConvNeXt's residual step: the stream r is a channels-last tensor z permuted to channels first (and read by a
+    convolution too); a Linear over z plus its bias, permuted back to channels first, is added to r."""
+    rng = np.random.default_rng(5)
+    c = 16
+    weights = {"w": (rng.standard_normal((c, c)) / 4).astype(np.float32),
+               "b": rng.standard_normal(c).astype(np.float32),
+               "k": rng.standard_normal((c, 1, 3, 3)).astype(np.float32)}
+    back = [0, 3, 1, 2]
+    nodes = [helper.make_node("Transpose", ["z"], ["r"], perm=back),
+             helper.make_node("Conv", ["r", "k"], ["d"], group=c, pads=[1, 1, 1, 1]),
+             helper.make_node("MatMul", ["z", "w"], ["p"]),
+             helper.make_node("Add", ["p", "b"], ["pb"]),
+             helper.make_node("Transpose", ["pb"], ["t"], perm=back),
+             helper.make_node("Add", ["r", "t"], ["y"])]
+    shape = [1, c, 6, 5]
+    return make_model(nodes, {"z": ([1, 6, 5, c], TensorProto.FLOAT)},
+                      {"y": (shape, TensorProto.FLOAT), "d": (shape, TensorProto.FLOAT)}, weights)
+
+
+def test_a_residual_added_after_both_permutes_joins_the_product(tmp):
+    """Add(T(z), T(z W + b)) is T(z W + b + z): the Linear's epilogue adds z as its residual, one Transpose is left
+    after it, and T(z) stays for the convolution."""
+    from neuronx_cc_lite.compiler import Options, prepare
+
+    nodes = prepare(_channels_last_block(), Options(stop_after="fuse-epilogues")).nodes
+    assert [n.op for n in nodes] == ["Transpose", "Conv", "MatMulEpilogue", "Transpose"]
+    assert nodes[2].inputs[3] == "z"
+    check(_channels_last_block(), tmp)

@@ -67,3 +67,21 @@ def test_two_transposes_that_cancel_are_nothing(tmp):
     model.graph.initializer.append(_const("c", np.arange(20, dtype=np.float32).reshape(5, 1, 4)))
     assert "Transpose" not in [n.op for n in prepare(model, Options()).nodes]
     check(model, tmp)
+
+
+def test_a_transpose_left_unread_by_a_sinking_is_removed(tmp):
+    """Add(T(a), T(b)) with T(a) read by a Softmax too: b's Transpose sinks below the Add (T(Add(a, b))), a's stays;
+    b's, read by nothing now, is gone before the passes after (fuse-epilogues counts a value's readers)."""
+    back = [0, 2, 1, 3]
+    nodes = [helper.make_node("Transpose", ["a"], ["ta"], perm=back),
+             helper.make_node("Transpose", ["b"], ["tb"], perm=back),
+             helper.make_node("Add", ["ta", "tb"], ["y"]),
+             helper.make_node("Softmax", ["ta"], ["z"], axis=-1)]
+    shape = [1, H, S, D]
+    model = make_model(nodes, {"a": ([1, S, H, D], F32), "b": ([1, S, H, D], F32)},
+                       {"y": (shape, F32), "z": (shape, F32)})
+    graph = prepare(model, Options(stop_after="sink-transposes"))
+    transposes = [n for n in graph.nodes if n.op == "Transpose"]
+    assert sorted(n.inputs[0] for n in transposes) == ["a", sorted(i for n in graph.nodes if n.op == "Add"
+                                                                   for i in n.outputs)[0]]
+    check(model, tmp)
