@@ -4,7 +4,9 @@
                    ->  [Relu | Gelu | Tanh | Sigmoid | HardSwish | HardSigmoid | Clip]
     becomes one MatMulEpilogue node named after the MatMul: y = act(alpha * A @ B + bias + residual); and
     MatMul | Gemm  ->  [Add a bias row]  ->  Mul by a computed tensor of its shape (a gate)
-    becomes y = (A @ B + bias) * gate, the gate its fifth input (a gated projection: sigmoid(x W1) * (x W2)),
+    becomes y = (A @ B + bias) * gate, the gate its fifth input (a gated projection: sigmoid(x W1) * (x W2));
+    Add(Transpose_p(the product), Transpose_p(z)) becomes Transpose_p(product + z) first, z its residual
+    (ConvNeXt's channels-last blocks: _sum_before_transpose),
 
 and [x * a per-channel scale ->] Conv -> [Add a residual] -> [Relu | Tanh | Sigmoid | HardSwish | HardSigmoid |
 Clip] becomes ConvEpilogue (a ResNet block's tail; a MobileNetV3 expansion, squeeze, or projection of the gated

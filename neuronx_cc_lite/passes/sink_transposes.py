@@ -13,7 +13,8 @@ The rewrites (x the Transpose's input, p its perm, inv the inverse perm):
 - Concat of Transpose_p's (and constants) along axis a: Concat along p[a], then Transpose_p;
 - Transpose_q(Transpose_p(x)): one Transpose of the composed perm (nothing when that is the identity).
 A Transpose moves only when every reader of its result can take it (so it is gone, not doubled) and its result
-is no graph output; each move leaves one Transpose below, which moves on in turn.
+is no graph output; each move leaves one Transpose below, which moves on in turn. A Transpose a move leaves unread
+(b's in Add(T(a), T(b)) when a's stays for its other readers) is dropped.
 """
 
 from __future__ import annotations

@@ -228,7 +228,7 @@ class Program:
         return self._zeroed_ring(("diagonals", taps, dtype), pmax * taps, dtype, f"diagonals/{taps}/{dtype.name}")
 
     def bands(self, kh: int, kw: int, dtype: DType) -> Tile:
-        """The next of a ring of DIAGONAL_RING [pmax, (pmax + kh) x kw] tiles that hold a depthwise convolution's
+        """The next of a ring of ROWS_RING [pmax, (pmax + kh) x kw] tiles that hold a depthwise convolution's
         banded stationary operands when a channel's rows lie on the partitions (lower/row_depthwise.py): element
         (p, j * kw + kx) is kernel column kx's weight joining input row p to output column j, nonzero for j = p ..
         p + kh - 1 only. Zeroed once, as the diagonals are; every write after lands on those places."""
@@ -246,32 +246,33 @@ class Program:
     def _zeroed_ring(self, key: tuple, free: int, dtype: DType, name: str, depth: int = DIAGONAL_RING,
                      memset: bool = False) -> Tile:
         """The next tile of a ring of `depth` [pmax, free] tiles, each zeroed when first handed out: by ScalarE in
-        pieces (the diagonals', below), or with `memset` by GpSimdE at once (the rows' rings, handed out in the
-        middle of a network, where ScalarE evacuates every layer: MobileNetV2's 144-channel layer spent 10 us of
-        ScalarE on 48 fills)."""
+        pieces (the diagonals': _zero_on_scalar_engine), or with `memset` by GpSimdE at once (the rows' rings, handed
+        out in the middle of a network, where ScalarE evacuates every layer; ConvNeXt-T 636.4 / 1,404.6 us in bf16 /
+        fp32 that way, 633.3 / 1,408.8 with ScalarE's pieces: about the same, in fewer instructions)."""
         ring, turns = self._rings.get(key, ([], 0))
-        if len(ring) < depth and memset:
+        if len(ring) < depth:
             tile = self.sbuf(self.target.partitions, free, dtype, name)
-            self.emit("memset", Engine.POOL, dst=tile.ap(), value=0.0)
             ring.append(tile)
-        elif len(ring) < depth:
-            pmax = self.target.partitions
-            tile = self.sbuf(pmax, free, dtype, name)
-            zero = self.scalar(0.0, dtype)
-            # in pieces half a bank's evacuation long: a fill of 3,200 columns held ScalarE 2.3 us at a time, and
-            # the list schedule, which cannot interrupt it, started one just before a stem's epilogue was ready
-            # (MobileNetV3 bf16 102.8 -> 102.2 us, fp32 188.1 -> 186.0); a bank's width still held the stem's and
-            # the first blocks' epilogues 0.4 us each (82.8 -> 81.6 us in bf16 with half; a quarter the same, an
-            # eighth 107.7: 400 fills, each paying an instruction's fixed cost on the ScalarE the network's start
-            # waits for)
-            step = min(self.target.psum_bank_fmax, self.target.gemm_moving_fmax) // 2
-            for c0 in range(0, tile.free, step):
-                n = min(step, tile.free - c0)
-                self.emit("activation", Engine.ACT, dst=tile.ap(((n, 1),), c0), src=zero.ap(((n, 0),)),
-                          func=ActFunc.copy, scale=1.0)
-            ring.append(tile)
+            if memset:
+                self.emit("memset", Engine.POOL, dst=tile.ap(), value=0.0)
+            else:
+                self._zero_on_scalar_engine(tile)
         self._rings[key] = (ring, turns + 1)
         return ring[turns % depth]
+
+    def _zero_on_scalar_engine(self, tile: Tile) -> None:
+        """Zero the tile by ScalarE copies of a zero column read with stride 0, in pieces half a bank's evacuation
+        long: a fill of 3,200 columns held ScalarE 2.3 us at a time, and the list schedule, which cannot interrupt
+        it, started one just before a stem's epilogue was ready (MobileNetV3 bf16 102.8 -> 102.2 us, fp32 188.1 ->
+        186.0); a bank's width still held the stem's and the first blocks' epilogues 0.4 us each (82.8 -> 81.6 us in
+        bf16 with half; a quarter the same, an eighth 107.7: 400 fills, each paying an instruction's fixed cost on
+        the ScalarE the network's start waits for)."""
+        zero = self.scalar(0.0, tile.dtype)
+        step = min(self.target.psum_bank_fmax, self.target.gemm_moving_fmax) // 2
+        for c0 in range(0, tile.free, step):
+            n = min(step, tile.free - c0)
+            self.emit("activation", Engine.ACT, dst=tile.ap(((n, 1),), c0), src=zero.ap(((n, 0),)),
+                      func=ActFunc.copy, scale=1.0)
 
     def hbm_tensor(self, name: str, nbytes: int, kind: TensorKind, dtype: DType,
                    data: bytes | None = None) -> HbmTensor:
