@@ -178,7 +178,7 @@ def _spread(shape: tuple[int, ...], d_strides: tuple[int, ...], s_strides: tuple
 def _rows_axis(dst: HbmView, src: HbmView, pmax: int) -> int | None:
     """The axis of the views that walks the rows of the source's recorded layout (else the destination's): the one
     whose stride is the layout's row length, when the copy could then map onto that tensor's home: every other axis
-    steps within a row or by whole blocks of pmax rows (codegen/on_chip.home_access). Swin's windows (7 tokens of a
+    steps within a row or by whole blocks of pmax rows (tile/homes.home_access). Swin's windows (7 tokens of a
     row, the next window 7 tokens on) map onto no home, and a copy on their 7 rows moved at 7 queues' pace."""
     for view in (src, dst):
         layout = view.tensor.layout

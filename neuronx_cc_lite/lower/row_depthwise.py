@@ -41,7 +41,6 @@ from isa.dtypes import DType
 from isa.instructions import pe_rate
 from isa.operand import Engine, Mem
 from isa.tensor_kind import TensorKind
-from neuronx_cc_lite.codegen.on_chip import Layout, home_access
 from neuronx_cc_lite.ir import Node
 from neuronx_cc_lite.lower.activations import hard_activation
 from neuronx_cc_lite.lower.context import LowerCtx
@@ -51,6 +50,7 @@ from neuronx_cc_lite.lower.instr import act
 from neuronx_cc_lite.lower.operands import bias_rows
 from neuronx_cc_lite.ops.registry import fused_function
 from neuronx_cc_lite.tile.hbm import HbmTensor, HbmView
+from neuronx_cc_lite.tile.homes import Layout, home_access
 from neuronx_cc_lite.tile.program import HbmAccess, Tile, TileAccess
 
 # The rows take a layer only where PE's time with them, and the time the DMA engines take to move its input in

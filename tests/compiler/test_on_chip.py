@@ -147,7 +147,7 @@ def test_rows_of_one_channel_map_to_one_partition_of_its_home():
     from isa.dtypes import DType
     from isa.operand import Mem
     from isa.tensor_kind import TensorKind
-    from neuronx_cc_lite.codegen.on_chip import Layout, home_access
+    from neuronx_cc_lite.tile.homes import Layout, home_access
     from neuronx_cc_lite.tile.hbm import HbmTensor
     from neuronx_cc_lite.tile.program import HbmAccess, Tile
 
