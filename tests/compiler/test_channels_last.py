@@ -68,3 +68,19 @@ def test_a_convnext_stage_moves_no_element_at_a_time(tmp):
 def test_a_convnext_stage_in_bf16(tmp):
     model = convnext_stage(blocks=1)
     assert small_pieces_by_node(compile_model(model, Options(auto_cast="matmult"))) == {}
+
+
+def test_feature_major_layer_norm_takes_no_scalar_engine_table(tmp):
+    """LayerNorm over the partitions computes its rstd with VectorE's power, (sum + H eps)^-0.5 with sqrt(H) in
+    gamma: ScalarE, which runs the block's GELU, never switches to rsqrt's table. A large epsilon, so that it counts,
+    and gamma and beta that are not 1 and 0; against onnxruntime."""
+    from isa.functions import ActFunc
+
+    model = convnext_stage(blocks=1)
+    for node in model.graph.node:
+        if node.op_type == "LayerNormalization":
+            node.attribute.append(helper.make_attribute("epsilon", 0.5))
+    bundle = compile_model(model)
+    functions = {i.args["func"] for i in bundle.cores[0]["ACT"].instructions if i.op == "activation"}
+    assert ActFunc.rsqrt not in functions and ActFunc.gelu in functions
+    check(model, tmp)
