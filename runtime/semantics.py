@@ -246,11 +246,18 @@ REDUCE: dict[AluOp, Callable[..., np.ndarray]] = {
 
 def dma_copy(instr: Instruction, v: Views) -> Issue:
     src, store = snapshot(v["src"]), write_to(v["dst"])
-    rows = v["dst"].shape[0]  # (the sides may differ in shape: the elements move in order)
+    rows = v["dst"].shape[0]
+    if rows == v["src"].shape[0]:
+        def issue() -> Commit:
+            data = src()
+            return lambda: store(data)
+        return issue
 
-    def issue() -> Commit:
-        data = src()
-        return lambda: store(data.reshape(rows, -1))
+    def fanned() -> Commit:  # the sides differ in shape: the elements move in order
+        data = src().reshape(rows, -1)
+        return lambda: store(data)
+
+    return fanned
 
     return issue
 

@@ -98,11 +98,13 @@ def lower_layer_norm_feature_major(ctx: LowerCtx, node: Node) -> None:
     out_fm = ctx.feature_major(node.outputs[0])
     out = ctx.output(node.outputs[0], (rank - 1, rank) if out_fm else (0, rank - 1)).reshape((tokens, h))
     assert x is not None and out is not None
-    gamma = bias_columns(ctx, _param(ctx, node, 1, 1.0))
+    token_major = columns is None and not _is_feature_major(x)
+    # gamma as the token-major rows apply it, or times sqrt(H) as the rstd below leaves it to be
+    gamma = bias_columns(ctx, _param(ctx, node, 1, 1.0) * np.float32(1.0 if token_major else math.sqrt(h)))
     beta = bias_columns(ctx, _param(ctx, node, 2, 0.0))
     pmax = prog.target.partitions
     features = blocks(h, pmax)
-    if columns is None and not _is_feature_major(x):  # token-major in: normalise rows, turn the result
+    if token_major:  # token-major in: normalise rows, turn the result
         for t0, tt_ in blocks(tokens, pmax):
             rows = prog.sbuf(tt_, h, x.dtype, f"{node.name}/x")
             prog.dma(rows.ap(), x.box((t0, 0), (tt_, h)))
@@ -120,8 +122,7 @@ def lower_layer_norm_feature_major(ctx: LowerCtx, node: Node) -> None:
                           scalar0=gamma(h0, hb), reverse0=False, op1=AluOp.add, scalar1=beta(h0, hb), reverse1=False)
                 prog.dma(out.box((t0, h0), (tt_, hb)).transpose((1, 0)), result)
         return
-    # rstd = (sum_v / H + eps)^-0.5 = (sum_v + H eps)^-0.5 * sqrt(H): VectorE's power, the sqrt(H) joining gamma
-    gamma_root_h = bias_columns(ctx, _param(ctx, node, 1, 1.0) * np.float32(math.sqrt(h)))
+    # rstd = (sum_v / H + eps)^-0.5 = (sum_v + H eps)^-0.5 * sqrt(H): VectorE's power, the sqrt(H) in gamma
     for t0, tw in blocks(tokens, prog.target.gemm_moving_fmax):
         xs = []
         for h0, hb in features:
@@ -148,7 +149,7 @@ def lower_layer_norm_feature_major(ctx: LowerCtx, node: Node) -> None:
         for (h0, hb), c in zip(features, centred):
             scaled = prog.sbuf(hb, tw, DType.fp32, f"{node.name}/scaled")
             prog.emit("scalar_tensor_tensor", Engine.DVE, dst=scaled.ap(), src=c.ap(), op0=AluOp.multiply,
-                      scalar=gamma_root_h(h0, hb), op1=AluOp.multiply, b=rstd.ap(partitions=hb))
+                      scalar=gamma(h0, hb), op1=AluOp.multiply, b=rstd.ap(partitions=hb))
             y = prog.sbuf(hb, tw, out.dtype if out_fm else DType.fp32, f"{node.name}/y^T")
             act(prog, y.ap(), scaled.ap(), ActFunc.copy, bias=beta(h0, hb))
             ys.append(y)

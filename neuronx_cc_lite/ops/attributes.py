@@ -1,6 +1,6 @@
 """What an ONNX node's attributes and constant inputs say, where a graph pass and a lowering both read it: the axes a
-Reduce* node reduces, HardSigmoid's alpha and beta, Clip's bounds, whether a BatchNormalization is the inference form
-and the per-channel scale and shift it then applies."""
+Reduce* node reduces, a Transpose's permutation, HardSigmoid's alpha and beta, Clip's bounds, whether a
+BatchNormalization is the inference form and the per-channel scale and shift it then applies."""
 
 from __future__ import annotations
 
@@ -25,6 +25,12 @@ def reduced_axes(node: Node, g: Graph) -> tuple[int, ...] | None:
     else:
         axes = tuple(node.attrs.get("axes", ()))
     return normalize_axes(axes, rank)
+
+
+def transpose_perm(node: Node, g: Graph) -> list[int]:
+    """A Transpose's permutation: its perm attribute, or the axes reversed when it has none."""
+    perm = node.attrs.get("perm")
+    return list(perm) if perm is not None else list(reversed(range(len(g.tensors[node.inputs[0]].shape))))
 
 
 def hard_sigmoid_attrs(attrs: dict[str, object]) -> tuple[float, float]:

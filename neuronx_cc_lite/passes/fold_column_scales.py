@@ -16,35 +16,15 @@ from __future__ import annotations
 import numpy as np
 
 from neuronx_cc_lite.ir import Graph, Node, add_constant, drop_unused_constants
-
-
-def _row(g: Graph, name: str, n: int) -> np.ndarray | None:
-    """The constant as a float64 row of n values (a scalar repeated), when it is one."""
-    t = g.tensors.get(name)
-    if t is None or not t.is_constant or t.value.dtype.kind != "f":
-        return None
-    shape = t.value.shape
-    if any(k != 1 for k in shape[:-1]) or (shape and shape[-1] not in (1, n)):
-        return None
-    return np.broadcast_to(t.value.astype(np.float64).reshape(-1), (n,))
-
-
-def _other(node: Node, name: str) -> str | None:
-    """The input of a two-input node that is not `name` (None when both are)."""
-    if len(node.inputs) != 2 or name not in node.inputs or node.inputs[0] == node.inputs[1]:
-        return None
-    return node.inputs[1] if node.inputs[0] == name else node.inputs[0]
+from neuronx_cc_lite.passes.fuse_epilogues import bias_row, other_input, sole_user
 
 
 def run(g: Graph) -> Graph:
     consumers = g.consumers()
 
     def sole(name: str, op: str) -> Node | None:
-        users = consumers.get(name, [])
-        if len(users) != 1 or name in g.outputs or g.tensors[name].dtype != np.float32:
-            return None
-        user = users[0]
-        return user if user.op == op and user.domain in ("", "ai.onnx") else None
+        user = sole_user(g, consumers, name)
+        return user if user is not None and user.op == op and user.domain in ("", "ai.onnx") else None
 
     removed: set[int] = set()
     for mm in g.nodes:
@@ -53,24 +33,26 @@ def run(g: Graph) -> Graph:
         w = g.tensors[mm.inputs[1]]
         if not w.is_constant or w.value.ndim != 2 or w.value.dtype.kind != "f":
             continue
-        n = w.value.shape[1]
         y = mm.outputs[0]
+        shape = g.tensors[y].shape
+        if shape is None:
+            continue  # (a shape known only at run time)
         add = sole(y, "Add")
-        bias = _row(g, _other(add, y) or "", n) if add is not None else None
+        bias = bias_row(g, other_input(add, y), shape) if add is not None else None
         if add is not None and bias is None:
             add = None  # (an Add of something else: the scale, if any, would not follow the product)
         scaled = add.outputs[0] if add is not None else y
         mul = sole(scaled, "Mul")
-        other = _other(mul, scaled) if mul is not None else None
-        scale = _row(g, other, n) if other else None
+        scale = bias_row(g, other_input(mul, scaled), shape) if mul is not None else None
         if mul is None or scale is None or g.tensors[mul.outputs[0]].shape != g.tensors[scaled].shape:
             continue
         mm.inputs = [mm.inputs[0], add_constant(g, f"{mm.inputs[1]}/scaled",
                                                 (w.value.astype(np.float64) * scale).astype(w.value.dtype))]
         last = mm
         if add is not None:
-            b = g.tensors[_other(add, y)]
-            add.inputs = [y, add_constant(g, f"{b.name}/scaled", (bias * scale).astype(b.value.dtype))]
+            b = g.tensors[other_input(add, y)]
+            add.inputs = [y, add_constant(g, f"{b.name}/scaled",
+                                          (bias.astype(np.float64) * scale).astype(b.value.dtype))]
             last = add
         # the Mul's readers read the product (or its bias's sum) instead
         del g.tensors[last.outputs[0]]

@@ -31,7 +31,7 @@ import math
 import numpy as np
 
 from neuronx_cc_lite.ir import Graph, Node, Tensor
-from neuronx_cc_lite.ops.attributes import clip_bounds, hard_sigmoid_attrs
+from neuronx_cc_lite.ops.attributes import clip_bounds, hard_sigmoid_attrs, transpose_perm
 from neuronx_cc_lite.ops.registry import INTERNAL_DOMAIN as DOMAIN
 from neuronx_cc_lite.ops.registry import fused_activations
 
@@ -43,7 +43,7 @@ CONV_OP = "ConvEpilogue"
 GATE_ROWS = 128
 
 
-def _sole_user(g: Graph, users: dict[str, list[Node]], name: str) -> Node | None:
+def sole_user(g: Graph, users: dict[str, list[Node]], name: str) -> Node | None:
     """The one node reading `name`, when the fusion may swallow the value: nothing else reads it and it is fp32. An
     fp16 or bf16 model's values are rounded to their type between ops, as ONNX defines each op: a fused epilogue
     would skip that rounding."""
@@ -52,7 +52,7 @@ def _sole_user(g: Graph, users: dict[str, list[Node]], name: str) -> Node | None
     return found[0] if len(found) == 1 and name not in g.outputs and exact else None
 
 
-def _bias_row(g: Graph, name: str, out_shape: tuple[int, ...]) -> np.ndarray | None:
+def bias_row(g: Graph, name: str, out_shape: tuple[int, ...]) -> np.ndarray | None:
     """The constant as a row of the output's N values, when it is one."""
     t = g.tensors[name]
     if not t.is_constant or t.value.dtype.kind != "f" or len(t.value.shape) > len(out_shape):
@@ -65,7 +65,7 @@ def _bias_row(g: Graph, name: str, out_shape: tuple[int, ...]) -> np.ndarray | N
 
 def _scale(g: Graph, node: Node, x: str) -> float | None:
     """The factor of x * c, c * x or x / c for a one-value constant c."""
-    other = _other(node, x)
+    other = other_input(node, x)
     t = g.tensors[other]
     if not t.is_constant or t.value.size != 1 or t.value.dtype.kind != "f" or (node.op == "Div" and other == node.inputs[0]):
         return None
@@ -79,7 +79,8 @@ def _broadcasts(small: tuple[int, ...], shape: tuple[int, ...]) -> bool:
     return all(a in (1, b) for a, b in zip(small[::-1], shape[::-1]))
 
 
-def _other(node: Node, name: str) -> str:
+def other_input(node: Node, name: str) -> str:
+    """The first two inputs' other one than `name`."""
     a, b = node.inputs[:2]
     return b if a == name else a
 
@@ -88,7 +89,7 @@ def _gate(g: Graph, node: Node | None, out: str, shape: tuple[int, ...]) -> str 
     """The other input of a Mul of `out` by a computed tensor of the same shape (not a broadcast), or None."""
     if node is None or node.op != "Mul" or g.tensors[node.outputs[0]].shape != shape:
         return None
-    other = _other(node, out)
+    other = other_input(node, out)
     t = g.tensors[other]
     return other if other != out and not t.is_constant and t.shape == shape and t.dtype == np.float32 else None
 
@@ -105,35 +106,35 @@ def _fuse(g: Graph, users: dict[str, list[Node]], head: Node) -> tuple[Node, lis
         attrs.update(alpha=float(head.attrs.get("alpha", 1.0)), transA=int(head.attrs.get("transA", 0)),
                      transB=int(head.attrs.get("transB", 0)))
         if len(head.inputs) > 2 and head.inputs[2]:
-            bias = _bias_row(g, head.inputs[2], shape)
+            bias = bias_row(g, head.inputs[2], shape)
             if bias is None or attrs["alpha"] == 0.0:
                 return None  # a C that is not a row stays with the Gemm
             bias = bias * np.float32(head.attrs.get("beta", 1.0))
     elif len(shape) < 2 or any(len(g.tensors[i].shape) < 2 for i in head.inputs[:2]):
         return None  # vectors are promoted to matrices: keep MatMul's own lowering
     matched = [head]
-    nxt = _sole_user(g, users, out)
+    nxt = sole_user(g, users, out)
     while nxt is not None and nxt.op in ("Mul", "Div") and (factor := _scale(g, nxt, out)) is not None and g.tensors[nxt.outputs[0]].shape == shape:
         attrs["alpha"] *= factor  # a scaling (attention's 1/sqrt(d)) is alpha
         if bias is not None:
             bias = bias * np.float32(factor)  # Gemm's C was added before this scaling: it scales too
         matched.append(nxt)
         out = nxt.outputs[0]
-        nxt = _sole_user(g, users, out)
+        nxt = sole_user(g, users, out)
     if bias is None and nxt is not None and nxt.op == "Add" and g.tensors[nxt.outputs[0]].shape == shape:
-        bias = _bias_row(g, _other(nxt, out), shape)
+        bias = bias_row(g, other_input(nxt, out), shape)
         if bias is not None:
             matched.append(nxt)
             out = nxt.outputs[0]
-            nxt = _sole_user(g, users, out)
+            nxt = sole_user(g, users, out)
     if nxt is not None and nxt.op == "Add" and g.tensors[nxt.outputs[0]].shape == shape:
-        residual = _other(nxt, out)
+        residual = other_input(nxt, out)
         if not g.tensors[residual].is_constant and _broadcasts(g.tensors[residual].shape, shape) and \
                 residual != out:
             inputs[3] = residual
             matched.append(nxt)
             out = nxt.outputs[0]
-            nxt = _sole_user(g, users, out)
+            nxt = sole_user(g, users, out)
     gate = _gate(g, nxt, out, shape) if not inputs[3] and attrs["alpha"] == 1.0 and \
         math.prod(shape[:-1]) >= GATE_ROWS else None
     if gate is not None:
@@ -169,7 +170,7 @@ def _input_scale(g: Graph, users: dict[str, list[Node]], producers: dict[str, No
     x = head.inputs[0]
     mul = producers.get(x)
     shape = g.tensors[x].shape
-    if mul is None or mul.op != "Mul" or _sole_user(g, users, x) is not head or shape is None or shape[0] != 1:
+    if mul is None or mul.op != "Mul" or sole_user(g, users, x) is not head or shape is None or shape[0] != 1:
         return None
     if int(head.attrs.get("group", 1)) != 1 or not g.tensors[head.inputs[1]].is_constant or \
             any(k != 1 for k in g.tensors[head.inputs[1]].shape[2:]):
@@ -193,14 +194,14 @@ def _fuse_conv(g: Graph, users: dict[str, list[Node]], producers: dict[str, Node
     if before is not None:
         mul, inputs[0], inputs[4] = before
         matched.insert(0, mul)
-    nxt = _sole_user(g, users, out)
+    nxt = sole_user(g, users, out)
     if nxt is not None and nxt.op == "Add" and g.tensors[nxt.outputs[0]].shape == shape:
-        residual = _other(nxt, out)
+        residual = other_input(nxt, out)
         if not g.tensors[residual].is_constant and g.tensors[residual].shape == shape and residual != out:
             inputs[3] = residual
             matched.append(nxt)
             out = nxt.outputs[0]
-            nxt = _sole_user(g, users, out)
+            nxt = sole_user(g, users, out)
     activation, extra = "", {}
     # MobileNetV3's HardSwish after its expansions, HardSigmoid closing its squeeze-and-excitation, MobileNetV2's
     # ReLU6 (a Clip)
@@ -262,13 +263,13 @@ def _sum_before_transpose(g: Graph) -> None:
             continue
         for t, r in (add.inputs, add.inputs[::-1]):
             mine, theirs = producers.get(t), producers.get(r)
-            if mine is None or theirs is None or mine.op != "Transpose" or _sole_user(g, users, t) is not add:
+            if mine is None or theirs is None or mine.op != "Transpose" or sole_user(g, users, t) is not add:
                 continue
-            if theirs.op != "Transpose" or _perm(g, mine) != _perm(g, theirs):
+            if theirs.op != "Transpose" or transpose_perm(mine, g) != transpose_perm(theirs, g):
                 continue  # (a Transpose of the residual made here would be a copy where its layout disagrees:
                 # ConvNeXt's stages after the first start from a convolution's output, 611.6 -> 716.1 us)
             y, z = mine.inputs[0], theirs.inputs[0]
-            if _sole_user(g, users, y) is not mine or not _a_product(g, users, producers, y) or \
+            if sole_user(g, users, y) is not mine or not _a_product(g, users, producers, y) or \
                     g.tensors[y].shape != g.tensors[z].shape:
                 continue
             summed = f"{add.name}/untransposed"
@@ -285,17 +286,12 @@ def _sum_before_transpose(g: Graph) -> None:
             break
 
 
-def _perm(g: Graph, transpose: Node) -> list[int]:
-    perm = transpose.attrs.get("perm")
-    return list(perm) if perm is not None else list(reversed(range(len(g.tensors[transpose.inputs[0]].shape))))
-
-
 def _a_product(g: Graph, users: dict[str, list[Node]], producers: dict[str, Node], name: str) -> bool:
     """Whether `name` is a MatMul's or Gemm's result, or that result plus a constant (its bias), read alone."""
     node = producers.get(name)
     if node is not None and node.op == "Add" and len(node.inputs) == 2:
         computed = [i for i in node.inputs if not g.tensors[i].is_constant]
-        if len(computed) != 1 or _sole_user(g, users, computed[0]) is not node:
+        if len(computed) != 1 or sole_user(g, users, computed[0]) is not node:
             return False
         node = producers.get(computed[0])
     return node is not None and node.op in ("MatMul", "Gemm") and node.domain in ("", "ai.onnx")

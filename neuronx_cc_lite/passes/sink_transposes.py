@@ -22,6 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from neuronx_cc_lite.ir import Graph, Node, Tensor
+from neuronx_cc_lite.ops.attributes import transpose_perm
 from neuronx_cc_lite.ops.registry import kind_of
 from neuronx_cc_lite.ops.traits import OpKind
 
@@ -40,12 +41,6 @@ def run(g: Graph) -> Graph:
     return g
 
 
-def _perm(g: Graph, node: Node) -> list[int]:
-    perm = node.attrs.get("perm")
-    rank = len(g.tensors[node.inputs[0]].shape)
-    return list(perm) if perm is not None else list(reversed(range(rank)))
-
-
 def _sink(g: Graph, transpose: Node) -> list[Node]:
     """Move `transpose` below all its readers; the Transposes it leaves below them (none when it cannot move)."""
     result = transpose.outputs[0]
@@ -53,7 +48,7 @@ def _sink(g: Graph, transpose: Node) -> list[Node]:
     if not readers or result in g.outputs or g.tensors[transpose.inputs[0]].shape is None:
         return []  # nothing to sink into, or a shape known only at run time (a host partition's)
     producers = g.producers()
-    perm = _perm(g, transpose)
+    perm = transpose_perm(transpose, g)
     rewrites = []
     for reader in {id(r): r for r in readers}.values():  # a reader naming it twice (x * x) is one rewrite
         rewrite = _commuted(g, reader, perm, producers)
@@ -79,7 +74,7 @@ def _commuted(g: Graph, node: Node, perm: list[int], producers: dict[str, Node])
     def untransposed(name: str) -> str | None:
         """The operand before the Transpose: its input, a constant transposed now, or None."""
         up = producers.get(name)
-        if up is not None and up.op == "Transpose" and _perm(g, up) == perm:
+        if up is not None and up.op == "Transpose" and transpose_perm(up, g) == perm:
             return up.inputs[0]
         t = g.tensors[name]
         if t.value is None or t.value.ndim > rank:
@@ -90,7 +85,7 @@ def _commuted(g: Graph, node: Node, perm: list[int], producers: dict[str, Node])
         return const
 
     if node.op == "Transpose":
-        composed = [perm[k] for k in _perm(g, node)]
+        composed = [perm[k] for k in transpose_perm(node, g)]
         x = producers[node.inputs[0]].inputs[0]
         if composed == list(range(rank)):
             return [Node("Identity", node.name, [x], node.outputs)]
