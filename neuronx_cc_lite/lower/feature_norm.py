@@ -18,7 +18,7 @@ gamma and beta are per-partition columns:
 
 VectorE's power computes the rstd, not ScalarE's rsqrt: a transformer's ScalarE alternates LayerNorm with the
 MLP's GELU (or the softmax's exp), and each switch of function loads another table (1 us, isa/target.py); ConvNeXt-T
-switched 59 times (bf16 611.6 -> 560.2 us, fp32 1,382.3 -> 1,341.9; ViT 972.0 -> 950.6 in bf16).
+switched 59 times (bf16 611.6 -> 563.6 us, fp32 1,382.3 -> 1,338.6; ViT 972.0 -> 950.6 in bf16).
 
 When the input is token-major (after an embedding lookup) the rows are normalised as usual and turned on PE into
 the feature-major output; when the output must be token-major (a graph output) the result is turned back.
