@@ -53,6 +53,9 @@ PIPELINE: list[Pass] = [
     Pass("merge-constants", "merge_constants",
          "a weight an export shares between layers may reach them as copies (TorchScript's Identity of each use, "
          "folded): one constant is loaded once, where each copy would be loaded by its own layer"),
+    Pass("merge-common-nodes", "merge_common_nodes",
+         "an export may compute one value several times (TorchScript's attention mask, once per layer): computed "
+         "once, it is one pass and one tensor; after merge-constants, so that copies of a weight compare as one"),
     Pass("expand-constant-maps", "expand_constant_maps",
          "a Compress whose condition, a ReverseSequence whose lengths, a DFT whose length and axis are known now is "
          "a Gather or a MatMul by a constant; after the function bodies, whose sizes fold there"),
