@@ -1,5 +1,8 @@
 """Rewrite what exporters spell in many steps into the one step it is, before lowering sees it:
 
+- a view that leaves its input as it is (TorchScript's BERT reshapes each layer's attention output [1, 16, 128, 64]
+  to [1, 16, 128, 64]) is no step: its readers read the input. Lowered, it was a copy of its own (a GpSimdE pass
+  a layer), and it kept the Transpose and Reshape after it from reading the attention output directly.
 - a chain of Reshape, Transpose, Squeeze, Unsqueeze and Flatten whose intermediate values nothing else reads is
   at most one Reshape that splits axes, then one Transpose (the order the layout stage follows): torch's SDPA
   export turns the keys with Reshape [B, S, H, D], Transpose, Reshape [B*H, S, D], Transpose, Reshape
@@ -20,16 +23,45 @@ from __future__ import annotations
 
 import numpy as np
 
-from neuronx_cc_lite.ir import Graph, Node, Tensor
+from neuronx_cc_lite.ir import Graph, Node, Tensor, outer_reads, subgraphs
 
 VIEWS = frozenset({"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Identity"})
 MAX_TRACKED = 1 << 24  # elements: an index array of this size is 64 MiB of int32
 
 
 def run(g: Graph) -> Graph:
+    _drop_unchanging_views(g)
     _compose_views(g)
     _scalars_after_matmul(g)
     return g
+
+
+# ---- views that change nothing -----------------------------------------------------------------------------------
+
+def _drop_unchanging_views(g: Graph) -> None:
+    kept = set(g.outputs) | {name for n in g.nodes for sub in subgraphs(n) for name in outer_reads(sub)}
+    same: dict[str, str] = {}  # a dropped view's result -> its input
+    nodes = []
+    for node in g.nodes:
+        node.inputs = [same.get(i, i) for i in node.inputs]
+        if node.op in VIEWS and node.outputs[0] not in kept and _unchanging(g, node):
+            same[node.outputs[0]] = node.inputs[0]
+            del g.tensors[node.outputs[0]]
+        else:
+            nodes.append(node)
+    g.nodes = nodes
+
+
+def _unchanging(g: Graph, node: Node) -> bool:
+    """Whether the view's result is its input, element for element: the same shape and type, and for a Transpose
+    the axes kept in their order."""
+    x, y = g.tensors[node.inputs[0]], g.tensors[node.outputs[0]]
+    if x.shape is None or x.shape != y.shape or x.dtype != y.dtype:
+        return False
+    if node.op == "Transpose":
+        perm = node.attrs.get("perm")
+        return len(x.shape) <= 1 or (perm is not None and list(perm) == list(range(len(x.shape))))
+    return True
 
 
 # ---- chains of views ------------------------------------------------------------------------------------------

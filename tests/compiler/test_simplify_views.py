@@ -116,3 +116,39 @@ def test_the_whole_sdpa_key_path_splits_then_transposes(tmp):
     reshape, transpose = prepare(model, Options()).nodes
     assert reshape.op == "Reshape" and transpose.op == "Transpose" and transpose.attrs["perm"] == [0, 2, 3, 1]
     check(model, tmp)
+
+
+def attention_output(same_shape_view: str = "Reshape", returned: bool = False):
+    """TorchScript's BERT after the attention's second MatMul: a Reshape to the shape it already has, then the
+    heads' Transpose and the Reshape that merges them; with `same_shape_view` another view that changes nothing,
+    with `returned` the unchanging view's result a graph output too."""
+    if same_shape_view == "Reshape":
+        first = helper.make_node("Reshape", ["a", "same"], ["a2"])
+    else:
+        first = helper.make_node("Transpose", ["a"], ["a2"], perm=[0, 1, 2, 3])
+    nodes = [helper.make_node("Relu", ["x"], ["a"]), first,
+             helper.make_node("Transpose", ["a2"], ["t"], perm=[0, 2, 1, 3]),
+             helper.make_node("Reshape", ["t", "merged"], ["y"])]
+    outputs = {"y": ([1, 8, 64], F32)}
+    if returned:
+        outputs["a2"] = ([1, 4, 8, 16], F32)
+    model = make_model(nodes, {"x": ([1, 4, 8, 16], F32)}, outputs)
+    model.graph.initializer.extend([_shape("same", [1, 4, 8, 16]), _shape("merged", [1, 8, 64])])
+    return model
+
+
+def test_a_view_that_changes_nothing_is_dropped(tmp):
+    for view in ("Reshape", "Transpose"):
+        model = attention_output(view)
+        graph = prepare(model, Options())
+        transpose = next(n for n in graph.nodes if n.op == "Transpose")
+        assert transpose.inputs == ["a"], [(n.op, n.inputs) for n in graph.nodes]
+        assert not any(n.op == "Transpose" and n.attrs.get("perm") == [0, 1, 2, 3] for n in graph.nodes)
+        check(model, tmp)
+
+
+def test_an_unchanging_view_the_graph_returns_stays(tmp):
+    model = attention_output(returned=True)
+    graph = prepare(model, Options())
+    assert any(n.op == "Reshape" and n.outputs == ["a2"] for n in graph.nodes)
+    check(model, tmp)
