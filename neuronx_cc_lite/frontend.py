@@ -187,6 +187,12 @@ def attr_value(a: onnx.AttributeProto) -> Any:
     return value
 
 
+def _learned(value: np.ndarray) -> bool:
+    """Whether a constant of the model is one of its parameters (Tensor.learned): floats, more than one of them."""
+    floating = value.dtype.kind == "f" or value.dtype.name.startswith(("bfloat16", "float8"))
+    return floating and value.size > 1
+
+
 def _type_of(vi: onnx.ValueInfoProto) -> tuple[tuple[int, ...] | None, np.dtype | None]:
     t = vi.type.tensor_type
     if not vi.type.HasField("tensor_type") or t.elem_type == 0:
@@ -387,7 +393,7 @@ def import_model(model: onnx.ModelProto, input_shapes: Mapping[str, tuple[int, .
             value = declared(tuple(init.dims), helper.tensor_dtype_to_np_dtype(init.data_type))
         else:
             value = _mapped(init, base_dir, maps) if base_dir is not None and _mappable(init) else _weight(init, raw)
-        tensors[init.name] = Tensor(init.name, tuple(value.shape), value.dtype, value)
+        tensors[init.name] = Tensor(init.name, tuple(value.shape), value.dtype, value, _learned(value))
     for vi in (*g.input, *g.value_info, *g.output):
         if vi.name in tensors:
             continue
@@ -406,7 +412,7 @@ def import_model(model: onnx.ModelProto, input_shapes: Mapping[str, tuple[int, .
         attrs = {a.name: attr_value(a) for a in n.attribute}
         if n.op_type == "Constant" and n.domain in ("", "ai.onnx"):
             value = _constant_value(attrs, name)
-            tensors[n.output[0]] = Tensor(n.output[0], tuple(value.shape), value.dtype, value)
+            tensors[n.output[0]] = Tensor(n.output[0], tuple(value.shape), value.dtype, value, _learned(value))
             continue
         for out in n.output:
             tensors.setdefault(out, Tensor(out, None, None))  # type: ignore[arg-type]

@@ -21,6 +21,10 @@ class Tensor:
     shape: tuple[int, ...]
     dtype: np.dtype
     value: np.ndarray | None = None  # set for constants (initializers, folded values)
+    # a constant that is a model's parameter (a float initializer or Constant of more than one element) or computed
+    # from one: its values are what training left, so a rewrite may not count on them being what an untrained
+    # export holds (zeros, ones), where a constant of the graph's structure (a mask of zeros) it may
+    learned: bool = False
 
     @property
     def is_constant(self) -> bool:

@@ -200,8 +200,9 @@ def fold_nodes(nodes: list[Node], g: Graph) -> list[Node]:
     for node in nodes:
         values = _fold(node, g) if _foldable(node, g) else None
         if values is not None:
+            learned = any(g.tensors[i].learned for i in node.inputs if i)
             for name, value in zip([o for o in node.outputs if o], values):
-                g.tensors[name] = Tensor(name, tuple(value.shape), value.dtype, value)
+                g.tensors[name] = Tensor(name, tuple(value.shape), value.dtype, value, learned)
             continue
         # a subgraph's types are settled by inlining it (inline-control-flow), not by inference through it
         if any(g.tensors[o].shape is None for o in node.outputs if o) and not subgraphs(node):

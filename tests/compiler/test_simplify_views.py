@@ -152,3 +152,43 @@ def test_an_unchanging_view_the_graph_returns_stays(tmp):
     graph = prepare(model, Options())
     assert any(n.op == "Reshape" and n.outputs == ["a2"] for n in graph.nodes)
     check(model, tmp)
+
+
+def arithmetic(op: str, constant: np.ndarray, x_shape: list[int], constant_first: bool = False,
+               parameter: bool = False):
+    """Relu(x), then `op` with a constant (as the dynamo exporter adds ViT's attention scores to a mask of zeros),
+    then Neg. The constant is made by a ConstantOfShape (the graph's structure, as a mask), or with `parameter` is
+    an initializer (a model's parameter, which an untrained export holds at zeros or ones)."""
+    pair = ["c", "r"] if constant_first else ["r", "c"]
+    out = list(np.broadcast_shapes(tuple(x_shape), constant.shape))
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node(op, pair, ["a"]),
+             helper.make_node("Neg", ["a"], ["y"])]
+    weights = {"c": constant}
+    if not parameter and np.all(constant == constant.reshape(-1)[0]):
+        fill = numpy_helper.from_array(constant.reshape(-1)[:1])
+        nodes.insert(0, helper.make_node("ConstantOfShape", ["c_shape"], ["c"], value=fill))
+        weights = {"c_shape": np.array(constant.shape, np.int64)}
+    return make_model(nodes, {"x": (x_shape, F32)}, {"y": (out, F32)}, weights)
+
+
+def test_adding_zeros_or_multiplying_by_ones_is_no_step(tmp):
+    zeros, ones = np.zeros((1, 1, 4, 4), np.float32), np.ones((4,), np.float32)
+    for model in (arithmetic("Add", zeros, [1, 2, 4, 4]), arithmetic("Add", zeros, [1, 2, 4, 4], constant_first=True),
+                  arithmetic("Sub", zeros, [1, 2, 4, 4]), arithmetic("Mul", ones, [2, 4], constant_first=True),
+                  arithmetic("Div", ones, [2, 4])):
+        assert ops_after(model) == ["Relu", "Neg"], model.graph.node[-2].op_type
+        check(model, tmp)
+
+
+def test_arithmetic_that_changes_its_input_stays(tmp):
+    almost = np.zeros((4,), np.float32)
+    almost[3] = 1e-3
+    for model in (arithmetic("Add", np.zeros((2, 4), np.float32), [4]),  # broadcasts x to [2, 4]
+                  arithmetic("Sub", np.zeros((4,), np.float32), [2, 4], constant_first=True),  # 0 - x
+                  arithmetic("Div", np.ones((4,), np.float32), [2, 4], constant_first=True),  # 1 / x
+                  arithmetic("Add", almost, [2, 4]),
+                  # a parameter: an untrained model's zero bias, ones scale
+                  arithmetic("Add", np.zeros((4,), np.float32), [2, 4], parameter=True),
+                  arithmetic("Mul", np.ones((2, 4), np.float32), [2, 4], parameter=True)):
+        assert len(ops_after(model)) == 3, model.graph.node[-2].op_type
+        check(model, tmp)
