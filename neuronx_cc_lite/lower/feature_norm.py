@@ -109,7 +109,7 @@ def lower_layer_norm_feature_major(ctx: LowerCtx, node: Node) -> None:
             rows = prog.sbuf(tt_, h, x.dtype, f"{node.name}/x")
             prog.dma(rows.ap(), x.box((t0, 0), (tt_, h)))
             y = prog.sbuf(tt_, h, DType.fp32, f"{node.name}/y")
-            normalize_rows(prog, tt_, h, rows.ap(), y.ap(), eps, keep_mean=False)
+            normalize_rows(prog, tt_, h, rows.ap(), y.ap(), eps)
             # turned and scaled in fp32, rounded once to the output's type, as the op computes
             turned = prog.sbuf(min(pmax, h), len(features) * tt_, DType.fp32, f"{node.name}/y^T")
             transpose_pieces(prog, [Piece(y.region(h0, hb), turned, j * tt_) for j, (h0, hb) in enumerate(features)],

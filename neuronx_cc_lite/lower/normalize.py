@@ -21,8 +21,8 @@ from neuronx_cc_lite.ir import Graph, Node
 from neuronx_cc_lite.lower.context import LowerCtx
 from neuronx_cc_lite.lower.elementwise import tile_free_max
 from neuronx_cc_lite.lower import feature_norm
-from neuronx_cc_lite.lower.instr import act, copy, ts, tt
-from neuronx_cc_lite.lower.moments import normalize_rows
+from neuronx_cc_lite.lower.instr import act, ts, tt
+from neuronx_cc_lite.lower.moments import mean_of, normalize, normalize_rows, row_statistics
 from neuronx_cc_lite.lower.reduce import Reduction, reduce_rows
 from neuronx_cc_lite.lower.rows import free_chunks, move_to_end, row_boxes, segment_boxes
 from neuronx_cc_lite.ops.attributes import normalize_axes
@@ -267,13 +267,6 @@ def normalize_streamed(prog: Program, p: int, n: int, row: HbmView, dst: HbmView
     return neg_mean, rstd
 
 
-def _apply_affine(prog: Program, p: int, n: int, y: TileAccess, views: list[HbmView], ops: list[AluOp]) -> None:
-    for view, op in zip(views, ops):
-        t = prog.sbuf(p, n, view.dtype, "affine")
-        prog.dma(t.ap(), view)
-        tt(prog, y, y, t.ap(), op)
-
-
 def _check_layer_norm(node: Node, g: Graph) -> str | None:
     if node.attrs.get("stash_type", 1) != 1:
         return "stash_type other than float32"
@@ -295,26 +288,26 @@ def lower_layer_norm(ctx: LowerCtx, node: Node) -> None:
     stats = [(i, ctx.output(node.outputs[i]).reshape((*kept, 1)))
              for i in (1, 2) if not rms and len(node.outputs) > i and node.outputs[i]]
 
-    def store_stats(prog: Program, neg_mean: TileAccess, rstd: TileAccess, views: list[HbmView]) -> None:
+    def store_stats(prog: Program, mean: TileAccess, rstd: TileAccess, views: list[HbmView]) -> None:
         for (i, _), view in zip(stats, views):
-            if i == 1:
-                ts(prog, neg_mean, neg_mean, AluOp.multiply, -1.0)
-            prog.dma(view, neg_mean if i == 1 else rstd)
+            prog.dma(view, mean if i == 1 else rstd)
 
     def body(prog: Program, p: int, n: int, x: TileAccess, y: TileAccess, extra: list[HbmView]) -> None:
-        # normalised and scaled in fp32, rounded once to a narrower output's type, as the op computes
-        work = y if y.tile.dtype is DType.fp32 or not affine else _row_tile(prog, p, n, "normalized")
-        neg_mean, rstd = normalize_rows(prog, p, n, x, work, eps, subtract_mean=not rms, keep_mean=bool(stats))
-        _apply_affine(prog, p, n, work, extra[:len(affine)], [AluOp.multiply, AluOp.add])
-        if work is not y:
-            copy(prog, y, work)
-        store_stats(prog, neg_mean, rstd, extra[len(affine):])
+        centre, rstd = row_statistics(prog, p, n, x, eps, subtract_mean=not rms)
+        loaded = [_load(prog, view, f"{node.name}/affine") for view in extra[:len(affine)]]
+        scale, shift = (loaded + [None, None])[:2]  # (LayerNorm's and RMSNorm's scale is not optional)
+        normalize(prog, y, x, centre, rstd, scale, shift)
+        if stats:
+            assert centre is not None
+            store_stats(prog, mean_of(prog, centre), rstd, extra[len(affine):])
 
     def streamed(prog: Program, p: int, n: int, row: HbmView, dst: HbmView, extra: list[HbmView],
                  budget: int) -> None:
         neg_mean, rstd = normalize_streamed(prog, p, n, row, dst, extra[:len(affine)], budget, eps, not rms,
                                             node.name)
-        store_stats(prog, neg_mean, rstd, extra[len(affine):])
+        if stats:
+            ts(prog, neg_mean, neg_mean, AluOp.multiply, -1.0)
+            store_stats(prog, neg_mean, rstd, extra[len(affine):])
 
     loaded: dict[tuple[int, int], TileAccess] = {}  # the scale and shift, on p partitions, loaded once
 
@@ -364,8 +357,9 @@ def lower_instance_norm(ctx: LowerCtx, node: Node) -> None:
     eps = float(node.attrs.get("epsilon", 1e-5))
 
     def body(prog: Program, p: int, n: int, x: TileAccess, y: TileAccess, extra: list[HbmView]) -> None:
-        normalize_rows(prog, p, n, x, y, eps, keep_mean=False)
-        _apply_affine(prog, p, n, y, extra, [AluOp.multiply, AluOp.add])
+        centre, rstd = row_statistics(prog, p, n, x, eps)
+        scale, shift = (_load(prog, view, f"{node.name}/affine") for view in extra)
+        normalize(prog, y, x, centre, rstd, scale, shift)
 
     def streamed(prog: Program, p: int, n: int, row: HbmView, dst: HbmView, extra: list[HbmView],
                  budget: int) -> None:
@@ -377,7 +371,7 @@ def lower_instance_norm(ctx: LowerCtx, node: Node) -> None:
 @lowering("MeanVarianceNormalization", check=_check, floats=True)
 def lower_mvn(ctx: LowerCtx, node: Node) -> None:
     def body(prog: Program, p: int, n: int, x: TileAccess, y: TileAccess, _: list[HbmView]) -> None:
-        normalize_rows(prog, p, n, x, y, 1e-9, keep_mean=False)
+        normalize_rows(prog, p, n, x, y, 1e-9)
 
     def streamed(prog: Program, p: int, n: int, row: HbmView, dst: HbmView, _: list[HbmView], budget: int) -> None:
         normalize_streamed(prog, p, n, row, dst, [], budget, 1e-9, True, node.name)
