@@ -93,6 +93,10 @@ PIPELINE: list[Pass] = [
     Pass("fold-column-scales", "fold_column_scales",
          "a constant scale of each column after a matmul with constant weights (ConvNeXt's layer scale) is a scaling "
          "of the weights' columns and the bias: no pass of its own over the result"),
+    Pass("fold-norm-scales", "fold_norm_scales",
+         "an RMSNorm read only by matmuls with constant weights (a Llama layer's) scales their weights' rows "
+         "instead: the scale's pass over each row goes, which in a decode step sits between an all-reduce and the "
+         "projections"),
     Pass("fuse-epilogues", "fuse_epilogues",
          "a bias, a residual and an activation after a matmul are applied as its result leaves PSUM: no passes of "
          "their own over the result"),
