@@ -73,6 +73,10 @@ PIPELINE: list[Pass] = [
     Pass("expand-recurrent", "expand_recurrent",
          "an LSTM, GRU or RNN over a static sequence length is a chain of matmuls and activations, one step each, "
          "which the fusion after it folds together"),
+    Pass("drop-no-ops", "drop_no_ops",
+         "a view or Cast that changes nothing, an Add of zeros or a Mul by ones, is no step (TorchScript reshapes "
+         "attention outputs to their own shape and casts RMSNorm's floats to float); before canonicalize, whose "
+         "patterns such nodes break"),
     Pass("canonicalize", "canonicalize",
          "older exporters spell LayerNorm and GELU as chains of small ops: one op each lowers far better; SiLU "
          "is x * Sigmoid(x), one ScalarE pass an epilogue can take; a pool whose one window covers its input is a "

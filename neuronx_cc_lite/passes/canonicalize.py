@@ -6,7 +6,8 @@
 - GELU written out with Erf, 0.5 * x * (1 + Erf(x / sqrt(2))) -> Gelu;
 - GELU written out with Tanh, 0.5 * x * (1 + Tanh(sqrt(2/pi) * (x + 0.044715 * x^3))) -> Gelu(approximate="tanh");
 - the RMSNorm of Llama-style models as torch.onnx writes it,
-      Pow(2), ReduceMean, Add(eps), Sqrt, Reciprocal, Mul(x), [Mul(weight)]   (or Div(x, Sqrt) for the last two)
+      Pow(2), ReduceMean, Add(eps), Sqrt, Reciprocal or Div(1, .), Mul(x), [Mul(weight)]   (or Div(x, Sqrt) for
+      the last two)
   -> RMSNormalization (opset 23's op: one pass over each row, as LayerNormalization);
 - GroupNorm as torch.onnx writes it (both exporters),
       Reshape(x, [N, G, -1]), InstanceNormalization(scale [G], bias [G]), Reshape(back to x's shape),
@@ -227,6 +228,9 @@ def _rms_norm(m: _Matcher, square: Node) -> tuple[Node, list[Node]] | None:
         return None
     root = sqrt.outputs[0]
     recip = m.user(root, "Reciprocal")
+    divided = m.user(root, "Div")
+    if recip is None and divided is not None and divided.inputs[1] == root and m.is_const(divided.inputs[0], 1.0):
+        recip = divided  # (TorchScript's Llama: 1 / sqrt)
     if recip is not None:
         mul = m.user(recip.outputs[0], "Mul")
         if mul is None or _other(mul, recip.outputs[0]) != x:

@@ -1,13 +1,5 @@
 """Rewrite what exporters spell in many steps into the one step it is, before lowering sees it:
 
-- a view that leaves its input as it is (TorchScript's BERT reshapes each layer's attention output [1, 16, 128, 64]
-  to [1, 16, 128, 64]) is no step: its readers read the input. Lowered, it was a copy of its own (a GpSimdE pass
-  a layer), and it kept the Transpose and Reshape after it from reading the attention output directly. So is an
-  Add or Sub of constant zeros, a Mul or Div by constant ones, that does not broadcast its input larger (the
-  dynamo exporter adds ViT's attention scores to an attention mask of zeros, a pass over them a layer). Not a
-  constant that is a parameter or computed from one (Tensor.learned: a bias, Swin's relative position bias): an
-  untrained export holds zeros and ones there that a trained model does not, and the benchmarks' models are
-  untrained, so their figures would gain what a real model's cannot.
 - a chain of Reshape, Transpose, Squeeze, Unsqueeze and Flatten whose intermediate values nothing else reads is
   at most one Reshape that splits axes, then one Transpose (the order the layout stage follows): torch's SDPA
   export turns the keys with Reshape [B, S, H, D], Transpose, Reshape [B*H, S, D], Transpose, Reshape
@@ -28,62 +20,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from neuronx_cc_lite.declared import is_declared
-from neuronx_cc_lite.ir import Graph, Node, Tensor, outer_reads, subgraphs
+from neuronx_cc_lite.ir import Graph, Node, Tensor
 
 VIEWS = frozenset({"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Identity"})
 MAX_TRACKED = 1 << 24  # elements: an index array of this size is 64 MiB of int32
 
 
 def run(g: Graph) -> Graph:
-    _drop_unchanging(g)
     _compose_views(g)
     _scalars_after_matmul(g)
     return g
-
-
-# ---- nodes that change nothing -----------------------------------------------------------------------------------
-
-# the input of each arithmetic op that its result equals when the other input is the constant: Add(x, 0) and
-# Add(0, x), Sub(x, 0), Mul(x, 1) and Mul(1, x), Div(x, 1); (position of x, the constant's value)
-IDENTITIES = {"Add": ((0, 0.0), (1, 0.0)), "Sub": ((0, 0.0),), "Mul": ((0, 1.0), (1, 1.0)), "Div": ((0, 1.0),)}
-
-
-def _drop_unchanging(g: Graph) -> None:
-    kept = set(g.outputs) | {name for n in g.nodes for sub in subgraphs(n) for name in outer_reads(sub)}
-    same: dict[str, str] = {}  # a dropped node's result -> the input it equals
-    nodes = []
-    for node in g.nodes:
-        node.inputs = [same.get(i, i) for i in node.inputs]
-        source = _unchanged_input(g, node) if node.outputs[0] not in kept else None
-        if source is None:
-            nodes.append(node)
-        else:
-            same[node.outputs[0]] = source
-            del g.tensors[node.outputs[0]]
-    g.nodes = nodes
-
-
-def _unchanged_input(g: Graph, node: Node) -> str | None:
-    """The input the node's result is, element for element, or None: a view's that keeps its shape (a Transpose
-    its axes' order too), or an arithmetic identity's other input (IDENTITIES) of the result's shape and type."""
-    if node.op not in VIEWS and node.op not in IDENTITIES:
-        return None
-    y = g.tensors[node.outputs[0]]
-    if node.op in VIEWS:
-        x = g.tensors[node.inputs[0]]
-        if x.shape is None or x.shape != y.shape or x.dtype != y.dtype:
-            return None
-        perm = node.attrs.get("perm") if node.op == "Transpose" else None
-        if node.op == "Transpose" and len(x.shape) > 1 and (perm is None or list(perm) != list(range(len(x.shape)))):
-            return None
-        return node.inputs[0]
-    for position, unit in IDENTITIES[node.op]:
-        x, c = (g.tensors[node.inputs[k]] for k in (position, 1 - position))
-        if x.shape is not None and x.shape == y.shape and x.dtype == y.dtype and c.is_constant and \
-                not c.learned and not is_declared(c.value) and np.all(np.asarray(c.value) == unit):
-            return node.inputs[position]
-    return None
 
 
 # ---- chains of views ------------------------------------------------------------------------------------------
