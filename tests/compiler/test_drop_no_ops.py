@@ -112,3 +112,16 @@ def test_casts_to_their_own_type_no_longer_hide_an_rms_norm(tmp):
     model = make_model(nodes, {"x": ([2, 8, 32], F32)}, {"y": ([2, 8, 32], F32)}, weights, opset=17)
     assert ops_after(model) == ["RMSNormalization", "Neg"]
     check(model, tmp)
+
+
+def test_a_constant_computed_from_a_parameter_is_a_parameter(tmp):
+    """Swin's relative position bias: a Gather from a table (all zeros in an untrained export) by constant indices,
+    folded at compile time, is still the model's parameter: the Add of it stays."""
+    table = np.zeros((5, 4), np.float32)
+    nodes = [helper.make_node("Gather", ["table", "idx"], ["bias"], axis=0),
+             helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Add", ["r", "bias"], ["a"]),
+             helper.make_node("Neg", ["a"], ["y"])]
+    model = make_model(nodes, {"x": ([3, 4], F32)}, {"y": ([3, 4], F32)},
+                       {"table": table, "idx": np.array([4, 0, 2], np.int64)})
+    assert len(ops_after(model)) == 3
+    check(model, tmp)
