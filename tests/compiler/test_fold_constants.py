@@ -126,7 +126,8 @@ def test_a_range_too_large_to_fold_runs_on_the_device(tmp, monkeypatch):
         model = _plus_x([helper.make_node("Range", ["start", "limit", "delta"], ["r"])], ("r", [n], onnx_type), [2, n],
                         {"start": np.array(start, dtype), "limit": np.array(limit, dtype),
                          "delta": np.array(delta, dtype)})
-        assert _ops(model) == ["Range", "Cast", "Add"]
+        # (a Cast of float32 to float32 changes nothing: drop-no-ops takes it out)
+        assert _ops(model) == (["Range", "Add"] if dtype is np.float32 else ["Range", "Cast", "Add"])
         ours, ref = run_both(model, tmp)
         np.testing.assert_array_equal(ours["r"], np.arange(start, limit, delta, dtype=dtype))
         assert_close(ours, ref, rtol=0, atol=0)
