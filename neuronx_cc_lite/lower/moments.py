@@ -37,21 +37,20 @@ def row_statistics(prog: Program, p: int, n: int, x: TileAccess, eps: float, sub
     """Each partition's row x's centre (None for RMS norm, no `subtract_mean`, where the variance is the mean square)
     and 1/sqrt(var + eps) column."""
     rstd = prog.sbuf(p, 1, DType.fp32, "rstd").ap()
-    squares = prog.sbuf(p, n, DType.fp32, "squares").ap()
-    if not subtract_mean:  # the squares' row sums land in rstd
-        act(prog, squares, x, ActFunc.square, reduce=rstd)
-        centre = None
-    elif x.dims == ((n, 1),):  # one dense row per partition: VectorE's statistics, in one pass
+    if subtract_mean and x.dims == ((n, 1),):  # one dense row per partition: VectorE's statistics, in one pass
         moments = row_moments(prog, p, n, x)
         ts(prog, rstd, moments.region(1, 1), AluOp.add, eps)
         act(prog, rstd, rstd, ActFunc.rsqrt)
         return (moments.region(0, 1), AluOp.subtract), rstd
-    else:
+    centre: Centre | None = None
+    if subtract_mean:
         neg_mean = prog.sbuf(p, 1, DType.fp32, "-mean").ap()
         prog.emit("tensor_reduce", Engine.DVE, dst=neg_mean, src=x, op=AluOp.add, axes=1)
         ts(prog, neg_mean, neg_mean, AluOp.multiply, -1.0 / n)
-        act(prog, squares, x, ActFunc.square, bias=neg_mean, reduce=rstd)  # (x - mean)^2 and their row sums
         centre = (neg_mean, AluOp.add)
+    # (x - mean)^2, or x^2, and their row sums, which land in rstd, in one pass
+    squares = prog.sbuf(p, n, DType.fp32, "squares").ap()
+    act(prog, squares, x, ActFunc.square, bias=centre[0] if centre is not None else None, reduce=rstd)
     ts(prog, rstd, rstd, AluOp.multiply, 1.0 / n, AluOp.add, eps)
     act(prog, rstd, rstd, ActFunc.rsqrt)
     return centre, rstd

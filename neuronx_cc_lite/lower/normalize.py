@@ -282,8 +282,8 @@ def lower_layer_norm(ctx: LowerCtx, node: Node) -> None:
     eps = float(node.attrs.get("epsilon", 1e-5))
     rms = node.op == "RMSNormalization"
     shape = ctx.shape(node.inputs[0])
-    affine = [move_to_end(ctx.view(node.inputs[i]).broadcast_to(shape), axes)
-              for i in (1, 2) if len(node.inputs) > i and node.inputs[i]]
+    affine_inputs = [i for i in (1, 2) if len(node.inputs) > i and node.inputs[i]]  # the scale, the shift
+    affine = [move_to_end(ctx.view(node.inputs[i]).broadcast_to(shape), axes) for i in affine_inputs]
     kept = tuple(n for a, n in enumerate(shape) if a not in axes)
     stats = [(i, ctx.output(node.outputs[i]).reshape((*kept, 1)))
              for i in (1, 2) if not rms and len(node.outputs) > i and node.outputs[i]]
@@ -294,9 +294,9 @@ def lower_layer_norm(ctx: LowerCtx, node: Node) -> None:
 
     def body(prog: Program, p: int, n: int, x: TileAccess, y: TileAccess, extra: list[HbmView]) -> None:
         centre, rstd = row_statistics(prog, p, n, x, eps, subtract_mean=not rms)
-        loaded = [_load(prog, view, f"{node.name}/affine") for view in extra[:len(affine)]]
-        scale, shift = (loaded + [None, None])[:2]  # (LayerNorm's and RMSNorm's scale is not optional)
-        normalize(prog, y, x, centre, rstd, scale, shift)
+        # (the scale and the shift where the node has them: fold-norm-scales may have taken an RMSNorm's scale)
+        loaded = {i: _load(prog, view, f"{node.name}/affine") for i, view in zip(affine_inputs, extra)}
+        normalize(prog, y, x, centre, rstd, loaded.get(1), loaded.get(2))
         if stats:
             assert centre is not None
             store_stats(prog, mean_of(prog, centre), rstd, extra[len(affine):])
