@@ -21,9 +21,10 @@ import numpy as np
 
 from neuronx_cc_lite.declared import is_declared
 from neuronx_cc_lite.ir import Graph, Node, outer_reads, subgraphs
+from neuronx_cc_lite.passes.simplify_views import VIEWS
 
 # ops whose result, when it has its first input's shape and type, is that input (a Transpose's axes kept in order)
-SAME_SHAPE = frozenset({"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Identity", "Cast"})
+SAME_SHAPE = VIEWS | {"Cast"}
 # the input of each arithmetic op that its result equals when the other input is the constant: Add(x, 0) and
 # Add(0, x), Sub(x, 0), Mul(x, 1) and Mul(1, x), Div(x, 1); (position of x, the constant's value)
 IDENTITIES = {"Add": ((0, 0.0), (1, 0.0)), "Sub": ((0, 0.0),), "Mul": ((0, 1.0), (1, 1.0)), "Div": ((0, 1.0),)}

@@ -27,7 +27,6 @@ from neuronx_cc_lite.declared import declared, is_declared
 from neuronx_cc_lite.ir import Graph, Node, add_constant, drop_unused_constants
 
 
-
 def run(g: Graph) -> Graph:
     consumers = g.consumers()
     for node in g.nodes:
