@@ -223,6 +223,37 @@ def test_output_of_a_row_cut_pair_also_read_inside() -> None:
     assert [len(c["CC"].instructions) for c in bundle.cores] == [1] * 4
 
 
+def _swiglu(tokens: int = 128, hidden: int = 64, inner: int = 256) -> onnx.ModelProto:
+    """A Llama MLP: SiLU(x @ gate) * (x @ up) @ down. fuse-epilogues makes the product the up projection's epilogue,
+    which reads the gate's SiLU: the gate, listed first, feeds a projection listed after it."""
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array((rng.standard_normal((hidden, inner)) / 8).astype(np.float32), "w_gate"),
+             numpy_helper.from_array((rng.standard_normal((hidden, inner)) / 8).astype(np.float32), "w_up"),
+             numpy_helper.from_array((rng.standard_normal((inner, hidden)) / 16).astype(np.float32), "w_down")]
+    nodes = [helper.make_node("MatMul", ["x", "w_gate"], ["gate"]), helper.make_node("Sigmoid", ["gate"], ["s"]),
+             helper.make_node("Mul", ["gate", "s"], ["silu"]), helper.make_node("MatMul", ["x", "w_up"], ["up"]),
+             helper.make_node("Mul", ["silu", "up"], ["h"]), helper.make_node("MatMul", ["h", "w_down"], ["y"])]
+    graph = helper.make_graph(nodes, "swiglu", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [tokens, hidden])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [tokens, hidden])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_gate_cut_once_the_projection_it_feeds_is_cut() -> None:
+    """Judged alone, the gate's cut would be gathered for the up projection's epilogue, not cut yet; the next sweep
+    cuts it beside the up projection. Each rank computes a quarter of both, and one AllReduce follows the down
+    projection (the gate was computed whole on every rank, and sliced)."""
+    model = _swiglu()
+    g = split_projections.run(prepare(model, Options()))
+    assert [n.op for n in g.nodes] == ["MatMulEpilogue", "MatMulEpilogue", "MatMul"]  # the order that hid the cut
+    plan = choose(g, 4)
+    assert plan.decisions == {g.nodes[0].name: Shard(-1, 4, 1), g.nodes[1].name: Shard(-1, 4, 1)}
+    assert [m.kind for m in plan.moves] == ["all_reduce"]
+    _check(model, tp=4)
+    one = compile_model(model, Options())
+    four = compile_model(model, Options(tp=4))
+    assert max(four.stats["rank_flops"]) < 0.3 * one.stats["model_flops"]
+
+
 def test_refusals_name_the_node_and_dimension() -> None:
     with pytest.raises(CompileError) as e:
         compile_model(_model("bert_modern"), Options(tp=3))
