@@ -21,10 +21,13 @@ state whole on every rank.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
+import numpy as np
+
 from neuronx_cc_lite.errors import CompileError
-from neuronx_cc_lite.ir import Graph
+from neuronx_cc_lite.ir import Graph, Node
 from neuronx_cc_lite.partition import split_projections
 from neuronx_cc_lite.partition.placement import REPLICATED, Placement, Shard
 from neuronx_cc_lite.partition.plan import Plan, choose, propagate
@@ -32,7 +35,12 @@ from neuronx_cc_lite.partition.ranks import rank_graph
 from neuronx_cc_lite.partition.rules import weight_columns
 from neuronx_cc_lite.passes.verify import verify
 
+log = logging.getLogger(__name__)
+
 Slice = tuple[int, int, int]  # (axis, start, stop) of the whole tensor
+# A weight this large left whole on every rank is worth a warning (split_tensors): the models' small test weights
+# are not, a transformer's projections are (BERT-base's smallest is 2.25 MiB in fp32).
+WHOLE_WEIGHT_BYTES = 1 << 20
 
 
 @dataclass
@@ -74,7 +82,10 @@ def split_batch(g: Graph, dp: int) -> Plan:
 
 
 def split_tensors(g: Graph, tp: int, sharded_outputs: bool) -> Plan:
-    """The plan of --tp; refused when no weight can be cut into tp blocks because a dimension does not divide."""
+    """The plan of --tp; refused when no weight can be cut into tp blocks because a dimension does not divide.
+    A large weight left whole on every rank is named in a warning: each rank then loads all of it and does all of
+    its matmul, which no other figure shows (Llama-3-8B's prefill computed its gate projections whole on 32 ranks,
+    unnoticed, until plan.py swept its cuts again)."""
     plan = choose(g, tp, sharded_outputs)
     if not plan.decisions:
         for node in g.nodes:
@@ -82,7 +93,23 @@ def split_tensors(g: Graph, tp: int, sharded_outputs: bool) -> Plan:
             if columns is not None and columns % tp:
                 raise _refuse(f"--tp {tp}: dimension {columns} (the output columns of weight {node.inputs[1]!r}) "
                               f"is not divisible by {tp}", node.name)
+    for node, nbytes in whole_weights(g, plan):
+        log.warning(f"--tp {tp}: node {node.name!r} reads weight {node.inputs[1]!r} ({nbytes / 2**20:.1f} MiB) whole "
+                    f"on every rank: no cut of its columns keeps its shards apart until a matmul sums them")
     return plan
+
+
+def whole_weights(g: Graph, plan: Plan, at_least: int = WHOLE_WEIGHT_BYTES) -> list[tuple[Node, int]]:
+    """The matmuls whose constant weight (of at least `at_least` bytes) every rank of the plan reads whole."""
+    found = []
+    for i, node in enumerate(g.nodes):
+        if node.op == "Gather" or weight_columns(node, g) is None:
+            continue
+        weight = g.tensors[node.inputs[1]]
+        nbytes = weight.size * np.dtype(weight.dtype).itemsize
+        if nbytes >= at_least and plan.reads.get((i, 1), REPLICATED).replicated:
+            found.append((node, nbytes))
+    return found
 
 
 def place_state(g: Graph, tp: int, plan: Plan) -> Plan:

@@ -4,6 +4,7 @@ than key/value heads; refusals name the node and the dimension; the moves betwee
 
 from __future__ import annotations
 
+import logging
 import os
 
 import numpy as np
@@ -15,9 +16,9 @@ import runtime
 from neuronx_cc_lite.compiler import Options, compile_model, prepare
 from neuronx_cc_lite.errors import CompileError
 from neuronx_cc_lite.ir import Graph, Tensor
-from neuronx_cc_lite.partition import partition, split_projections
+from neuronx_cc_lite.partition import partition, split_projections, whole_weights
 from neuronx_cc_lite.partition.placement import PARTIAL, REPLICATED, Placement, Shard
-from neuronx_cc_lite.partition.plan import Plan, choose
+from neuronx_cc_lite.partition.plan import Plan, choose, propagate
 from neuronx_cc_lite.partition.ranks import _Builder
 from neuronx_cc_lite.reference import bundle_inputs, onnxruntime_outputs
 
@@ -252,6 +253,35 @@ def test_gate_cut_once_the_projection_it_feeds_is_cut() -> None:
     one = compile_model(model, Options())
     four = compile_model(model, Options(tp=4))
     assert max(four.stats["rank_flops"]) < 0.3 * one.stats["model_flops"]
+
+
+def test_a_large_weight_whole_on_every_rank_is_named(caplog: pytest.LogCaptureFixture) -> None:
+    """A plan that leaves the gate whole (its cut judged before the up projection's) reads its 2 MiB on every rank:
+    whole_weights names it, and --tp warns; the plan chosen leaves none."""
+    g = split_projections.run(prepare(_swiglu(hidden=512, inner=1024), Options()))
+    up = g.nodes[1].name
+    lopsided = propagate(g, 4, {up: Shard(-1, 4, 1)})
+    assert [(node.name, nbytes) for node, nbytes in whole_weights(g, lopsided)] == [(g.nodes[0].name, 512 * 1024 * 4)]
+    assert whole_weights(g, choose(g, 4)) == []
+    with caplog.at_level(logging.WARNING):
+        compile_model(_swiglu(hidden=512, inner=1024), Options(tp=4))
+    assert not [r for r in caplog.records if "whole on every rank" in r.getMessage()]
+    # a head of 1,001 columns (7 x 11 x 13) cannot be cut 4 or 2 ways: its 2 MiB are read whole, and named
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array((rng.standard_normal((512, 1001)) / 32).astype(np.float32), "head")]
+    graph = helper.make_graph([helper.make_node("MatMul", ["y", "head"], ["logits"])], "head",
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [128, 512])],
+                              [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [128, 1001])], inits)
+    model = _swiglu(hidden=512, inner=1024)
+    model.graph.node.extend(graph.node)
+    model.graph.initializer.extend(graph.initializer)
+    model.graph.output[0].CopyFrom(graph.output[0])
+    model.graph.node[-1].input[0] = "y"
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        compile_model(model, Options(tp=4))
+    (warning,) = [r.getMessage() for r in caplog.records if "whole on every rank" in r.getMessage()]
+    assert "'head' (2.0 MiB)" in warning and "--tp 4" in warning
 
 
 def test_refusals_name_the_node_and_dimension() -> None:
