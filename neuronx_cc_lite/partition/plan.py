@@ -8,8 +8,8 @@
 
     choose(graph, n):  Megatron by search
         decisions = {}
-        for each matmul by a constant weight not cut yet, in order, whose input is whole (again, while a sweep
-        cuts more):
+        for each matmul by a constant weight not cut yet, in order, whose input is whole or partial sums (again,
+        while a sweep cuts more):
             for parts in the divisors of n, largest first:
                 cut the weight's columns into `parts` blocks (rank t holds block t // (n / parts))
                 keep the cut if no tensor it shaped is ever gathered, i.e. its shards run on through the graph
@@ -139,9 +139,8 @@ def choose(g: Graph, n: int, sharded_outputs: bool = True) -> Plan:
         before = len(decisions)
         for i, node in enumerate(g.nodes):
             columns = weight_columns(node, g)
-            if columns is None or node.name in decisions or \
-                    not plan.placement.get(node.inputs[0], REPLICATED).replicated:
-                continue
+            if columns is None or node.name in decisions or plan.placement.get(node.inputs[0], REPLICATED).shards:
+                continue  # (an input of partial sums is whole once all-reduced, as it must be for any reader)
             sizes = [n] if node.op == "Gather" else range(n, 1, -1)  # a table's partial sums need every rank's rows
             for parts in (d for d in sizes if n % d == 0 and columns % d == 0):
                 trial = {**decisions, node.name: Shard(-1, parts, n // parts)}

@@ -1,9 +1,13 @@
 """Split fused projections: a matmul by a constant weight whose output columns a Split cuts apart (GPT's c_attn,
 one matmul for Q, K and V) becomes one matmul per piece.
 
-    y = MatMulEpilogue(x, W, b)  [-> Reshape that keeps the last axis]  -> Split(y, last axis, sizes)
+    y = MatMulEpilogue(x, W, b)  [-> a view that keeps each row]  -> Split(y, last axis, sizes)
     =>  y_i = MatMulEpilogue(x, W[:, cols_i], b[cols_i])  [-> Reshape to [..., size_i]]
-(or a Gemm, its C a constant row of biases, as TorchScript and dynamo exports of GPT-2 make it)
+(or a Gemm, its C a constant row of biases, as TorchScript and dynamo exports of GPT-2 make it, or a plain MatMul).
+A Split of the axis before the last, after a Reshape of the columns into [heads, head size], cuts whole heads:
+Falcon's query_key_value, 4 query heads and a key and a value head.
+Slices of the last axis that are y's only readers cut it the same way, each into its own matmul: Phi-3's qkv_proj,
+whose dynamo export slices Q, K and V out of one product (and its gate_up_proj, Split in two).
 
 The same products, so the same numbers; but now each piece can be cut by columns on its own (Q, K and V by head),
 where a cut of the fused columns into rank blocks would straddle the pieces. Run only for tensor parallelism.
@@ -15,6 +19,11 @@ import numpy as np
 
 from neuronx_cc_lite.ir import Graph, Node, Tensor
 from neuronx_cc_lite.declared import contiguous
+
+
+# Views between the product and its Split that keep each of its rows whole (_keeps_columns): GPT-2's Reshape,
+# GPTBigCode's Unsqueeze of a leading axis, Falcon's Reshape of the columns into heads
+VIEWS = frozenset({"Reshape", "Unsqueeze", "Squeeze"})
 
 
 def _sizes(g: Graph, split: Node, n: int) -> list[int] | None:
@@ -43,11 +52,15 @@ def _piece(g: Graph, head: Node, start: int, stop: int, out: str, i: int) -> Nod
 
 
 def _fused(g: Graph, head: Node) -> bool:
-    """Whether `head` is a matmul by a constant 2-D weight whose columns may be cut into pieces: a MatMulEpilogue
-    with no residual, or a Gemm whose C is a constant row (one bias per column) and whose A is not transposed."""
-    if len(head.inputs) < 2 or not g.tensors[head.inputs[1]].is_constant or \
+    """Whether `head` is a matmul by a constant 2-D weight whose columns may be cut into pieces: a MatMul, a
+    MatMulEpilogue with no residual, or a Gemm whose C is a constant row (one bias per column) and whose A is not
+    transposed."""
+    if head.op not in ("MatMul", "MatMulEpilogue", "Gemm") or len(head.inputs) < 2 or not head.inputs[1] or \
+            not g.tensors[head.inputs[1]].is_constant or \
             len(g.tensors[head.inputs[1]].shape) != 2:
         return False
+    if head.op == "MatMul":
+        return len(g.tensors[head.inputs[0]].shape) >= 2
     if head.op == "MatMulEpilogue":
         return len(head.inputs) >= 4 and not any(head.inputs[3:])  # no residual, no gate
     if head.op == "Gemm" and not int(head.attrs.get("transA", 0)):
@@ -58,29 +71,77 @@ def _fused(g: Graph, head: Node) -> bool:
     return False
 
 
+def _keeps_columns(before: tuple[int, ...], after: tuple[int, ...], unit: int) -> bool:
+    """Whether a view from `before` to `after` keeps each row of the last axis whole: that axis unchanged (unit
+    1), or cut into [n / unit, unit] with the leading axes as they were."""
+    if unit == 1:
+        return before[-1] == after[-1]
+    return before[:-1] == after[:-2] and before[-1] == after[-2] * after[-1]
+
+
+def _columns(g: Graph, node: Node, n: int) -> tuple[int, int] | None:
+    """[start, stop) of the last axis (of length n) that a Slice of that axis alone, step 1, keeps; else None."""
+    if node.op != "Slice" or len(node.inputs) < 3:
+        return None
+    parts = [g.tensors[name] if name else None for name in (node.inputs + ["", ""])[1:5]]
+    if any(t is not None and not t.is_constant for t in parts):
+        return None
+    starts, ends, axes, steps = (None if t is None else [int(v) for v in t.value.reshape(-1)] for t in parts)
+    rank = len(g.tensors[node.inputs[0]].shape)
+    if len(starts) != 1 or (axes is not None and axes[0] % rank != rank - 1) or \
+            (axes is None and rank != 1) or (steps is not None and steps[0] != 1):
+        return None
+    start, stop = (min(max(v + n if v < 0 else v, 0), n) for v in (starts[0], ends[0]))
+    return (start, stop) if start < stop else None
+
+
+def _slice_pieces(g: Graph, users: dict[str, list[Node]], replace: dict[int, list[Node]], dead: set[int]) -> None:
+    """A fused projection read only by Slices of its last axis, which do not overlap: one matmul per Slice."""
+    for head in g.nodes:
+        y = head.outputs[0] if head.outputs else ""
+        readers = users.get(y, [])
+        if not readers or y in g.outputs or id(head) in dead or not _fused(g, head):
+            continue
+        n = g.tensors[y].shape[-1]
+        columns = [_columns(g, r, n) for r in readers]
+        if any(c is None for c in columns) or len(readers) < 2:
+            continue
+        spans = sorted(c for c in columns if c is not None)
+        if any(a[1] > b[0] for a, b in zip(spans, spans[1:])):
+            continue
+        for i, (reader, (start, stop)) in enumerate(zip(readers, columns)):  # type: ignore[misc]
+            replace[id(reader)] = [_piece(g, head, start, stop, reader.outputs[0], i)]
+        dead.add(id(head))
+
+
 def run(g: Graph) -> Graph:
     users = g.consumers()
     producers = g.producers()
     replace: dict[int, list[Node]] = {}
     dead: set[int] = set()
+    _slice_pieces(g, users, replace, dead)
     for split in g.nodes:
         if split.op != "Split":
             continue
         x = split.inputs[0]
         shape = g.tensors[x].shape
-        if int(split.attrs.get("axis", 0)) % len(shape) != len(shape) - 1 or len(users.get(x, [])) != 1 or \
-                x in g.outputs:
+        axis = int(split.attrs.get("axis", 0)) % len(shape)
+        if axis < len(shape) - 2 or len(users.get(x, [])) != 1 or x in g.outputs:
             continue
+        # columns a unit of the split axis covers: 1 on the last axis; on the one before it (Falcon's heads,
+        # after a Reshape of the product's columns into heads x head size) a row of the last axis
+        unit = 1 if axis == len(shape) - 1 else shape[-1]
         head = producers.get(x)
         reshape = None
-        if head is not None and head.op == "Reshape" and len(users.get(head.inputs[0], [])) == 1 and \
-                g.tensors[head.inputs[0]].shape[-1] == shape[-1] and head.inputs[0] not in g.outputs:
+        if head is not None and head.op in VIEWS and len(users.get(head.inputs[0], [])) == 1 and \
+                head.inputs[0] not in g.outputs and _keeps_columns(g.tensors[head.inputs[0]].shape, shape, unit):
             reshape, head = head, producers.get(head.inputs[0])
-        if head is None or not _fused(g, head):
+        if head is None or not _fused(g, head) or (unit > 1 and reshape is None):
             continue
-        sizes = _sizes(g, split, shape[-1])
-        if sizes is None or sum(sizes) != shape[-1]:
+        sizes = _sizes(g, split, shape[axis])
+        if sizes is None or sum(sizes) != shape[axis]:
             continue
+        sizes = [size * unit for size in sizes]
         nodes, start = [], 0
         for i, (size, out) in enumerate(zip(sizes, split.outputs)):
             if reshape is None:

@@ -284,6 +284,69 @@ def test_a_large_weight_whole_on_every_rank_is_named(caplog: pytest.LogCaptureFi
     assert "'head' (2.0 MiB)" in warning and "--tp 4" in warning
 
 
+def _fused_projections(hidden: int = 64, heads: int = 4, seq: int = 16, form: str = "slices") -> onnx.ModelProto:
+    """Attention scores from one fused Q/K/V product and a SwiGLU from one fused gate/up product, as exports spell
+    them: Phi-3's Q, K and V Sliced out of the last axis and its gate and up Split in two ("slices"), or Falcon's
+    product Reshaped into heads and Split by head ("heads"). Plain MatMuls, no bias."""
+    rng = np.random.default_rng(0)
+    d = hidden // heads
+    inits = [numpy_helper.from_array((rng.standard_normal((hidden, 3 * hidden)) / 8).astype(np.float32), "w_qkv"),
+             numpy_helper.from_array((rng.standard_normal((hidden, hidden)) / 8).astype(np.float32), "w_o"),
+             numpy_helper.from_array((rng.standard_normal((hidden, 4 * hidden)) / 8).astype(np.float32), "w_gu"),
+             numpy_helper.from_array((rng.standard_normal((2 * hidden, hidden)) / 16).astype(np.float32), "w_down"),
+             numpy_helper.from_array(np.array([seq, heads, d], np.int64), "heads_shape"),
+             numpy_helper.from_array(np.array([seq, hidden], np.int64), "rows_shape"),
+             numpy_helper.from_array(np.array([seq, 3 * heads, d], np.int64), "qkv_heads"),
+             numpy_helper.from_array(np.array([heads, heads, heads], np.int64), "by_head"),
+             numpy_helper.from_array(np.array([-1], np.int64), "last")]
+    for i in range(4):
+        inits.append(numpy_helper.from_array(np.array([i * hidden], np.int64), f"at{i}"))
+    nodes = [helper.make_node("MatMul", ["x", "w_qkv"], ["qkv"])]
+    if form == "slices":
+        nodes += [helper.make_node("Slice", ["qkv", f"at{i}", f"at{i + 1}", "last"], [f"{n}_rows"])
+                  for i, n in enumerate("qkv")]
+        nodes += [helper.make_node("Reshape", [f"{n}_rows", "heads_shape"], [n]) for n in "qkv"]
+    else:
+        nodes += [helper.make_node("Reshape", ["qkv", "qkv_heads"], ["qkv_h"]),
+                  helper.make_node("Split", ["qkv_h", "by_head"], ["q", "k", "v"], axis=1)]
+    nodes += [helper.make_node("Transpose", ["q"], ["qt"], perm=[1, 0, 2]),
+              helper.make_node("Transpose", ["k"], ["kt"], perm=[1, 2, 0]),
+              helper.make_node("Transpose", ["v"], ["vt"], perm=[1, 0, 2]),
+              helper.make_node("MatMul", ["qt", "kt"], ["scores"]),
+              helper.make_node("Softmax", ["scores"], ["p"], axis=-1),
+              helper.make_node("MatMul", ["p", "vt"], ["ctx"]),
+              helper.make_node("Transpose", ["ctx"], ["ctx_t"], perm=[1, 0, 2]),
+              helper.make_node("Reshape", ["ctx_t", "rows_shape"], ["ctx_rows"]),
+              helper.make_node("MatMul", ["ctx_rows", "w_o"], ["attn"]),
+              helper.make_node("Add", ["x", "attn"], ["h"]),
+              helper.make_node("MatMul", ["h", "w_gu"], ["gu"]),
+              helper.make_node("Split", ["gu"], ["gate", "up"], axis=-1, num_outputs=2),
+              helper.make_node("Sigmoid", ["gate"], ["sg"]), helper.make_node("Mul", ["gate", "sg"], ["silu"]),
+              helper.make_node("Mul", ["silu", "up"], ["act"]),
+              helper.make_node("MatMul", ["act", "w_down"], ["mlp"]), helper.make_node("Add", ["h", "mlp"], ["y"])]
+    graph = helper.make_graph(nodes, "fused", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [seq, hidden])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [seq, hidden])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+
+
+@pytest.mark.parametrize("form", ["slices", "heads"])
+def test_fused_projections_cut_apart(form: str) -> None:
+    """split-projections gives each Slice or Split piece its own matmul, so every weight is cut and nothing read
+    whole: before, the plain MatMuls (and the Slices, and the Split by head) kept the fused products whole on
+    every rank. The MLP reads the attention's partial sums (no norm between): the gate is cut all the same."""
+    model = _fused_projections(form=form)
+    g = split_projections.run(prepare(model, Options()))
+    products = [n for n in g.nodes if n.op in ("MatMul", "MatMulEpilogue") and n.inputs[1] in g.tensors
+                and g.tensors[n.inputs[1]].is_constant]
+    assert len(products) == 7  # Q, K, V, the output, gate, up, down
+    plan = choose(g, 4)
+    assert whole_weights(g, plan, at_least=0) == []
+    assert {(m.kind, m.tensor) for m in plan.moves if m.kind != "slice"} == {("all_reduce", "h"), ("all_reduce", "y")}
+    _check(model, tp=4)
+    bundle = compile_model(model, Options(tp=4))
+    assert [len(c["CC"].instructions) for c in bundle.cores] == [2] * 4  # h read by gate and up: one AllReduce
+
+
 def test_refusals_name_the_node_and_dimension() -> None:
     with pytest.raises(CompileError) as e:
         compile_model(_model("bert_modern"), Options(tp=3))
