@@ -26,7 +26,8 @@ SHARED = ("models", "benchmarks", "scripts", ".venv")
 SLOW = ("bash scripts/demo.sh", "benchmarks/sim_threads.py", "benchmarks/anchors.py", "benchmarks/families.py",
         "benchmarks/calibration.py", "benchmarks/small_pieces.py",
         "models/decoders.py", "decoders/llama_tiny.onnx", "benchmarks/llama_serving.py", "llama3_tiny.onnx",
-        "benchmarks/big_weight.py", "benchmarks/pe_floor.py", "benchmarks/architectures.py")
+        "benchmarks/big_weight.py", "benchmarks/pe_floor.py", "benchmarks/architectures.py",
+        "benchmarks/tp_exports.py")
 # Blocks that are not run here, with the reason.
 NOT_RUN = {"bash scripts/test.sh": "the default suite, which holds this test"}
 # Blocks that must run where the checkout is: the scripts find the checkout from their own path.

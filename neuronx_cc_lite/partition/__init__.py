@@ -38,9 +38,9 @@ from neuronx_cc_lite.passes.verify import verify
 log = logging.getLogger(__name__)
 
 Slice = tuple[int, int, int]  # (axis, start, stop) of the whole tensor
-# A weight this large left whole on every rank is worth a warning (split_tensors): the models' small test weights
-# are not, a transformer's projections are (BERT-base's smallest is 2.25 MiB in fp32).
-WHOLE_WEIGHT_BYTES = 1 << 20
+# The share of a model's matmul weights that may stay whole on every rank of a --tp plan without a warning
+# (split_tensors): GPTBigCode-1B's one key/value head is 2%, Llama-3-8B's gate projections left whole were 38%.
+WHOLE_WEIGHT_SHARE = 0.1
 
 
 @dataclass
@@ -83,9 +83,10 @@ def split_batch(g: Graph, dp: int) -> Plan:
 
 def split_tensors(g: Graph, tp: int, sharded_outputs: bool) -> Plan:
     """The plan of --tp; refused when no weight can be cut into tp blocks because a dimension does not divide.
-    A large weight left whole on every rank is named in a warning: each rank then loads all of it and does all of
-    its matmul, which no other figure shows (Llama-3-8B's prefill computed its gate projections whole on 32 ranks,
-    unnoticed, until plan.py swept its cuts again)."""
+    When more than WHOLE_WEIGHT_SHARE of the matmul weights stay whole on every rank, a warning names the largest:
+    each rank then loads all of them and does all of their matmuls, which no other figure shows (Llama-3-8B's
+    prefill computed its gate projections whole on 32 ranks, unnoticed, until plan.py swept its cuts again). A
+    multi-query model's one key/value head, replicated on purpose, is a few percent."""
     plan = choose(g, tp, sharded_outputs)
     if not plan.decisions:
         for node in g.nodes:
@@ -93,22 +94,25 @@ def split_tensors(g: Graph, tp: int, sharded_outputs: bool) -> Plan:
             if columns is not None and columns % tp:
                 raise _refuse(f"--tp {tp}: dimension {columns} (the output columns of weight {node.inputs[1]!r}) "
                               f"is not divisible by {tp}", node.name)
-    for node, nbytes in whole_weights(g, plan):
-        log.warning(f"--tp {tp}: node {node.name!r} reads weight {node.inputs[1]!r} ({nbytes / 2**20:.1f} MiB) whole "
-                    f"on every rank: no cut of its columns keeps its shards apart until a matmul sums them")
+    whole = sorted(whole_weights(g, plan), key=lambda found: -found[1])
+    total = sum(nbytes for _, nbytes in whole_weights(g, propagate(g, tp, {})))  # all of them, nothing cut
+    if whole and sum(nbytes for _, nbytes in whole) > WHOLE_WEIGHT_SHARE * total:
+        named = ", ".join(f"{node.name!r} {nbytes / 2**20:.1f}" for node, nbytes in whole[:3])
+        log.warning(f"--tp {tp}: {sum(n for _, n in whole) / 2**20:.1f} MiB of the {total / 2**20:.1f} MiB of matmul "
+                    f"weights are read whole on every rank ({named}{', ...' if len(whole) > 3 else ''} MiB): no cut "
+                    f"of their columns keeps the shards apart until a matmul sums them")
     return plan
 
 
-def whole_weights(g: Graph, plan: Plan, at_least: int = WHOLE_WEIGHT_BYTES) -> list[tuple[Node, int]]:
-    """The matmuls whose constant weight (of at least `at_least` bytes) every rank of the plan reads whole."""
+def whole_weights(g: Graph, plan: Plan) -> list[tuple[Node, int]]:
+    """The matmuls whose constant weight every rank of the plan reads whole, with its bytes."""
     found = []
     for i, node in enumerate(g.nodes):
         if node.op == "Gather" or weight_columns(node, g) is None:
             continue
         weight = g.tensors[node.inputs[1]]
-        nbytes = weight.size * np.dtype(weight.dtype).itemsize
-        if nbytes >= at_least and plan.reads.get((i, 1), REPLICATED).replicated:
-            found.append((node, nbytes))
+        if plan.reads.get((i, 1), REPLICATED).replicated:
+            found.append((node, weight.size * np.dtype(weight.dtype).itemsize))
     return found
 
 
