@@ -8,8 +8,9 @@ attention scores to an attention mask of zeros, a pass over them a layer. Before
 would break.
 
 What is dropped: a view (Reshape, Transpose, Squeeze, Unsqueeze, Flatten, Identity) or a Cast that keeps its
-input's shape and type (a Transpose its axes' order too), and an Add or Sub of constant zeros or a Mul or Div by
-constant ones that does not broadcast its input larger. Not a constant that is a parameter or computed from one
+input's shape and type (a Transpose its axes' order too), a Pad of constant zeros on every side (Swin pads each
+stage to whole windows, by nothing at 224 x 224), and an Add or Sub of constant zeros or a Mul or Div by constant
+ones that does not broadcast its input larger. Not a constant that is a parameter or computed from one
 (Tensor.learned: a bias, Swin's relative position bias): an untrained export holds zeros and ones there that a
 trained model does not, and the benchmarks' models are untrained, so their figures would gain what a real model's
 cannot. A node whose result the graph returns, or a subgraph reads, stays.
@@ -48,9 +49,16 @@ def run(g: Graph) -> Graph:
 
 def _unchanged_input(g: Graph, node: Node) -> str | None:
     """The input the node's result is, element for element, or None."""
-    if node.domain not in ("", "ai.onnx") or (node.op not in SAME_SHAPE and node.op not in IDENTITIES):
+    if node.domain not in ("", "ai.onnx") or (node.op not in SAME_SHAPE and node.op not in IDENTITIES and
+                                               node.op != "Pad"):
         return None
     y = g.tensors[node.outputs[0]]
+    if node.op == "Pad":  # pads given as an input (opset 11 on), every one zero: nothing added, nothing cut
+        pads = g.tensors[node.inputs[1]] if len(node.inputs) > 1 and node.inputs[1] else None
+        x = g.tensors[node.inputs[0]]
+        if pads is None or not pads.is_constant or np.any(np.asarray(pads.value) != 0) or x.dtype != y.dtype:
+            return None
+        return node.inputs[0]
     if node.op in SAME_SHAPE:
         x = g.tensors[node.inputs[0]]
         if x.shape is None or x.shape != y.shape or x.dtype != y.dtype:

@@ -125,3 +125,23 @@ def test_a_constant_computed_from_a_parameter_is_a_parameter(tmp):
                        {"table": table, "idx": np.array([4, 0, 2], np.int64)})
     assert len(ops_after(model)) == 3
     check(model, tmp)
+
+
+def padded(pads: list[int]):  # type: ignore[no-untyped-def]
+    """Swin's pad of each stage to whole windows: a Relu, a Pad by `pads` of its [1, 14, 14, 8] result, a Sigmoid."""
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Pad", ["r", "pads"], ["p"]),
+             helper.make_node("Sigmoid", ["p"], ["y"])]
+    out = [1, 14 + pads[1] + pads[5], 14 + pads[2] + pads[6], 8]
+    model = make_model(nodes, {"x": ([1, 14, 14, 8], F32)}, {"y": (out, F32)})
+    model.graph.initializer.append(_shape("pads", pads))
+    return model
+
+
+def test_a_pad_of_nothing_is_dropped_and_a_shift_stays(tmp):
+    """Zeros on every side: dropped. One row in front and one off the end keeps the shape but moves every row: it
+    stays, as does a Pad that adds rows."""
+    assert ops_after(padded([0] * 8)) == ["Relu", "Sigmoid"]
+    for pads in ([0, 1, 0, 0, 0, -1, 0, 0], [0, 0, 1, 0, 0, 0, 1, 0]):
+        assert "Pad" in ops_after(padded(pads)), pads
+        check(padded(pads), tmp)
+    check(padded([0] * 8), tmp)
