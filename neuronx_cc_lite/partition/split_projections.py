@@ -103,7 +103,7 @@ def _slice_pieces(g: Graph, users: dict[str, list[Node]], replace: dict[int, lis
         if not readers or y in g.outputs or id(head) in dead or not _fused(g, head):
             continue
         n = g.tensors[y].shape[-1]
-        columns = [_columns(g, r, n) for r in readers]
+        columns = [_columns(g, r, n) if r.inputs[0] == y else None for r in readers]
         if any(c is None for c in columns) or len(readers) < 2:
             continue
         spans = sorted(c for c in columns if c is not None)
