@@ -362,6 +362,11 @@ class Roofline:
         return "compute" if self.compute_ns >= self.memory_ns else "memory"
 
 
+def rank_flops(bundle: Bundle) -> int:
+    """The matmul FLOPs one rank does: the model's, or with several ranks the busiest one's."""
+    return int(max(bundle.stats.get("rank_flops") or [bundle.stats.get("model_flops", 0)]))
+
+
 def roofline(bundle: Bundle, target: Target) -> Roofline:
     """The model's matmuls run in the type the compiler recorded (the auto-cast type, else fp32); a bundle
     without the record is judged by the fastest type its matmuls use.
@@ -369,7 +374,11 @@ def roofline(bundle: Bundle, target: Target) -> Roofline:
     The bytes that must cross HBM: every output whole (written), every input and weight up to the bytes the
     program reads of it (read). What no instruction reads no program needs, and of a table read by gathers (an
     embedding) only the rows gathered are needed, not the whole vocabulary; of a weight the compiler laid out
-    with zeros (a depthwise convolution's diagonal blocks), only the model's data (stats "needed_bytes")."""
+    with zeros (a depthwise convolution's diagonal blocks), only the model's data (stats "needed_bytes").
+
+    A bundle of several ranks is judged a rank at a time, as its ranks run side by side: the FLOPs of its busiest
+    rank (stats "rank_flops"; the whole model's would put the bound of one core under a sharded run: Llama-3-8B's
+    prefill over 32 ranks ran 2,465 us against 2,689 of "roofline") and the bytes of one rank's tensors."""
     recorded = bundle.stats.get("matmul_dtype")
     if recorded in DType.__members__:
         fastest = DType[recorded]
@@ -378,7 +387,7 @@ def roofline(bundle: Bundle, target: Target) -> Roofline:
                   for i in s.instructions if i.op == "nc_matmul"}
         fastest = max(dtypes, key=lambda d: target.pe_tflops(d.name), default=DType.bf16)
     peak = target.pe_tflops(fastest.name)
-    flops = int(bundle.stats.get("model_flops", 0))
+    flops = rank_flops(bundle)
     read: dict[str, int] = {}
     for t in transfers(bundle, target):
         if t.src is not None:
@@ -449,8 +458,8 @@ class Summary:
     dma_gbps: float  # one core's DMA bandwidth (all queues, within HBM's)
     hbm_gbps: float  # the chip's HBM bandwidth
     mfu: float  # model FLOPs / (latency x peak_tflops)
-    mbu: float  # bytes the DMA engines moved to or from HBM / (latency x dma_gbps)
-    model_flops: int
+    mbu: float  # bytes the DMA engines moved to or from HBM / (latency x dma_gbps), a rank's mean
+    model_flops: int  # the matmul FLOPs of the model, or with several ranks of the busiest rank
     engines: dict[str, float]  # engine -> active share of the run (DMA: the mean over its queues)
     dma_queues_used: int
     dma_transfers: int
@@ -476,6 +485,8 @@ class Summary:
     critical_nodes: list[tuple[str, float]] = field(default_factory=list)
     # the path's transfers by what they move (path_transfers): (what, us of the transfers, how many)
     critical_transfers: list[tuple[str, float, int]] = field(default_factory=list)
+    ranks: int = 1  # the bundle's; with several, the roofline, MFU and MBU are a rank's (roofline())
+    chips: int = 1  # that the ranks fill: the HBM peak is of all of them together
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
@@ -524,7 +535,7 @@ def summarize(model: Any, top: int = 8) -> Summary:
     small = small_pieces_by_node(bundle)
     total_busy = sum(by_node.values()) or 1.0
     top_nodes = sorted(((n, t / 1000, t / total_busy) for n, t in by_node.items()), key=lambda r: -r[1])[:top]
-    flops = int(bundle.stats.get("model_flops", 0))
+    flops = rank_flops(bundle)
     host_us = host_overhead_us(bundle, target)
     path = critical_path(stats.trace, ops)
     return Summary(
@@ -535,8 +546,8 @@ def summarize(model: Any, top: int = 8) -> Summary:
         roofline_written_bytes=line.written_bytes, roofline_copy_bytes=line.copy_bytes,
         matmul_dtype=line.matmul_dtype, peak_tflops=line.peak_tflops,
         dma_gbps=target.core_dma_gbps, hbm_gbps=target.hbm_gbps,
-        mfu=flops / (elapsed * line.peak_tflops * 1000), mbu=hbm_passes / (elapsed * target.core_dma_gbps),
-        model_flops=flops, engines=engines, dma_queues_used=len(queues), dma_transfers=len(found),
+        mfu=flops / (elapsed * line.peak_tflops * 1000),
+        mbu=hbm_passes / (elapsed * target.core_dma_gbps * len(bundle.cores)), model_flops=flops, engines=engines, dma_queues_used=len(queues), dma_transfers=len(found),
         dma_bytes=moved, dma_average_bytes=moved / len(found) if found else 0.0, dma_hbm_bytes=hbm_moved,
         dma_hbm_pass_bytes=hbm_passes, dma_small_pieces=sum(small.values()),
         small_piece_nodes=sorted(small.items(), key=lambda r: -r[1])[:top],
@@ -544,7 +555,8 @@ def summarize(model: Any, top: int = 8) -> Summary:
         scratch_bytes=scratch, reloads=reloads, top_nodes=top_nodes,
         critical_instructions=path.instructions, critical_busy_us={k: v / 1000 for k, v in path.busy_ns.items()},
         critical_waiting_us=path.waiting_ns / 1000, critical_nodes=[(n, ns / 1000) for n, ns in path.nodes[:top]],
-        critical_transfers=[(what, ns / 1000, n) for what, ns, n in path_transfers(bundle, path)])
+        critical_transfers=[(what, ns / 1000, n) for what, ns, n in path_transfers(bundle, path)],
+        ranks=len(bundle.cores), chips=-(-len(bundle.cores) // target.ranks_per_chip(bundle.lnc)))
 
 
 def summary_text(s: Summary) -> str:
@@ -553,13 +565,15 @@ def summary_text(s: Summary) -> str:
         f"latency        {s.latency_us:.2f} us simulated, {s.ratio:.2f}x the roofline",
         f"end to end     {s.end_to_end_us:.2f} us with the runtime's launch and input/output copies "
         f"({s.host_overhead_us:.2f} us, the target's figure)",
-        f"roofline       {s.roofline_us:.2f} us, {s.bound}-bound (compute: {s.model_flops / 1e9:.3f} GFLOP at "
+        f"roofline       {s.roofline_us:.2f} us, {s.bound}-bound{' a rank' if s.ranks > 1 else ''} (compute: "
+        f"{s.model_flops / 1e9:.3f} GFLOP at "
         f"{s.peak_tflops:.1f} TFLOPS {s.matmul_dtype} = {s.roofline_compute_us:.2f} us; memory: "
         f"{s.roofline_bytes / 1e6:.2f} MB read and written through {s.dma_gbps:.0f} GB/s of DMA and "
         f"{s.hbm_gbps:.0f} of HBM = {s.roofline_memory_us:.2f} us)",
         f"MFU            {s.mfu:.1%} of TensorE's {s.matmul_dtype} peak",
-        f"MBU            {s.mbu:.1%} of one core's DMA bandwidth ({s.dma_hbm_bytes / 1e6:.2f} MB across HBM; "
-        f"peak {s.hbm_peak_gbps:.0f} GB/s of the chip's {s.hbm_gbps:.0f})",
+        f"MBU            {s.mbu:.1%} of one core's DMA bandwidth{', a rank on average' if s.ranks > 1 else ''} "
+        f"({s.dma_hbm_bytes / 1e6:.2f} MB across HBM; peak {s.hbm_peak_gbps:.0f} GB/s of "
+        + (f"the chip's {s.hbm_gbps:.0f})" if s.chips == 1 else f"{s.chips} chips' {s.chips * s.hbm_gbps:.0f})"),
         f"engines        {engines}  (active share of the run; DMA: the mean over {s.dma_queues_used} queues used)",
         f"DMA            {s.dma_transfers} transfers, {s.dma_bytes / 1e6:.2f} MB, "
         f"{s.dma_average_bytes / 1024:.1f} KiB on average; {s.dma_small_pieces} pieces under 512 B where a "

@@ -22,7 +22,7 @@ import runtime
 from runtime.profile import roofline
 from neuronx_cc_lite.compiler import Options
 from neuronx_cc_lite.reference import bundle_inputs
-from runtime.profile import Summary, summarize
+from runtime.profile import Summary, summarize, summary_text
 from tests.conftest import MODELS_DIR, compile_to_model
 from tests.runtime.helpers import hbm, sbuf
 
@@ -183,3 +183,21 @@ def test_a_depthwise_weight_counts_its_data_not_its_zeros():
     activations = 2 * c * 28 * 28 * 4
     assert line.read_bytes <= c * 28 * 28 * 4 + w.nbytes
     assert line.min_bytes <= activations + w.nbytes
+
+
+def test_a_sharded_bundle_is_judged_a_rank_at_a_time(tmp):
+    """Its ranks run side by side, so the whole model's FLOPs at one core's peak bounds nothing: the roofline takes
+    the busiest rank's (a quarter of the model's, or a little more) and one rank's bytes, and the run stays above
+    it; the summary says it is a rank's."""
+    proto = onnx.load(os.path.join(MODELS_DIR, "bert_modern.onnx"))
+    options = Options(tp=4, auto_cast="matmult", auto_cast_type="bf16")
+    model = compile_to_model(proto, tmp, options)
+    model.run(bundle_inputs(model.bundle), trace=True)
+    s = summarize(model)
+    whole, ranks = model.bundle.stats["model_flops"], model.bundle.stats["rank_flops"]
+    assert s.model_flops == max(ranks) < 0.3 * whole and s.ranks == 4
+    assert s.roofline_compute_us == pytest.approx(max(ranks) / (s.peak_tflops * 1e6))
+    assert s.latency_us >= s.roofline_us
+    one = profiled(proto, Options(auto_cast="matmult", auto_cast_type="bf16"), tmp)
+    assert one.roofline_read_bytes > s.roofline_read_bytes  # a rank reads a share of the weights
+    assert "bound a rank" in summary_text(s) and "a rank" not in summary_text(one).split("\n")[2]
