@@ -77,6 +77,17 @@ def decode_lower_bound_ms(real: LlamaConfig, target: Target, tp: int, lnc: int, 
     return (real.layers * all_reduce_us_per_layer * 1e3 + streamed / (lnc * target.core_dma_gbps)) / 1e6
 
 
+def prefill_lower_bound_ms(real: LlamaConfig, target: Target, tp: int, lnc: int, all_reduce_us_per_layer: float,
+                           tokens: int) -> float:
+    """What any prefill of `tokens` tokens takes at least: its layers' all-reduces (as the chip model times them) and
+    the larger of the weights a rank must stream (decode_lower_bound_ms's) and its share of the matmuls at TensorE's
+    bf16 peak (2 x tokens FLOPs a weight, the embedding table's rows gathered, not multiplied)."""
+    weights = real.parameters - real.vocabulary * real.hidden
+    streamed_ns = weights * 2 / tp / (lnc * target.core_dma_gbps)
+    compute_ns = 2 * tokens * weights / tp / (lnc * target.pe_tflops("bf16") * 1000)
+    return (real.layers * all_reduce_us_per_layer * 1e3 + max(streamed_ns, compute_ns)) / 1e6
+
+
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--config", choices=["llama3-8b", "llama3-70b"], default="llama3-8b")
@@ -125,6 +136,9 @@ def main(argv: list[str]) -> int:
                         "ms": (two + (real.layers - 2) * span + overhead[step]) / 1e3}
     result["decode"]["lower_bound_ms"] = decode_lower_bound_ms(real, target, args.tp, args.lnc or 1,
                                                                result["decode"]["per_layer_all_reduce_us"])
+    if "prefill" in result:
+        result["prefill"]["lower_bound_ms"] = prefill_lower_bound_ms(
+            real, target, args.tp, args.lnc or 1, result["prefill"]["per_layer_all_reduce_us"], args.prompt)
     sent = transfer_time(state_bytes, target, args.lnc or 1)
     result["kv_transfer"] = {"tokens": args.transfer_tokens, "bytes_per_rank": sent.bytes_per_rank,
                              "total_bytes": sent.total_bytes, "ms": sent.ns / 1e6, "instances": sent.instances}
@@ -138,7 +152,8 @@ def main(argv: list[str]) -> int:
     bound = result["decode"]["lower_bound_ms"]
     print(f"{args.config} {args.target} TP {args.tp}: TPOT {tpot:.2f} ms (lower bound {bound:.2f}; AWS {aws_tpot}; "
           f"{ratio} of AWS's best), "
-          f"TTFT {ttft:.2f} ms (AWS {aws_ttft}); per layer decode {result['decode']['per_layer_us']:.1f} us, "
+          f"TTFT {ttft:.2f} ms (lower bound {result.get('prefill', {}).get('lower_bound_ms', float('nan')):.2f}; "
+          f"AWS {aws_ttft}); per layer decode {result['decode']['per_layer_us']:.1f} us, "
           f"prefill {result.get('prefill', {}).get('per_layer_us', float('nan')):.1f} us; KV transfer of {args.transfer_tokens} tokens "
           f"{sent.total_bytes / 1e6:.0f} MB: {sent.ns / 1e6:.2f} ms ({result['seconds']:.0f} s)")
     if args.json:
