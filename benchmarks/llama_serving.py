@@ -68,21 +68,25 @@ def layer_span_us(bundle, target) -> tuple[float, float, float]:  # type: ignore
     return run.elapsed_ns / 1e3, (ends[1] - ends[0]) / 1e3, collective / 1e3
 
 
+def _multiplied_weights(real: LlamaConfig) -> int:
+    """The weights a step multiplies: all but the embedding table (a gather reads a row of it per token)."""
+    return real.parameters - real.vocabulary * real.hidden
+
+
 def decode_lower_bound_ms(real: LlamaConfig, target: Target, tp: int, lnc: int, all_reduce_us_per_layer: float
                           ) -> float:
     """What any decode step of the sharded model takes at least: its layers' all-reduces (as the chip model times
-    them) and the weights a rank must stream, the model's bf16 weights but the embedding table (a gather reads a
-    row of it) cut evenly over the ranks, at a rank's DMA bandwidth (its `lnc` cores' queues)."""
-    streamed = (real.parameters - real.vocabulary * real.hidden) * 2 / tp
-    return (real.layers * all_reduce_us_per_layer * 1e3 + streamed / (lnc * target.core_dma_gbps)) / 1e6
+    them) and the weights a rank must stream, the model's bf16 weights but the embedding table cut evenly over the
+    ranks, at a rank's DMA bandwidth (its `lnc` cores' queues)."""
+    return prefill_lower_bound_ms(real, target, tp, lnc, all_reduce_us_per_layer, tokens=0)
 
 
 def prefill_lower_bound_ms(real: LlamaConfig, target: Target, tp: int, lnc: int, all_reduce_us_per_layer: float,
                            tokens: int) -> float:
-    """What any prefill of `tokens` tokens takes at least: its layers' all-reduces (as the chip model times them) and
-    the larger of the weights a rank must stream (decode_lower_bound_ms's) and its share of the matmuls at TensorE's
-    bf16 peak (2 x tokens FLOPs a weight, the embedding table's rows gathered, not multiplied)."""
-    weights = real.parameters - real.vocabulary * real.hidden
+    """What any step over `tokens` tokens takes at least: its layers' all-reduces and the larger of the weights a
+    rank must stream (decode_lower_bound_ms's) and its share of the matmuls at TensorE's bf16 peak (2 x tokens
+    FLOPs a weight)."""
+    weights = _multiplied_weights(real)
     streamed_ns = weights * 2 / tp / (lnc * target.core_dma_gbps)
     compute_ns = 2 * tokens * weights / tp / (lnc * target.pe_tflops("bf16") * 1000)
     return (real.layers * all_reduce_us_per_layer * 1e3 + max(streamed_ns, compute_ns)) / 1e6

@@ -64,11 +64,14 @@ def latency_us(path: str, tp: int, target: str) -> tuple[float, float]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("names", nargs="*", metavar="NAME", choices=[*MODELS.builders, []],
+    parser.add_argument("names", nargs="*", metavar="NAME",
                         help=f"models (default: all of {', '.join(MODELS.builders)})")
     parser.add_argument("--tp", type=int, nargs="+", default=[8])
     parser.add_argument("--target", choices=sorted(TARGETS), default="trn1")
     args = parser.parse_args(argv)
+    unknown = [name for name in args.names if name not in MODELS.builders]
+    if unknown:
+        parser.error(f"unknown model(s) {', '.join(unknown)}; known: {', '.join(MODELS.builders)}")
     print(f"{'model':<12} {'tp':>3} {'latency us':>11} {'ratio':>6} {'whole MiB':>10} {'compile s':>10}")
     for name in args.names or MODELS.builders:
         path = export(name, "dynamo", MODELS)

@@ -95,7 +95,7 @@ def split_tensors(g: Graph, tp: int, sharded_outputs: bool) -> Plan:
                 raise _refuse(f"--tp {tp}: dimension {columns} (the output columns of weight {node.inputs[1]!r}) "
                               f"is not divisible by {tp}", node.name)
     whole = sorted(whole_weights(g, plan), key=lambda found: -found[1])
-    total = sum(nbytes for _, nbytes in whole_weights(g, propagate(g, tp, {})))  # all of them, nothing cut
+    total = sum(_weight_bytes(g, node) for node in _weight_matmuls(g))
     if whole and sum(nbytes for _, nbytes in whole) > WHOLE_WEIGHT_SHARE * total:
         named = ", ".join(f"{node.name!r} {nbytes / 2**20:.1f}" for node, nbytes in whole[:3])
         log.warning(f"--tp {tp}: {sum(n for _, n in whole) / 2**20:.1f} MiB of the {total / 2**20:.1f} MiB of matmul "
@@ -106,14 +106,19 @@ def split_tensors(g: Graph, tp: int, sharded_outputs: bool) -> Plan:
 
 def whole_weights(g: Graph, plan: Plan) -> list[tuple[Node, int]]:
     """The matmuls whose constant weight every rank of the plan reads whole, with its bytes."""
-    found = []
-    for i, node in enumerate(g.nodes):
-        if node.op == "Gather" or weight_columns(node, g) is None:
-            continue
-        weight = g.tensors[node.inputs[1]]
-        if plan.reads.get((i, 1), REPLICATED).replicated:
-            found.append((node, weight.size * np.dtype(weight.dtype).itemsize))
-    return found
+    index = {id(node): i for i, node in enumerate(g.nodes)}
+    return [(node, _weight_bytes(g, node)) for node in _weight_matmuls(g)
+            if plan.reads.get((index[id(node)], 1), REPLICATED).replicated]
+
+
+def _weight_matmuls(g: Graph) -> list[Node]:
+    """The matmuls by a constant weight the plan may cut (not an embedding's Gather, whose cut is for its memory)."""
+    return [node for node in g.nodes if node.op != "Gather" and weight_columns(node, g) is not None]
+
+
+def _weight_bytes(g: Graph, node: Node) -> int:
+    weight = g.tensors[node.inputs[1]]
+    return weight.size * np.dtype(weight.dtype).itemsize
 
 
 def place_state(g: Graph, tp: int, plan: Plan) -> Plan:
