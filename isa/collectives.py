@@ -70,6 +70,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Sequence
 
+from isa.instructions import Instruction
+from isa.operand import Mem
 from isa.target import Target
 
 ALGORITHMS = ("ring", "rdh", "hierarchical", "mesh")
@@ -416,6 +418,22 @@ def collective_cost(op: str, nbytes: int, dtype_size: int, group: tuple[int, ...
             best = CollectiveCost(ns, name, links)
     assert best is not None, "ring applies to every group"
     return CollectiveCost(fixed_ns(group, nbytes, topo) + best.ns, best.algorithm, best.links)
+
+
+def instruction_cost(instr: Instruction, groups: Sequence[Sequence[int]], topo: Topology,
+                     algorithm: str = "auto") -> CollectiveCost:
+    """The cost of a collective instruction on its replica group, as the runtime times it: nbytes is the larger of
+    its src and dst on one rank. The compiler's scheduler asks the same question the runtime does, so that it
+    knows a 24-rank all-reduce of 4 MB on inf2 takes 429 us, not a two-rank one's 129."""
+    src, dst = instr.args["src"], instr.args["dst"]
+    size = src.dtype.size
+    nbytes = max(src.num_partitions * src.free_size, dst.num_partitions * dst.free_size) * size
+    return _cached_cost(instr.op, nbytes, size, tuple(groups[instr.args["group"]]), topo, algorithm,
+                        instr.args.get("shift", 1), src.mem is Mem.SBUF)
+
+
+# Every rank of a group asks the same question: pricing a 64-rank collective once, not 64 times.
+_cached_cost = functools.lru_cache(maxsize=1024)(collective_cost)
 
 
 def bus_bandwidth(op: str, nbytes: int, n: int, ns: float) -> float:

@@ -20,6 +20,7 @@ import numpy as np
 import onnx
 
 from isa.bundle import Bundle, HbmTensorInfo, Part, Placement, Segment, Stream, TensorInfo
+from isa.collectives import Topology, topology
 from isa.dtypes import DType
 from isa.streams import StreamId
 from isa.target import Target, get_target
@@ -140,13 +141,15 @@ def compile_graph(graph: Graph, options: Options, dump: Callable[[str, str], Non
         log.debug(f"stage partition: {time.perf_counter() - start:.3f} s, {len(ranks)} ranks of "
                   f"{', '.join(str(len(r.graph.nodes)) for r in ranks)} nodes")
     done: dict[tuple[Any, ...], CompiledRank] = {}
-    compiled = [compile_rank(r.graph, options, target, done, dump if r.rank == 0 else None) for r in ranks]
+    groups = [tuple(range(d * options.tp, (d + 1) * options.tp)) for d in range(options.dp)]
+    topo = topology(target, options.ranks_lnc(target), options.tp * options.dp)
+    compiled = [compile_rank(r.graph, options, target, done, dump if r.rank == 0 else None, (groups, topo))
+                for r in ranks]
     share = target.hbm_bytes // target.ranks_per_chip(options.ranks_lnc(target))
     for r, c in zip(ranks, compiled):
         if c.hbm_size > share:  # the ranks of a chip divide its HBM
             raise CompileError("NCC_HBM_FULL", f"rank {r.rank} needs {c.hbm_size} bytes of HBM; a rank's share of a "
                                                f"{target.name} chip is {share}")
-    groups = [tuple(range(d * options.tp, (d + 1) * options.tp)) for d in range(options.dp)]
     next_state = set(graph.state.values())
     inputs = [_placed(name, graph, ranks, compiled, "inputs") for name in graph.inputs if name not in graph.state]
     outputs = [_placed(name, graph, ranks, compiled, "outputs") for name in graph.outputs if name not in next_state]
@@ -212,11 +215,13 @@ class CompiledRank:
 
 def compile_rank(graph: Graph, options: Options, target: Target,
                  done: dict[tuple[Any, ...], CompiledRank] | None = None,
-                 dump: Callable[[str, str], None] | None = None) -> CompiledRank:
+                 dump: Callable[[str, str], None] | None = None,
+                 collectives: tuple[list[tuple[int, ...]], Topology] | None = None) -> CompiledRank:
     """Lower one rank's graph and run the stages after lowering (codegen/stages.py), then emit its streams. With
     `done` (the ranks compiled so far, by the shape of their tile program): a rank whose tile program differs
     from an earlier one's only in its weights' bytes takes that rank's schedule, HBM layout and streams (nothing
-    after lowering reads weight bytes), and only its weights are its own."""
+    after lowering reads weight bytes), and only its weights are its own. `collectives`: the replica groups and
+    the topology of every rank, by which the schedule prices the rank's collectives."""
     check_fits_hbm(graph, target)
     check_operator_sizes(graph)
     stages = Stages(options.optimize, options.dump_ir_after, options.stop_after, dump)
@@ -229,6 +234,8 @@ def compile_rank(graph: Graph, options: Options, target: Target,
         log.debug(f"pass split-attention: {time.perf_counter() - start:.3f} s, {nodes} -> {len(graph.nodes)} nodes")
     with phase("lowering"):  # the tile program, kept on chip (which may lower again)
         program, ctx, on_chip = lower_program(graph, options, target, stages)
+        if collectives is not None:  # (before the stages: the schedule prices the collectives by them)
+            program.groups, program.topology = collectives
         stages.run(program, "broadcast-on-pe", "dedupe-loads", "second-writes", "preload-act-table")
     key = shape_of(program) if done is not None else ()
     if done is not None and key in done:

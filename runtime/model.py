@@ -17,7 +17,6 @@ state (runtime/state.py: a KV cache) stays in HBM from run to run, shared with t
 from __future__ import annotations
 
 import bisect
-import functools
 import os
 import threading
 from dataclasses import dataclass
@@ -26,7 +25,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from isa import bundle as bundle_format
-from isa.collectives import Topology, collective_cost
+from isa.collectives import Topology, instruction_cost
 from isa.costs import dma_cost, ports, stream_durations
 from isa.dtypes import DType, not_held, numpy_type
 from isa.errors import IsaError
@@ -411,20 +410,13 @@ def collective_op(instr: Instruction, groups: list[tuple[int, ...]], topo: Topol
     """A rank's collective with its cost: the collective cost model's time and links for the whole collective on
     its group (nbytes: the larger of src and dst on one rank). `combine` defaults to the collective's semantics."""
     args = CollectiveArgs.of(instr)
-    g = instr.args["group"]
-    size = instr.args["src"].dtype.size
-    nbytes = max(args.src_elements, args.dst_elements) * size
     try:
-        cost = _cost(instr.op, nbytes, size, groups[g], topo, algorithm, instr.args.get("shift", 1),
-                     instr.args["src"].mem is Mem.SBUF)
+        cost = instruction_cost(instr, groups, topo, algorithm)
     except ValueError as e:
         raise LoadError(f"{where}: {e}") from None
-    return CollectiveOp(g, args, cost.ns, tuple(sorted(cost.links)), cost.algorithm, read, write,
+    return CollectiveOp(instr.args["group"], args, cost.ns, tuple(sorted(cost.links)), cost.algorithm, read, write,
                         combine or COLLECTIVE_HANDLERS[instr.op])
 
-
-# Every rank of a group asks the same question: pricing a 64-rank collective once, not 64 times.
-_cost = functools.lru_cache(maxsize=1024)(collective_cost)
 
 
 def _group_problems(instr: Instruction, rank: int, groups: list[tuple[int, ...]]) -> list[str]:

@@ -47,8 +47,11 @@ class _Arena:
     def is_large(self, size: int) -> bool:
         return size * 8 >= self.capacity
 
-    def place(self, size: int) -> int | None:
+    def place(self, size: int, top: bool = False) -> int | None:
         size = -(-size // self.granule) * self.granule
+        if top:
+            at = self._top_gap(size)
+            return None if at is None else self._take(at, size, move_cursor=False)
         large = self.is_large(size)
         limit = self.capacity if large else self.small_limit
         for start, end in ((self.cursor, limit), (0, limit), (0, self.capacity)):
@@ -58,10 +61,11 @@ class _Arena:
         at = self._best_gap(size) if large else None
         return None if at is None else self._take(at, size)
 
-    def _take(self, at: int, size: int) -> int:
+    def _take(self, at: int, size: int, move_cursor: bool = True) -> int:
         self.used[at] = at + size
         self.live += size
-        self.cursor = at + size if at + size < self.capacity else 0
+        if move_cursor:
+            self.cursor = at + size if at + size < self.capacity else 0
         return at
 
     def _best_gap(self, size: int) -> int | None:
@@ -72,6 +76,15 @@ class _Arena:
                 best = (at, s - at)
             at = max(at, e)
         return None if best is None else best[0]
+
+    def _top_gap(self, size: int) -> int | None:
+        """The highest start at which `size` fits (the top of the highest gap that holds it)."""
+        end = self.capacity
+        for s, e in sorted(self.used.items(), reverse=True):
+            if end - e >= size:
+                return end - size
+            end = min(end, s)
+        return end - size if end >= size else None
 
     def _first_gap(self, start: int, size: int, limit: int) -> int | None:
         at = start
@@ -100,11 +113,11 @@ class OnChipMemory:
         self.arenas = {Mem.SBUF: _Arena(target.sbuf_partition_bytes, 64, reserve),
                        Mem.PSUM: _Arena(target.psum_partition_bytes, target.psum_bank_bytes)}
 
-    def place(self, tile: Tile) -> bool:
-        """Give the tile a place; False (and nothing placed) when none is free."""
+    def place(self, tile: Tile, top: bool = False) -> bool:
+        """Give the tile a place; False (and nothing placed) when none is free. `top`: as high in SBUF as it fits."""
         if tile.mem is Mem.PSUM and tile.bytes_per_partition > self.target.psum_bank_bytes:
             raise CompileError("NCC_INTERNAL", f"PSUM tile {tile.name} is larger than a bank")
-        at = self.arenas[tile.mem].place(tile.bytes_per_partition)
+        at = self.arenas[tile.mem].place(tile.bytes_per_partition, top and tile.mem is Mem.SBUF)
         if at is None:
             return False
         tile.offset = at
@@ -154,8 +167,8 @@ class LiveBytes:
     def size(self, tile: Tile) -> int:
         return footprint(tile, self.target)
 
-    def place(self, tile: Tile) -> bool:
-        """Count the tile as live; False (and nothing counted) when it would not fit."""
+    def place(self, tile: Tile, top: bool = False) -> bool:
+        """Count the tile as live; False (and nothing counted) when it would not fit. (`top`: no places here.)"""
         size = self.size(tile)
         if self.live[tile.mem] + size > self.capacity[tile.mem]:
             return False

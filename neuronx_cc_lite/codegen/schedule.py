@@ -32,10 +32,13 @@ what the hardware does well:
   back what ran ahead, then counting bytes and planning the places after.
 - Engines: a copy, a tensor_scalar or a memset on float data may run on any engine whose row allows it and that
   reaches its memories; the first of them to be free for it takes it.
-- Collectives: the CC engine is one more server. Its estimate is a two-rank collective's fixed cost and the
-  bytes at one rank's collective rate (the runtime prices the real algorithm on the real group); being long and
-  on the path to the next layer, a collective ranks high, so the work that does not depend on it (the other
-  branch, the next weights' loads) fills the wait.
+- Collectives: the CC engine is one more server. A rank's program knows its replica groups and where the ranks
+  sit (compiler.compile_graph), and a collective is priced as the runtime prices it (isa/collectives.py
+  instruction_cost: the fastest algorithm on the whole group; a 24-rank all-reduce of 4 MB on inf2 takes 429
+  us, where the two-rank estimate said 122); a program compiled without them (a test's) takes a two-rank
+  collective's fixed cost and the bytes at one rank's collective rate. Being long and on the path to the next
+  layer, a collective ranks high, so the work that does not depend on it (the other branch, the next weights'
+  loads) fills the wait.
 
 -O1 keeps the lowering order and only assigns queues (fast compiles); -O2 (the default) schedules.
 """
@@ -47,6 +50,7 @@ import logging
 
 import numpy as np
 
+from isa.collectives import instruction_cost
 from isa.costs import Port, dma_cost, duration_ns, ports, table_of
 from isa.instructions import OPS, Instruction
 from isa.operand import READABLE, WRITABLE, Engine, Mem
@@ -103,9 +107,13 @@ def candidate_engines(p: PendingInstr) -> tuple[Engine, ...]:
 _SERVERS = (Engine.PE, Engine.ACT, Engine.DVE, Engine.POOL, Engine.SP, Engine.CC)
 
 
-def _duration(instr: Instruction, engine: Engine, target: Target) -> float:
-    """The cost model's duration; for a collective, this scheduler's estimate (see the module docstring)."""
+def _duration(instr: Instruction, engine: Engine, program: Program) -> float:
+    """The cost model's duration; a collective's on its replica group as the runtime prices it, or, where the
+    program does not know its groups, a two-rank collective's (see the module docstring)."""
+    target = program.target
     if engine is Engine.CC:
+        if program.topology is not None:
+            return instruction_cost(instr, program.groups, program.topology).ns
         nbytes = max(o.dtype.size * o.num_partitions * o.free_size for _, o in instr.operands())
         return target.cc_setup_ns + target.cc_sync_round_ns + nbytes / target.cc_rank_gbps
     return duration_ns(instr, engine, target)
@@ -214,6 +222,13 @@ class OutOfMemory(CompileError):
 
 
 PLACING_TRIES = 4  # schedules that place tiles as they go, each holding back more of what ran ahead
+# then as many again with the weights' tiles placed from the top of SBUF down, away from the working tiles that
+# come and go at the bottom (allocate._Arena.place): the next weights' loads, long-lived, otherwise scatter among
+# them until a large tile finds no gap (Llama-3-70B's prefill on 24 inf2 ranks: ranks 2-23 found none, fell to
+# counting bytes and planning the places after, and there the next layer's key and value weights took the place
+# of the layer norm's input, to load after it, one queue for all of them). Placing the weights on top from the
+# start lost elsewhere (ResNet-50 in bf16 321.4 -> 357.5 us), so it comes second, and as a second opinion on the
+# road a fit took with the weights among the working tiles (schedule_within_memory)
 PLANNED_TRIES = 4  # then schedules that count live bytes, planned after, each with fewer bytes live
 BUDGET_STEP = 0.85  # after a plan that found no room, the next schedule keeps this much of the bytes live before
 
@@ -263,34 +278,40 @@ def schedule_within_memory(program: Program) -> bool:
     plain, lowered_uses = dependencies(lowered), tile_uses(program)
     reserve = large_tile_reserve(program, lowered_uses)
 
-    def fit(roads: tuple[tuple[int, bool], ...]) -> tuple[float, tuple[int, bool]] | None:
-        return _fit(program, lowered, engines, plain, lowered_uses, reserve, roads)
+    def fit(roads: tuple[tuple[int, bool], ...], on_top: tuple[bool, ...] = (False, True)
+            ) -> tuple[float, tuple[int, bool], bool | None] | None:
+        return _fit(program, lowered, engines, plain, lowered_uses, reserve, roads, on_top)
 
     # the roads, in order: (reach, loads of weights started early)
     roads = ((LOOKAHEAD, True), (LOOKAHEAD, False), (FALLBACK_LOOKAHEAD, False))
     fitted = fit(roads)
     if fitted is None:
         return False
-    found, first_road = fitted
+    found, first_road, top = fitted
     if len(lowered) >= SECOND_OPINION_MIN:
         # the other opinions: the short road, and the long one without the early weight loads when the first fit
-        # had them (BERT-large in fp32 from TorchScript: 5,711.7 us prefetching, 5,446.2 without)
-        others = roads[-1:] if first_road != roads[0] else (roads[-1], roads[1])
+        # had them (BERT-large in fp32 from TorchScript: 5,711.7 us prefetching, 5,446.2 without); and when the
+        # first fit placed the weights among the working tiles, its road with them on top (Llama-3-70B's prefill
+        # on 24 inf2 ranks: rank 0 fitted reaching 256 ahead, 3,293 us estimated; on top, reaching 768 and loading
+        # weights early)
+        others = [(road, (False, True)) for road in (roads[-1:] if first_road != roads[0] else (roads[-1], roads[1]))]
+        if top is False:
+            others.append((first_road, (True,)))
         best, tries = _Kept(program), program.schedule_tries
-        for road in others:
+        for road, on_top in others:
             program.instrs = list(lowered)
             for p, engine in zip(lowered, engines):
                 p.engine = engine
-            fitted = fit((road,))
+            fitted = fit((road,), on_top)
             other = fitted[0] if fitted is not None else None
             tries += program.schedule_tries
-            log.debug("schedule: estimated %.1f us, %s reaching %d ahead%s", found / 1000,
+            log.debug("schedule: estimated %.1f us, %s reaching %d ahead%s%s", found / 1000,
                       "no fit" if other is None else f"{other / 1000:.1f} us", road[0],
-                      " with early weight loads" if road[1] else "")
-            # the road without early loads displaces a fitting one only by more than the estimate's error: GPT-2
-            # from TorchScript in fp32, 1,357.3 us estimated against 1,374.8 on the short road, ran 1,420.0 against
-            # 1,379.8
-            margin = 1.0 if road == roads[-1] else 1.0 - ESTIMATE_ERROR
+                      " with early weight loads" if road[1] else "", " weights on top" if on_top == (True,) else "")
+            # another road, or the weights on top, displaces a fitting schedule only by more than the estimate's
+            # error: GPT-2 from TorchScript in fp32, 1,357.3 us estimated against 1,374.8 on the short road, ran
+            # 1,420.0 against 1,379.8
+            margin = 1.0 if road == roads[-1] and on_top != (True,) else 1.0 - ESTIMATE_ERROR
             if other is not None and other < margin * found:
                 found, best = other, _Kept(program)
         best.restore(program)
@@ -317,23 +338,30 @@ class _Kept:
 
 
 def _fit(program: Program, lowered: list[PendingInstr], engines: list[Engine], plain: list[list[int]],
-         lowered_uses: list[list[Tile]], reserve: int, roads: tuple[tuple[int, bool], ...]
-         ) -> tuple[float, tuple[int, bool]] | None:
+         lowered_uses: list[list[Tile]], reserve: int, roads: tuple[tuple[int, bool], ...],
+         on_top: tuple[bool, ...] = (False, True)) -> tuple[float, tuple[int, bool], bool | None] | None:
     """The first try along `roads` whose schedule fits memory (see schedule_within_memory), given the program as
     lowered (its instructions, their engines, dependencies and tiles, the large-tile reserve): the program is left
-    scheduled and placed, and the schedule's estimated end returned with the road it took; None (the program as
-    lowered) when none did."""
+    scheduled and placed, and the schedule's estimated end returned with the road it took and whether its placing
+    put the weights on top (`on_top`: the placements tried, PLACING_TRIES each; None: planned after); None (the
+    program as lowered) when none did."""
     tries = 0
+    placings = [top for top in on_top for _ in range(PLACING_TRIES)]
     # the first road prefetches weights and only places as it goes; the others start afresh without prefetching
     for lookahead, prefetch in roads:
-        preds, hold, budget = plain, {}, 1.0
-        for attempt in range(1, (PLACING_TRIES if prefetch else PLACING_TRIES + PLANNED_TRIES) + 1):
+        preds, budget = plain, 1.0
+        # what each placement held back (what runs ahead depends on where the tiles go); the planned tries keep
+        # what the first placement's tries held back
+        holds: dict[bool, dict[int, int]] = {top: {} for top in on_top}
+        for attempt in range(len(placings) + (0 if prefetch else PLANNED_TRIES)):
             tries += 1
-            placing = attempt <= PLACING_TRIES
+            placing = attempt < len(placings)
+            top = placings[attempt] if placing else None
+            hold = holds[on_top[0] if top is None else top]
             try:
                 memory = OnChipMemory(program.target, reserve) if placing else LiveBytes(program.target, budget)
                 starts, ends = schedule(program, lookahead, preds, hold, memory, prefetch=prefetch,
-                                        tiles_of=lowered_uses)
+                                        tiles_of=lowered_uses, weights_on_top=bool(top))
                 if not placing:
                     uses = tile_uses(program)
                     try:  # no range reused before the schedule expects its last reader done; else on bare lifetimes
@@ -357,7 +385,7 @@ def _fit(program: Program, lowered: list[PendingInstr], engines: list[Engine], p
             else:
                 verify_order(lowered, program.instrs, preds, "schedule")
                 program.schedule_tries = tries
-                return max(ends, default=0.0), (lookahead, prefetch)
+                return max(ends, default=0.0), (lookahead, prefetch), top
             program.instrs = list(lowered)
             for p, engine in zip(lowered, engines):
                 p.engine = engine
@@ -382,12 +410,14 @@ def _nodes_reached(instrs: list[PendingInstr], preds: list[list[int]]) -> tuple[
 
 def schedule(program: Program, lookahead: int = LOOKAHEAD, preds: list[list[int]] | None = None,
              hold: dict[int, int] | None = None, memory: OnChipMemory | LiveBytes | None = None,
-             prefetch: bool = True, tiles_of: list[list[Tile]] | None = None) -> tuple[list[float], list[float]]:
+             prefetch: bool = True, tiles_of: list[list[Tile]] | None = None, weights_on_top: bool = False
+             ) -> tuple[list[float], list[float]]:
     """Reorder program.instrs and set every instruction's engine and queue (see the module docstring), keeping
-    the tiles live at once within `memory` (by default placing each as it goes), reaching at most `lookahead` instructions past the first
-    unscheduled one; an instruction in `hold` waits until everything before position hold[i] (in lowering order)
-    is scheduled. `preds`: the dependencies, `tiles_of`: each instruction's tiles (allocate.tile_uses), both in
-    lowering order (computed when not given). Returns the estimated start and end of
+    the tiles live at once within `memory` (by default placing each as it goes), reaching at most `lookahead`
+    instructions past the first unscheduled one; an instruction in `hold` waits until everything before position
+    hold[i] (in lowering order) is scheduled. `preds`: the dependencies, `tiles_of`: each instruction's tiles
+    (allocate.tile_uses), both in lowering order (computed when not given). `weights_on_top`: the tiles weight
+    loads open are placed as high in SBUF as they fit (see PLACING_TRIES). Returns the estimated start and end of
     every instruction, in the new order. Raises OutOfMemory (NCC_SBUF_FULL / NCC_PSUM_FULL) when every ready
     instruction waits for memory that nothing will free (see schedule_within_memory)."""
     instrs, target = program.instrs, program.target
@@ -402,7 +432,7 @@ def schedule(program: Program, lookahead: int = LOOKAHEAD, preds: list[list[int]
     lowered_engine = [p.engine for p in instrs]
     virtual = [p.instruction(placed=False) for p in instrs]
     transfers = {i: dma_cost(virtual[i], target) for i, p in enumerate(instrs) if p.engine is Engine.DMA}
-    cost = [{e: transfers[i].engine_ns(target) if e is Engine.DMA else _duration(virtual[i], e, target)
+    cost = [{e: transfers[i].engine_ns(target) if e is Engine.DMA else _duration(virtual[i], e, program)
              for e in engines[i]} for i in range(n)]
     held = [{e: ports(virtual[i], e) for e in engines[i]} for i in range(n)]
     # rank: the longest path to the end, where a compute instruction is also followed by the next one lowering gave
@@ -511,7 +541,7 @@ def schedule(program: Program, lookahead: int = LOOKAHEAD, preds: list[list[int]
         for t in tiles_of[i]:
             if t in placed:
                 continue
-            if not memory.place(t):
+            if not memory.place(t, weights_on_top and is_weight_load[i]):
                 for u in opened:
                     memory.free(u)
                     placed.discard(u)
@@ -680,7 +710,7 @@ def dependency_chain_ns(program: Program) -> float:
     for p, ps in zip(instrs, dependencies(instrs)):
         virtual = p.instruction(placed=False)
         cost = dma_cost(virtual, target).engine_ns(target) + target.dma_latency_ns if p.engine is Engine.DMA else \
-            min(_duration(virtual, e, target) for e in candidate_engines(p))
+            min(_duration(virtual, e, program) for e in candidate_engines(p))
         start = max((end[j] + (target.semaphore_handoff_ns if instrs[j].engine is not p.engine else 0.0)
                      for j in ps), default=0.0)
         end.append(start + cost)

@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
+from isa.collectives import Topology
 from isa.costs import duration_ns
 from isa.dtypes import DType
 from isa.functions import ActFunc
@@ -174,6 +175,10 @@ class Program:
         self.hbm_size = 0  # bytes, once the HBM layout has placed every tensor
         self._filled: dict[tuple[DType, str, int, int], Tile] = {}  # the constant tiles: ones, scalars, filled
         self._rings: dict[tuple, tuple[list[Tile], int]] = {}  # zeroed rings (diagonals, bands) -> (ring, turns)
+        # a rank's replica groups and where the ranks sit (compiler.compile_graph, under --tp and --dp): the
+        # scheduler prices each collective as the runtime will
+        self.groups: list[tuple[int, ...]] = []
+        self.topology: Topology | None = None
 
     def operand_dtype(self, dtype: DType) -> DType:
         """The type a matmul operand of type `dtype` is held in on chip: the auto-cast type for fp32."""

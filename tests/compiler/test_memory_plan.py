@@ -98,3 +98,20 @@ def test_no_room_names_the_tile_and_the_peak():
         plan(_Program(2), uses_of([(big[0], 0, 1), (big[1], 0, 1)], 2))
     assert caught.value.code == "NCC_SBUF_FULL"
     assert "big" in caught.value.message and "245760 of 196608" in caught.value.message
+
+
+def test_tiles_placed_on_top_fill_sbuf_from_its_end_down():
+    """The weights' tiles of a placing try on top (codegen/schedule.py PLACING_TRIES) go as high as they fit and
+    leave the working tiles' cursor where it was: a freed working tile's gap at the bottom is not taken by them
+    while a higher one holds them."""
+    memory, capacity = OnChipMemory(TARGET), TARGET.sbuf_partition_bytes
+    work, w1, w2, more = sbuf(16 * KIB, "work"), sbuf(32 * KIB, "w1"), sbuf(8 * KIB, "w2"), sbuf(4 * KIB, "more")
+    assert memory.place(work) and work.offset == 0
+    assert memory.place(w1, top=True) and w1.offset == capacity - 32 * KIB
+    assert memory.place(w2, top=True) and w2.offset == capacity - 40 * KIB
+    assert memory.place(more) and more.offset == 16 * KIB  # after the working tile, not under the weights
+    memory.free(work)
+    w3 = sbuf(8 * KIB, "w3")
+    assert memory.place(w3, top=True) and w3.offset == capacity - 48 * KIB
+    psum = Tile(Mem.PSUM, 128, 512, DType.fp32, "acc")
+    assert memory.place(psum, top=True) and psum.offset == 0  # (PSUM: a bank each, as ever)

@@ -427,3 +427,29 @@ def test_moves_between_placements(have: Placement, want: Placement) -> None:
     for t, b in enumerate(builders):
         expected = whole[tuple(slice(a, z) for a, z in want.box(shape, t))]
         np.testing.assert_allclose(values[t][b.result], expected, rtol=1e-5, atol=1e-5)  # type: ignore[attr-defined]
+
+
+def test_the_schedule_prices_a_collective_on_its_group() -> None:
+    """A rank's schedule times its all-reduce as the runtime will, on its whole replica group (24 inf2 ranks: set
+    by compile_graph), not as a two-rank one: the program's dependency chain, one all-reduce of 4 MB, is the
+    collective cost model's price for that group."""
+    from isa.collectives import collective_cost, topology
+    from isa.dtypes import DType
+    from isa.functions import AluOp
+    from isa.operand import Engine
+    from isa.target import get_target
+    from isa.tensor_kind import TensorKind
+    from neuronx_cc_lite.codegen.schedule import dependency_chain_ns
+    from neuronx_cc_lite.tile.program import HbmAccess, Program
+
+    target = get_target("inf2")
+    program = Program(target)
+    rows, free = 128, 8192
+    x, y = (program.hbm_tensor(name, rows * free * 4, TensorKind.SCRATCH, DType.fp32) for name in "xy")
+    program.emit("all_reduce", Engine.CC, dst=HbmAccess(y, DType.fp32, rows, free, 0, ((free, 1),)),
+                 src=HbmAccess(x, DType.fp32, rows, free, 0, ((free, 1),)), group=0, op=AluOp.add)
+    two_ranks = dependency_chain_ns(program)
+    program.groups, program.topology = [tuple(range(24))], topology(target, 1, 24)
+    price = collective_cost("all_reduce", rows * free * 4, 4, tuple(range(24)), program.topology).ns
+    assert dependency_chain_ns(program) == pytest.approx(price)
+    assert price > 3 * two_ranks
