@@ -16,6 +16,11 @@ old one. So a tile's range is kept until the schedule expects its last reader to
 given the schedule's estimates, no reuse makes an engine wait. When that leaves no room the plan is made on bare
 lifetimes, and failing that, the schedule is made again with fewer bytes live (schedule.py).
 
+Placing tile by tile (OnChipMemory, the scheduler's first tries), a tile may be asked for on top: as high in
+SBUF as it fits, the cursor of the other tiles left where it was. The scheduler asks so for the weights' tiles
+in its second round of such tries: long-lived, they then gather at the top while the working tiles come and go at
+the bottom, and do not scatter gaps among them.
+
 -O1 plans the lowering order on bare lifetimes, and when even that finds no room (the plan is a heuristic), places
 the tiles walking the program as it runs, next-fit (`_Arena`), as the scheduler once did.
 """
