@@ -1,7 +1,7 @@
 """A program of SECOND_OPINION_MIN instructions or more is scheduled more than once (codegen/schedule.py
 schedule_within_memory): along the roads until one fits, then on the short road, reaching far without the early
 weight loads when the fitting one had them, and on the fitting road with the weights' tiles placed on top of SBUF
-when the fit placed them among the others; it keeps the schedule whose estimated end comes first (the last two by
+when the fit placed them among the others in tight memory; it keeps the schedule whose estimated end comes first (the last two by
 more than the estimate's error): its order, engines, queues and tile places exactly, whichever was made last."""
 
 from __future__ import annotations
@@ -19,9 +19,10 @@ def _state(program) -> tuple:
             [(t.name, t.offset) for t in program.tiles])
 
 
-def _scheduled(monkeypatch, estimate) -> tuple[list, list, list]:
+def _scheduled(monkeypatch, estimate, tight: bool = True) -> tuple[list, list, list]:
     """Compile chain_then_matmul(200), every program scheduled more than once, each fit's estimate made by
-    `estimate(k, found)` for the k-th schedule: (each schedule's state, each one's road, the state kept)."""
+    `estimate(k, found)` for the k-th schedule, the first fit's memory taken as tight or not: (each schedule's
+    state, each one's road, the state kept)."""
     made, roads, kept = [], [], []
     real_fit, real_within = schedule._fit, schedule.schedule_within_memory
 
@@ -39,6 +40,7 @@ def _scheduled(monkeypatch, estimate) -> tuple[list, list, list]:
     monkeypatch.setattr(schedule, "_fit", fit)
     monkeypatch.setattr(schedule, "schedule_within_memory", within)
     monkeypatch.setattr(schedule, "SECOND_OPINION_MIN", 1)
+    monkeypatch.setattr(schedule, "_tight", lambda fell_back, tries: tight)
     monkeypatch.setattr(schedule, "LOOKAHEAD", 16)  # (so that the roads order the chain differently)
     compile_model(chain_then_matmul(200))
     return made, roads, kept
@@ -84,3 +86,10 @@ def test_a_short_program_is_scheduled_once(monkeypatch):
     compile_model(chain_then_matmul(20))
     assert len(calls) == 1
 
+
+
+def test_no_opinion_with_the_weights_on_top_where_memory_was_not_tight(monkeypatch):
+    """A first fit at its first try on the first road has room: the weights' places are left as they are."""
+    assert not schedule._tight(False, 1) and schedule._tight(True, 1) and schedule._tight(False, 2)
+    made, roads, kept = _scheduled(monkeypatch, lambda k, found: found, tight=False)
+    assert roads == [((16, True), False), ((schedule.FALLBACK_LOOKAHEAD, False), False), ((16, False), False)]
