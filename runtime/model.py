@@ -418,7 +418,6 @@ def collective_op(instr: Instruction, groups: list[tuple[int, ...]], topo: Topol
                         combine or COLLECTIVE_HANDLERS[instr.op])
 
 
-
 def _group_problems(instr: Instruction, rank: int, groups: list[tuple[int, ...]]) -> list[str]:
     g = instr.args["group"]
     if not 0 <= g < len(groups):

@@ -298,7 +298,7 @@ def schedule_within_memory(program: Program) -> bool:
         # placing among the others found no fit, 3,149.4 with this opinion too)
         farther = roads[-1:] if first_road != roads[0] else (roads[-1], roads[1])
         others = [(road, (False, True)) for road in farther]
-        if top is False and _tight(first_road != roads[0], program.schedule_tries):
+        if top is False and _tight(program.schedule_tries):
             others.append((first_road, (True,)))
         best, tries = _Kept(program), program.schedule_tries
         for road, on_top in others:
@@ -322,12 +322,12 @@ def schedule_within_memory(program: Program) -> bool:
     return True
 
 
-def _tight(fell_back: bool, tries: int) -> bool:
-    """Whether the first fit found memory tight: it fell past the first road, or its road took more than one try.
-    Only then is the opinion with the weights on top worth its time: a program that fitted at once places its
-    weights anywhere (BERT-base compiles in 4.2 s asking it only where tight, in 5.3 s asking it everywhere, to the
-    same schedule)."""
-    return fell_back or tries > 1
+def _tight(tries: int) -> bool:
+    """Whether the first fit found memory tight: it took more than one try (falling past the first road takes
+    several). Only then is the opinion with the weights on top worth its time: a program that fitted at once
+    places its weights anywhere (BERT-base compiles in 4.2 s asking it only where tight, in 5.3 s asking it
+    everywhere, to the same schedule)."""
+    return tries > 1
 
 
 class _Kept:

@@ -40,7 +40,7 @@ def _scheduled(monkeypatch, estimate, tight: bool = True) -> tuple[list, list, l
     monkeypatch.setattr(schedule, "_fit", fit)
     monkeypatch.setattr(schedule, "schedule_within_memory", within)
     monkeypatch.setattr(schedule, "SECOND_OPINION_MIN", 1)
-    monkeypatch.setattr(schedule, "_tight", lambda fell_back, tries: tight)
+    monkeypatch.setattr(schedule, "_tight", lambda tries: tight)
     monkeypatch.setattr(schedule, "LOOKAHEAD", 16)  # (so that the roads order the chain differently)
     compile_model(chain_then_matmul(200))
     return made, roads, kept
@@ -90,6 +90,6 @@ def test_a_short_program_is_scheduled_once(monkeypatch):
 
 def test_no_opinion_with_the_weights_on_top_where_memory_was_not_tight(monkeypatch):
     """A first fit at its first try on the first road has room: the weights' places are left as they are."""
-    assert not schedule._tight(False, 1) and schedule._tight(True, 1) and schedule._tight(False, 2)
+    assert not schedule._tight(1) and schedule._tight(2)
     made, roads, kept = _scheduled(monkeypatch, lambda k, found: found, tight=False)
     assert roads == [((16, True), False), ((schedule.FALLBACK_LOOKAHEAD, False), False), ((16, False), False)]
